@@ -1,0 +1,89 @@
+# toasted - build. `make` builds build/toasted, build/toast and build/libtoasted.a;
+# `make test` builds and runs every test; `make debug` builds with ASan/UBSan into build-debug/.
+# CUDA is built when nvcc is found (CUDA=0 disables it).
+
+BUILD    ?= build
+CC       ?= cc
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA     ?= $(if $(NVCC),1,0)
+OPT      ?= -O2
+SAN      ?=
+
+CPPFLAGS += -Iinclude -Isrc -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -MMD -MP
+CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wpointer-arith -pthread $(SAN)
+LDFLAGS  += -pthread $(SAN)
+LDLIBS   += -ljansson -lpcre2-8 -lutf8proc -lm
+
+LIB_DIRS  := src/util src/format src/backend src/backend/cpu src/models src/engine src/tokenizer src/server src/pull
+LIB_SRCS  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
+CLI_SRCS  := $(wildcard src/cli/*.c)
+TOAST_SRCS:= $(wildcard src/client/*.c)
+TEST_SRCS := $(wildcard tests/test_*.c)
+BENCH_SRCS:= $(wildcard bench/*.c)
+
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/%.o)
+TOAST_OBJS:= $(TOAST_SRCS:%.c=$(BUILD)/%.o)
+TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+
+ifeq ($(CUDA),1)
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CU_SRCS    := $(wildcard src/backend/cuda/*.cu)
+CU_OBJS    := $(CU_SRCS:%.cu=$(BUILD)/%.o)
+NVCCFLAGS  ?= -O3 -g -lineinfo -std=c++17 -Iinclude -Isrc \
+	      -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=sm_90 \
+	      -gencode=arch=compute_90,code=compute_90 -Xcompiler -fPIC -MMD -MP
+CPPFLAGS   += -DTOAST_HAVE_CUDA -I$(CUDA_HOME)/include
+LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+LIB_OBJS   += $(CU_OBJS)
+endif
+
+.PHONY: all test debug clean help testdata bench
+all: $(BUILD)/toasted $(BUILD)/toast
+
+help:
+	@echo "make            build $(BUILD)/toasted, $(BUILD)/toast, $(BUILD)/libtoasted.a (CUDA=$(CUDA))"
+	@echo "make test       build and run all tests (CPU; CUDA tests report SKIP without a GPU)"
+	@echo "make debug      the same build with -fsanitize=address,undefined into build-debug/"
+	@echo "make CUDA=0     build without the CUDA backend"
+
+$(BUILD)/libtoasted.a: $(LIB_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/toasted: $(CLI_OBJS) $(BUILD)/libtoasted.a
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(BUILD)/libtoasted.a $(LDLIBS)
+
+$(BUILD)/toast: $(TOAST_OBJS) $(BUILD)/libtoasted.a
+	$(CC) $(LDFLAGS) -o $@ $(TOAST_OBJS) $(BUILD)/libtoasted.a $(LDLIBS) -lcurl
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libtoasted.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libtoasted.a $(LDLIBS) -lcurl
+
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libtoasted.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libtoasted.a $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+# Test fixtures are stored xz-compressed in tests/data and unpacked here once.
+testdata: $(BUILD)/testdata/.stamp
+$(BUILD)/testdata/.stamp: $(shell find tests/data -type f 2>/dev/null) tools/unpack-testdata.sh
+	sh tools/unpack-testdata.sh tests/data $(BUILD)/testdata
+	@touch $@
+
+test: all $(TEST_BINS) testdata
+	BUILD=$(BUILD) sh tests/run.sh
+
+debug:
+	$(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" CUDA=0
+
+clean:
+	rm -rf $(BUILD) build-debug
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,189 @@
+/*
+ * backend.h - THE op interface between models and compute backends.
+ *
+ * A model is a sequence of calls to the ops below; a backend (cpu/, cuda/) implements them.
+ * Models own no kernels and backends own no model logic beyond what an op's contract says.
+ *
+ * Memory. Every buffer an op touches is backend memory from alloc() (host memory on the CPU,
+ * device memory on CUDA). Model code may offset pointers into a buffer but never reads it
+ * except through read(). Element types:
+ *   - "f32" buffers hold float (the residual stream, logits, recurrent state);
+ *   - "act" buffers hold activations in the backend's act_type (F32 on the CPU, BF16 on CUDA);
+ *     act_size is the bytes of one element. KV cache and conv state are act buffers.
+ * All rows are contiguous: a [T][n] buffer has row t at t*n elements.
+ *
+ * Ordering. Ops run in call order on one queue; they may be asynchronous. read() and sync()
+ * wait for all earlier ops. Ops do not fail individually: a backend that hits an error (a
+ * sticky CUDA error) records it, does nothing more, and reports it from sync()/read().
+ *
+ * Steps. A forward pass over T tokens starting at position pos begins with begin_step(), which
+ * hands the token ids to the backend. Ops also receive pos and T as plain ints; a backend that
+ * records and replays a step (a CUDA graph) must read them from what begin_step() stored.
+ */
+#ifndef TOAST_BACKEND_H
+#define TOAST_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format/dtype.h"
+#include "util/err.h"
+
+/*
+ * A weight matrix (or vector): n_out rows of n_in elements, row-major, of type `type`
+ * (y = W·x has n_out outputs). A vector has n_out == 1. `data` is host memory (mmap or heap)
+ * and stays valid while the engine lives; `dev` is the backend's copy made by prepare_weight()
+ * (the CPU backend computes from `data` directly and leaves dev NULL).
+ */
+struct toast_weight {
+	const char *name; /* for messages */
+	enum toast_dtype type;
+	int64_t n_in, n_out;
+	const void *data;
+	void *dev;
+	size_t n_bytes;
+};
+
+/* A set of same-shaped expert matrices, one per expert. */
+struct toast_experts {
+	int n_expert;
+	struct toast_weight *w; /* [n_expert] */
+	void *dev;              /* backend-side packing of all experts (backend-defined) */
+};
+
+enum toast_mm_mode {
+	TOAST_MM_ACT, /* out (act) = in · Wᵀ */
+	TOAST_MM_F32, /* out (f32) = in · Wᵀ */
+	TOAST_MM_ADD, /* out (f32) += in · Wᵀ   (residual add) */
+};
+
+/*
+ * Gated attention with a KV cache, for T new tokens at positions pos..pos+T-1. In one op:
+ * optional per-head RMSNorm of q and k (before RoPE), NeoX RoPE on the first n_rot dims of
+ * each head (pairs (i, i + n_rot/2)), K/V written to the cache at rows pos..pos+T-1, causal
+ * softmax attention over cache rows 0..pos+t with scale 1/sqrt(head_dim), query head h reading
+ * KV head h / (n_head / n_head_kv), and when gated, o *= sigmoid(gate) elementwise.
+ */
+struct toast_attn_args {
+	const void *q;                      /* act [T][n_head][gated ? 2*head_dim : head_dim]: per head [q | gate] */
+	const void *k, *v;                  /* act [T][n_head_kv*head_dim] */
+	const struct toast_weight *q_norm;  /* [head_dim] or NULL (then k_norm is NULL too) */
+	const struct toast_weight *k_norm;
+	bool norm_plus_one;                 /* norm weight is (1 + w) (zero-centred) */
+	float eps;
+	int n_head, n_head_kv, head_dim, n_rot;
+	float rope_theta;
+	bool gated;
+	void *k_cache, *v_cache;            /* act [n_ctx][n_head_kv*head_dim] */
+	int n_ctx, pos, T;
+	void *out;                          /* act [T][n_head*head_dim] */
+};
+
+/*
+ * Gated DeltaNet mixer for T tokens, continuing from conv_state/ssm_state and updating them:
+ * causal depthwise conv (kernel conv_k) + SiLU over the conv channels [q | k | v], L2-norm of
+ * q and k per key head (q also scaled by d_k^-1/2), beta = sigmoid(b),
+ * g = -exp(A_log) * softplus(a + dt_bias) per value head, the delta rule (value head h uses key
+ * head h / (n_v_head / n_k_head)), then per value head RMSNorm(o) * norm_w * SiLU(z).
+ *
+ * Input layouts. Flat (Qwen3.5): qkv [T][conv_dim] with conv_dim = 2*n_k_head*d_k + n_v_head*d_v
+ * in channel order [q heads | k heads | v heads], z [T][n_v_head*d_v]. Grouped (Qwen3-Next
+ * in_proj_qkvz): qkv [T][conv_dim + n_v_head*d_v], per key head g the run
+ * [q_g | k_g | v of its r value heads | z of its r value heads], and z is unused.
+ * ba: flat b [T][n_v_head] and a [T][n_v_head]; grouped (in_proj_ba) ba [T][2*n_v_head], per key
+ * head [b of its r value heads | a of its r value heads], and a is unused.
+ * All inputs are act. conv_state holds the last conv_k-1 raw (pre-conv) inputs, oldest first,
+ * in flat channel order. ssm_state is [n_v_head][d_v][d_k] f32 (S[h][j][i]: key dim i contiguous).
+ */
+struct toast_gdn_args {
+	const void *qkv, *z, *b, *a;
+	bool qkvz_grouped, ba_grouped;
+	const struct toast_weight *conv_w;  /* [conv_dim][conv_k] */
+	const struct toast_weight *A_log;   /* [n_v_head]; when a_is_neg_exp holds -exp(A_log) instead */
+	bool a_is_neg_exp;
+	const struct toast_weight *dt_bias; /* [n_v_head] */
+	const struct toast_weight *norm_w;  /* [d_v], used as is */
+	int n_k_head, n_v_head, d_k, d_v, conv_k;
+	float eps;
+	void *conv_state;                   /* act [conv_k-1][conv_dim] */
+	float *ssm_state;                   /* f32 [n_v_head][d_v][d_k] */
+	int T;
+	void *out;                          /* act [T][n_v_head*d_v] */
+};
+
+/*
+ * Mixture of experts with optional shared expert, added to the residual:
+ * p = softmax(router · h) over n_expert (fp32), the n_expert_used largest (ties: lower index),
+ * renormalised to sum 1 when norm_topk; each chosen expert e adds
+ * p_e · down_e(SiLU(gate_e·h) ⊙ up_e·h); the shared expert adds
+ * sigmoid(sh_gate_inp · h) · down_s(SiLU(gate_s·h) ⊙ up_s·h) (no sigmoid factor when
+ * sh_gate_inp is NULL).
+ */
+struct toast_moe_args {
+	const void *h;                          /* act [T][n_embd] */
+	float *x;                               /* f32 [T][n_embd], += */
+	const struct toast_weight *router;      /* [n_expert][n_embd] */
+	const struct toast_experts *gate, *up;  /* [n_ff][n_embd] each */
+	const struct toast_experts *down;       /* [n_embd][n_ff] each */
+	int n_expert, n_expert_used;
+	bool norm_topk;
+	const struct toast_weight *sh_gate, *sh_up, *sh_down; /* NULL when there is no shared expert */
+	const struct toast_weight *sh_gate_inp;               /* [1][n_embd] or NULL */
+	int n_embd, n_ff, n_ff_sh, T;
+};
+
+struct toast_backend;
+
+struct toast_backend_ops {
+	void (*free)(struct toast_backend *be);
+
+	/* memory: alloc returns zeroed backend memory or NULL */
+	void *(*alloc)(struct toast_backend *be, size_t n_bytes);
+	void (*release)(struct toast_backend *be, void *p);
+	void (*write)(struct toast_backend *be, void *dst, const void *src, size_t n_bytes); /* host -> backend */
+	enum toast_status (*read)(struct toast_backend *be, void *dst, const void *src, size_t n_bytes,
+				  struct toast_error *err); /* backend -> host, waits */
+	void (*copy)(struct toast_backend *be, void *dst, const void *src, size_t n_bytes);
+	void (*zero)(struct toast_backend *be, void *dst, size_t n_bytes);
+	enum toast_status (*sync)(struct toast_backend *be, struct toast_error *err);
+
+	/* make w (or experts) usable by the ops (upload to the device); CPU: nothing */
+	enum toast_status (*prepare_weight)(struct toast_backend *be, struct toast_weight *w, struct toast_error *err);
+	enum toast_status (*prepare_experts)(struct toast_backend *be, struct toast_experts *x, struct toast_error *err);
+
+	/* start a forward step over ids[0..T) (host memory) at positions pos.. */
+	void (*begin_step)(struct toast_backend *be, const int32_t *ids, int T, int pos);
+
+	/* x (f32 [T][n_embd]) = rows ids[t] of W ([n_vocab][n_embd]) for the step's ids */
+	void (*embed)(struct toast_backend *be, float *x, const struct toast_weight *W, int T);
+	/* out (act [T][n]) = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w), x f32 [T][n] */
+	void (*rmsnorm)(struct toast_backend *be, void *out, const float *x, const struct toast_weight *w, int T,
+			int n, float eps, bool plus_one);
+	/* out [T][W.n_out] (per mode) from in (act [T][W.n_in]) */
+	void (*matmul)(struct toast_backend *be, void *out, enum toast_mm_mode mode, const void *in,
+		       const struct toast_weight *W, int T);
+	/* out (act [T][n]) = SiLU(g) * u, g and u act [T][n] */
+	void (*swiglu)(struct toast_backend *be, void *out, const void *g, const void *u, int T, int n);
+	void (*attention)(struct toast_backend *be, const struct toast_attn_args *a);
+	void (*gdn)(struct toast_backend *be, const struct toast_gdn_args *a);
+	void (*moe)(struct toast_backend *be, const struct toast_moe_args *a);
+};
+
+struct toast_backend {
+	const struct toast_backend_ops *ops;
+	const char *name;
+	enum toast_dtype act_type;
+	size_t act_size;
+	void *impl;
+};
+
+/* Backends. toast_backend_cpu_new never fails for lack of a GPU; cuda_new fails with a message
+ * when there is no usable device or the build has no CUDA. */
+enum toast_status toast_backend_cpu_new(int n_threads, struct toast_backend **out, struct toast_error *err);
+enum toast_status toast_backend_cuda_new(struct toast_backend **out, struct toast_error *err);
+/* true when this build has CUDA and a device answers */
+bool toast_backend_cuda_available(void);
+void toast_backend_free(struct toast_backend *be);
+
+#endif

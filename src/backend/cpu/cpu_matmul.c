@@ -1,0 +1,54 @@
+/*
+ * cpu_matmul.c - out[T][n_out] = in[T][n_in] · Wᵀ on the CPU, split over blocks of weight rows.
+ * Each weight row is converted to f32 once per call and reused for all T inputs, so prefill
+ * chunks read the weights once.
+ */
+#include "backend/cpu/cpu.h"
+
+#define MM_ROWS_PER_TASK 16
+
+struct mm_ctx {
+	struct cpu_backend *cb;
+	float *out;
+	enum toast_mm_mode mode;
+	const float *in;
+	const struct toast_weight *W;
+	int T;
+};
+
+static void mm_task(void *p, int task, int tid)
+{
+	struct mm_ctx *c = p;
+	const struct toast_weight *W = c->W;
+	int64_t r0 = (int64_t)task * MM_ROWS_PER_TASK;
+	int64_t r1 = r0 + MM_ROWS_PER_TASK < W->n_out ? r0 + MM_ROWS_PER_TASK : W->n_out;
+	float *row = c->cb->scratch[tid];
+	for (int64_t r = r0; r < r1; r++) {
+		const float *wr = row;
+		if (W->type == TOAST_DT_F32)
+			wr = (const float *)W->data + r * W->n_in;
+		else
+			cpu_to_f32(W, r * W->n_in, W->n_in, row);
+		for (int t = 0; t < c->T; t++) {
+			float v = cpu_dot(wr, c->in + (size_t)t * W->n_in, W->n_in);
+			float *o = c->out + (size_t)t * W->n_out + r;
+			*o = c->mode == TOAST_MM_ADD ? *o + v : v;
+		}
+	}
+}
+
+void cpu_matvec_rows(struct cpu_backend *cb, float *out, enum toast_mm_mode mode, const float *in,
+		     const struct toast_weight *W, int T)
+{
+	if (!cpu_scratch(cb, (size_t)W->n_in))
+		return;
+	struct mm_ctx c = {cb, out, mode, in, W, T};
+	int n_tasks = (int)((W->n_out + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK);
+	toast_pool_for(cb->pool, n_tasks, mm_task, &c);
+}
+
+void cpu_matmul(struct toast_backend *be, void *out, enum toast_mm_mode mode, const void *in,
+		const struct toast_weight *W, int T)
+{
+	cpu_matvec_rows(cpu_of(be), out, mode, in, W, T);
+}

@@ -1,0 +1,239 @@
+/*
+ * check.c - `toasted check MODEL_DIR`: run the model on the reference token sequences and
+ * compare logits and greedy continuations with the reference (exit 0 pass, 1 fail, 2 unusable).
+ *
+ * Reference file (default MODEL_DIR/reference.safetensors): idsN (I32 [n]) and logitsN
+ * (F32 [n][n_vocab]) for N = 0, 1, ...; reference.json beside it: "greedy" (token ids
+ * continuing "greedy_from", default ids0).
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "format/safetensors.h"
+#include "util/fs.h"
+
+struct check_opts {
+	const char *model, *reference;
+	struct toast_engine_opts eo;
+	double tol;
+};
+
+static int check_argmax(const float *l, int n)
+{
+	int best = 0;
+	for (int i = 1; i < n; i++)
+		if (l[i] > l[best])
+			best = i;
+	return best;
+}
+
+/* max|a-b| / max|b| over n values; also the first row (of width w) whose error exceeds tol */
+static double check_err(const float *a, const float *b, int rows, int w, double tol, int *first_bad)
+{
+	double maxref = 0, maxdiff = 0;
+	for (size_t i = 0; i < (size_t)rows * w; i++)
+		maxref = fmax(maxref, fabs(b[i]));
+	*first_bad = -1;
+	for (int r = 0; r < rows; r++) {
+		double rowdiff = 0;
+		for (int j = 0; j < w; j++) {
+			double d = fabs((double)a[(size_t)r * w + j] - b[(size_t)r * w + j]);
+			rowdiff = isnan(d) ? INFINITY : fmax(rowdiff, d);
+		}
+		if (*first_bad < 0 && !(rowdiff <= tol * maxref))
+			*first_bad = r;
+		maxdiff = fmax(maxdiff, rowdiff);
+	}
+	return maxref > 0 ? maxdiff / maxref : maxdiff;
+}
+
+static int check_sequences(struct toast_engine *e, const struct toast_safetensors *ref, const struct check_opts *o,
+			   int *n_checked)
+{
+	int V = toast_engine_info(e)->n_vocab, rc = 0;
+	for (int n = 0;; n++) {
+		char name[32];
+		snprintf(name, sizeof(name), "ids%d", n);
+		const struct toast_st_tensor *ids = toast_st_find(ref, name);
+		if (!ids)
+			break;
+		snprintf(name, sizeof(name), "logits%d", n);
+		const struct toast_st_tensor *lg = toast_st_find(ref, name);
+		if (ids->dtype != TOAST_DT_I32 || ids->n_dims != 1 || !lg || lg->dtype != TOAST_DT_F32 || lg->n_dims != 2 ||
+		    lg->shape[0] != ids->shape[0] || lg->shape[1] != V || ids->shape[0] < 1 || ids->shape[0] > (1 << 20)) {
+			fprintf(stderr, "toasted check: ids%d/logits%d: expected I32 [n] and F32 [n][%d]\n", n, n, V);
+			return 2;
+		}
+		int len = (int)ids->shape[0];
+		struct toast_error err = {0};
+		struct toast_session *s = NULL;
+		float *out = malloc((size_t)len * V * sizeof(float));
+		enum toast_status st = out ? toast_session_new(e, len, &s, &err) : TOAST_ERR_NOMEM;
+		if (st == TOAST_OK)
+			st = toast_session_feed(s, ids->data, len, out, &err);
+		if (st != TOAST_OK) {
+			fprintf(stderr, "toasted check: ids%d: %s\n", n, err.msg);
+			free(out);
+			toast_session_free(s);
+			return cli_status_exit(st) ? cli_status_exit(st) : 1;
+		}
+		int bad;
+		double re = check_err(out, lg->data, len, V, o->tol, &bad);
+		printf("ids%d: %d tokens, error %.3g%s", n, len, re, bad < 0 ? "\n" : "");
+		if (bad >= 0) {
+			printf("  FAIL (tolerance %g; first failing position %d)\n", o->tol, bad);
+			rc = 1;
+		}
+		free(out);
+		toast_session_free(s);
+		(*n_checked)++;
+	}
+	return rc;
+}
+
+static int check_greedy(struct toast_engine *e, const struct toast_safetensors *ref, const char *json_path,
+			const struct check_opts *o)
+{
+	char *text = NULL;
+	struct toast_error err = {0};
+	if (toast_read_file(json_path, 1 << 24, &text, NULL, &err) != TOAST_OK) {
+		fprintf(stderr, "toasted check: %s\n", err.msg);
+		return 2;
+	}
+	json_t *doc = json_loads(text, 0, NULL);
+	free(text);
+	json_t *greedy = json_object_get(doc, "greedy");
+	const char *from = json_string_value(json_object_get(doc, "greedy_from"));
+	const struct toast_st_tensor *ids = toast_st_find(ref, from ? from : "ids0");
+	if (!json_is_array(greedy) || !ids || ids->dtype != TOAST_DT_I32 || ids->n_dims != 1) {
+		fprintf(stderr, "toasted check: %s: needs a \"greedy\" list continuing %s\n", json_path, from ? from : "ids0");
+		json_decref(doc);
+		return 2;
+	}
+	int n_gen = (int)json_array_size(greedy), len = (int)ids->shape[0], V = toast_engine_info(e)->n_vocab;
+	bool exact = strcmp(toast_engine_info(e)->backend, "cpu") == 0;
+	struct toast_session *s = NULL;
+	enum toast_status st = toast_session_new(e, len + n_gen, &s, &err);
+	if (st == TOAST_OK)
+		st = toast_session_feed(s, ids->data, len, NULL, &err);
+	int matched = 0, near_ties = 0, first_bad = -1;
+	for (int i = 0; i < n_gen && st == TOAST_OK; i++) {
+		const float *l = toast_session_logits(s);
+		int want = (int)json_integer_value(json_array_get(greedy, (size_t)i));
+		int got = check_argmax(l, V);
+		if (want < 0 || want >= V) {
+			fprintf(stderr, "toasted check: greedy[%d] = %d outside the vocabulary\n", i, want);
+			st = TOAST_ERR_FORMAT;
+			break;
+		}
+		if (got == want) {
+			matched++;
+		} else {
+			double maxabs = 0;
+			for (int j = 0; j < V; j++)
+				maxabs = fmax(maxabs, fabs(l[j]));
+			/* a reduced-precision backend may flip a near-tie: accept it when the two logits are
+			 * within tolerance, and continue from the reference token */
+			if (!exact && l[got] - l[want] <= o->tol * maxabs)
+				near_ties++;
+			else if (first_bad < 0)
+				first_bad = i;
+		}
+		int32_t next = want;
+		if (i + 1 < n_gen)
+			st = toast_session_feed(s, &next, 1, NULL, &err);
+	}
+	toast_session_free(s);
+	json_decref(doc);
+	if (st != TOAST_OK) {
+		fprintf(stderr, "toasted check: greedy: %s\n", err.msg);
+		return cli_status_exit(st) ? cli_status_exit(st) : 1;
+	}
+	printf("greedy: %d/%d tokens match", matched, n_gen);
+	if (near_ties)
+		printf(" (%d near-tie flips within tolerance)", near_ties);
+	if (first_bad >= 0)
+		printf("  FAIL (first mismatch at generated token %d)", first_bad);
+	printf("\n");
+	return first_bad >= 0 ? 1 : 0;
+}
+
+int cli_check(int argc, char **argv)
+{
+	struct check_opts o = {.tol = -1};
+	toast_engine_opts_init(&o.eo);
+	for (int i = 1; i < argc; i++) {
+		const char *v;
+		long n;
+		if ((v = cli_optval(argc, argv, &i, "--reference"))) {
+			o.reference = v;
+		} else if ((v = cli_optval(argc, argv, &i, "--threads"))) {
+			if (!cli_int("--threads", v, 1, 1024, &n))
+				return 2;
+			o.eo.n_threads = (int)n;
+		} else if ((v = cli_optval(argc, argv, &i, "--chunk"))) {
+			if (!cli_int("--chunk", v, 1, 4096, &n))
+				return 2;
+			o.eo.chunk = (int)n;
+		} else if ((v = cli_optval(argc, argv, &i, "--backend"))) {
+			o.eo.backend = v;
+		} else if ((v = cli_optval(argc, argv, &i, "--tol"))) {
+			if (!cli_float("--tol", v, 0, 1, &o.tol))
+				return 2;
+		} else if (argv[i][0] == '-' || o.model) {
+			fprintf(stderr, "toasted check: unexpected argument %s\n", argv[i]);
+			return 2;
+		} else {
+			o.model = argv[i];
+		}
+	}
+	if (!o.model) {
+		fprintf(stderr, "usage: toasted check MODEL_DIR [--reference FILE] [--threads N] [--chunk N] "
+				"[--backend cpu|cuda] [--tol X]\n");
+		return 2;
+	}
+	char refpath[4096], jsonpath[4096];
+	if (!o.reference) {
+		toast_path_join(refpath, sizeof(refpath), o.model, "reference.safetensors");
+		o.reference = refpath;
+	}
+	snprintf(jsonpath, sizeof(jsonpath), "%s", o.reference);
+	char *slash = strrchr(jsonpath, '/');
+	snprintf(slash ? slash + 1 : jsonpath, sizeof(jsonpath) - (size_t)(slash ? slash + 1 - jsonpath : 0),
+		 "reference.json");
+
+	struct toast_error err = {0};
+	struct toast_safetensors ref;
+	if (toast_st_open_file(&ref, o.reference, &err) != TOAST_OK) {
+		fprintf(stderr, "toasted check: %s\n", err.msg);
+		return 2;
+	}
+	struct toast_engine *e = NULL;
+	enum toast_status st = toast_engine_open(o.model, &o.eo, &e, &err);
+	if (st != TOAST_OK) {
+		fprintf(stderr, "toasted check: %s\n", err.msg);
+		toast_st_close(&ref);
+		return cli_status_exit(st) ? cli_status_exit(st) : 1;
+	}
+	if (o.tol < 0)
+		o.tol = strcmp(toast_engine_info(e)->backend, "cpu") == 0 ? 1e-4 : 2e-2;
+	printf("model %s (%s, %s backend)\n", o.model, toast_engine_info(e)->arch, toast_engine_info(e)->backend);
+	int n_checked = 0;
+	int rc = check_sequences(e, &ref, &o, &n_checked);
+	if (rc != 2 && n_checked == 0) {
+		fprintf(stderr, "toasted check: %s has no ids0/logits0\n", o.reference);
+		rc = 2;
+	}
+	if (rc != 2) {
+		int g = check_greedy(e, &ref, jsonpath, &o);
+		rc = g == 2 ? 2 : (rc || g);
+	}
+	printf("%s\n", rc == 0 ? "PASS" : rc == 1 ? "FAIL" : "ERROR");
+	toast_engine_close(e);
+	toast_st_close(&ref);
+	return rc;
+}

@@ -1,0 +1,23 @@
+/*
+ * cli.h - the toasted command line: one function per subcommand, and shared option helpers.
+ * Commands return the process exit status (0 ok, 1 failure, 2 unusable input or usage).
+ */
+#ifndef TOAST_CLI_H
+#define TOAST_CLI_H
+
+#include <stdbool.h>
+
+#include "toasted.h"
+
+int cli_check(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+
+/* Parse an integer option value in [lo, hi]; prints an error and returns false otherwise. */
+bool cli_int(const char *opt, const char *val, long lo, long hi, long *out);
+bool cli_float(const char *opt, const char *val, double lo, double hi, double *out);
+/* "--name=value" or "--name value": the value of option name at argv[*i], advancing *i. */
+const char *cli_optval(int argc, char **argv, int *i, const char *name);
+/* exit status for an engine error: 2 for input problems, 1 otherwise */
+int cli_status_exit(enum toast_status st);
+
+#endif

@@ -1,0 +1,100 @@
+/*
+ * main.c - `toasted COMMAND ...`: dispatch to the subcommands in src/cli/.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+bool cli_int(const char *opt, const char *val, long lo, long hi, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = val ? strtol(val, &end, 10) : 0;
+	if (!val || errno || *end || end == val || v < lo || v > hi) {
+		fprintf(stderr, "toasted: %s needs an integer in [%ld, %ld]\n", opt, lo, hi);
+		return false;
+	}
+	*out = v;
+	return true;
+}
+
+bool cli_float(const char *opt, const char *val, double lo, double hi, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = val ? strtod(val, &end) : 0;
+	if (!val || errno || *end || end == val || !(v >= lo && v <= hi)) {
+		fprintf(stderr, "toasted: %s needs a number in [%g, %g]\n", opt, lo, hi);
+		return false;
+	}
+	*out = v;
+	return true;
+}
+
+const char *cli_optval(int argc, char **argv, int *i, const char *name)
+{
+	size_t n = strlen(name);
+	const char *a = argv[*i];
+	if (strncmp(a, name, n) != 0)
+		return NULL;
+	if (a[n] == '=')
+		return a + n + 1;
+	if (a[n] == 0) {
+		if (*i + 1 >= argc) {
+			fprintf(stderr, "toasted: %s needs a value\n", name);
+			return "";
+		}
+		return argv[++*i];
+	}
+	return NULL;
+}
+
+int cli_status_exit(enum toast_status st)
+{
+	switch (st) {
+	case TOAST_OK: return 0;
+	case TOAST_ERR_IO:
+	case TOAST_ERR_FORMAT:
+	case TOAST_ERR_INVALID:
+	case TOAST_ERR_UNSUPPORTED: return 2;
+	default: return 1;
+	}
+}
+
+static const struct {
+	const char *name;
+	int (*fn)(int, char **);
+	const char *help;
+} commands[] = {
+	{"check", cli_check, "check MODEL_DIR [--reference FILE] [--threads N] [--chunk N] [--backend B]: compare with reference logits"},
+	{"bench", cli_bench, "bench (MODEL_DIR | --synthetic SHAPE) [--backend B] [--threads N]: prefill and decode speed"},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: toasted COMMAND [ARGS]\n\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(f, "  toasted %s\n", commands[i].help);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("toasted %s\n", TOAST_VERSION);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "toasted: unknown command \"%s\"\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

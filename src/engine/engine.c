@@ -1,0 +1,193 @@
+/*
+ * engine.c - engine (model + backend) and session (one timeline of state) lifecycles, and
+ * feeding tokens through the model in chunks.
+ *
+ * A session owns its state; the engine owns the activation buffers all its sessions share,
+ * which is why an engine and its sessions are used from one thread at a time.
+ */
+#include "engine/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/mem.h"
+
+#define ENGINE_DEFAULT_CHUNK 64
+#define ENGINE_MAX_CHUNK 4096
+
+void toast_engine_opts_init(struct toast_engine_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+}
+
+static enum toast_status engine_backend(const struct toast_engine_opts *o, struct toast_backend **be,
+					struct toast_error *err)
+{
+	const char *name = o->backend;
+	if (!name)
+		name = toast_backend_cuda_available() ? "cuda" : "cpu";
+	if (strcmp(name, "cpu") == 0)
+		return toast_backend_cpu_new(o->n_threads, be, err);
+	if (strcmp(name, "cuda") == 0)
+		return toast_backend_cuda_new(be, err);
+	return toast_err_set(err, TOAST_ERR_INVALID, "unknown backend \"%s\" (cpu or cuda)", name);
+}
+
+enum toast_status toast_engine_open(const char *path, const struct toast_engine_opts *opts,
+				    struct toast_engine **out, struct toast_error *err)
+{
+	*out = NULL;
+	struct toast_engine_opts defaults;
+	if (!opts) {
+		toast_engine_opts_init(&defaults);
+		opts = &defaults;
+	}
+	if (opts->chunk < 0 || opts->chunk > ENGINE_MAX_CHUNK)
+		return toast_err_set(err, TOAST_ERR_INVALID, "chunk size %d outside [1, %d]", opts->chunk, ENGINE_MAX_CHUNK);
+	struct toast_engine *e = calloc(1, sizeof(*e));
+	if (!e)
+		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	e->chunk = opts->chunk ? opts->chunk : ENGINE_DEFAULT_CHUNK;
+	enum toast_status rc = engine_backend(opts, &e->be, err);
+	if (rc == TOAST_OK)
+		rc = toast_model_load(&e->model, path, e->be, err);
+	if (rc == TOAST_OK)
+		rc = toast_model_work_new(&e->model, e->chunk, &e->work, err);
+	if (rc != TOAST_OK) {
+		toast_engine_close(e);
+		return rc;
+	}
+	const struct toast_hparams *hp = &e->model.hp;
+	struct toast_model_info *in = &e->info;
+	in->arch = hp->arch_name;
+	in->backend = e->be->name;
+	in->n_vocab = hp->n_vocab;
+	in->n_embd = hp->n_embd;
+	in->n_layer = hp->n_layer;
+	for (int il = 0; il < hp->n_layer; il++)
+		in->n_layer_attn += hp->layer_is_attn[il];
+	in->n_ctx_train = hp->n_ctx_train;
+	in->n_expert = hp->n_expert;
+	in->n_expert_used = hp->n_expert_used;
+	in->weight_bytes = e->model.weight_bytes;
+	in->decode_bytes = e->model.decode_bytes;
+	in->kv_bytes_per_tok = (size_t)in->n_layer_attn * 2 * hp->n_head_kv * hp->head_dim * e->be->act_size;
+	in->state_bytes_fixed =
+		(size_t)(hp->n_layer - in->n_layer_attn) *
+		((size_t)(hp->ssm_conv_k - 1) * (2 * hp->ssm_n_k_head * hp->ssm_d_k + hp->ssm_n_v_head * hp->ssm_d_v) *
+			 e->be->act_size +
+		 (size_t)hp->ssm_n_v_head * hp->ssm_d_v * hp->ssm_d_k * sizeof(float));
+	*out = e;
+	return TOAST_OK;
+}
+
+void toast_engine_close(struct toast_engine *e)
+{
+	if (!e)
+		return;
+	if (e->be) {
+		toast_model_work_free(&e->model, &e->work);
+		toast_model_unload(&e->model);
+		toast_backend_free(e->be);
+	}
+	free(e);
+}
+
+const struct toast_model_info *toast_engine_info(const struct toast_engine *e)
+{
+	return &e->info;
+}
+
+enum toast_status toast_session_new(struct toast_engine *e, int n_ctx, struct toast_session **out,
+				    struct toast_error *err)
+{
+	*out = NULL;
+	if (n_ctx == 0)
+		n_ctx = e->model.hp.n_ctx_train < 4096 ? e->model.hp.n_ctx_train : 4096;
+	if (n_ctx < 1 || n_ctx > e->model.hp.n_ctx_train)
+		return toast_err_set(err, TOAST_ERR_INVALID, "context size %d outside [1, %d]", n_ctx,
+				     e->model.hp.n_ctx_train);
+	struct toast_session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	s->e = e;
+	s->logits = malloc((size_t)e->model.hp.n_vocab * sizeof(float));
+	enum toast_status rc = s->logits ? toast_model_state_new(&e->model, n_ctx, &s->state, err)
+					 : toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	if (rc != TOAST_OK) {
+		free(s->logits);
+		free(s);
+		return rc;
+	}
+	*out = s;
+	return TOAST_OK;
+}
+
+void toast_session_free(struct toast_session *s)
+{
+	if (!s)
+		return;
+	toast_model_state_free(&s->e->model, &s->state);
+	free(s->logits);
+	free(s);
+}
+
+void toast_session_reset(struct toast_session *s)
+{
+	toast_model_state_zero(&s->e->model, &s->state);
+	s->n_past = 0;
+	s->have_logits = false;
+}
+
+int toast_session_n_past(const struct toast_session *s)
+{
+	return s->n_past;
+}
+
+int toast_session_n_ctx(const struct toast_session *s)
+{
+	return s->state.n_ctx;
+}
+
+const float *toast_session_logits(const struct toast_session *s)
+{
+	return s->have_logits ? s->logits : NULL;
+}
+
+enum toast_status toast_session_feed_hook(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
+					  toast_layer_hook hook, void *hook_ud, struct toast_error *err)
+{
+	struct toast_engine *e = s->e;
+	int V = e->model.hp.n_vocab;
+	if (n <= 0)
+		return toast_err_set(err, TOAST_ERR_INVALID, "no tokens to feed");
+	if (n > s->state.n_ctx - s->n_past)
+		return toast_err_set(err, TOAST_ERR_CTX_FULL, "%d tokens do not fit: %d of %d context tokens used", n,
+				     s->n_past, s->state.n_ctx);
+	for (int i = 0; i < n; i += e->chunk) {
+		int T = n - i < e->chunk ? n - i : e->chunk;
+		enum toast_status rc = toast_model_forward(&e->model, &s->state, &e->work, ids + i, T, s->n_past,
+							   all_logits != NULL, hook, hook_ud, err);
+		if (rc == TOAST_OK && all_logits)
+			rc = e->be->ops->read(e->be, all_logits + (size_t)i * V, e->work.logits, (size_t)T * V * sizeof(float),
+					      err);
+		if (rc == TOAST_OK)
+			rc = e->be->ops->read(e->be, s->logits,
+					      e->work.logits + (all_logits ? (size_t)(T - 1) * V : 0), (size_t)V * sizeof(float),
+					      err);
+		if (rc != TOAST_OK) {
+			/* the state has advanced past n_past by an unknown amount: it is no longer valid */
+			toast_session_reset(s);
+			return rc;
+		}
+		s->n_past += T;
+		s->have_logits = true;
+	}
+	return TOAST_OK;
+}
+
+enum toast_status toast_session_feed(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
+				     struct toast_error *err)
+{
+	return toast_session_feed_hook(s, ids, n, all_logits, NULL, NULL, err);
+}

@@ -1,0 +1,30 @@
+/*
+ * engine.h - engine internals shared by engine/ files and tests (not part of the public API).
+ */
+#ifndef TOAST_ENGINE_ENGINE_H
+#define TOAST_ENGINE_ENGINE_H
+
+#include "models/model.h"
+#include "toasted.h"
+
+struct toast_engine {
+	struct toast_model model;
+	struct toast_backend *be;
+	struct toast_work work; /* shared by the engine's sessions: one computes at a time */
+	int chunk;
+	struct toast_model_info info;
+};
+
+struct toast_session {
+	struct toast_engine *e;
+	struct toast_state state;
+	int n_past;
+	float *logits; /* host [n_vocab] */
+	bool have_logits;
+};
+
+/* toast_session_feed with a per-layer hook (tests compare hidden states layer by layer). */
+enum toast_status toast_session_feed_hook(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
+					  toast_layer_hook hook, void *hook_ud, struct toast_error *err);
+
+#endif

@@ -1,0 +1,610 @@
+/*
+ * qwen.c - the Qwen3 family forward pass: weight binding from Hugging Face tensor names,
+ * per-session state, and the layer loop as backend op calls.
+ *
+ * Weights are used in place (mmapped file data); nothing is regrouped: Qwen3-Next's grouped
+ * in_proj_qkvz / in_proj_ba outputs are consumed as they are by the gdn op (backend.h).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/model.h"
+#include "util/fs.h"
+#include "util/half.h"
+#include "util/mem.h"
+
+#define CONFIG_MAX_BYTES (4u << 20)
+
+struct binder {
+	struct toast_model *m;
+	const char *prefix; /* "model." or "model.language_model." */
+	struct toast_error *err;
+	enum toast_status rc;
+};
+
+static bool bind_dtype_ok(enum toast_dtype t)
+{
+	return t == TOAST_DT_F32 || t == TOAST_DT_F16 || t == TOAST_DT_BF16;
+}
+
+/* Bind the tensor `name` as n_out x n_in (a vector when n_out == 1; size-1 dims are ignored so
+ * conv1d's [C, 1, K] binds as C x K). */
+static void bind_as(struct binder *b, struct toast_weight *w, const char *name, int64_t n_out, int64_t n_in)
+{
+	if (b->rc != TOAST_OK)
+		return;
+	const struct toast_st_tensor *t = toast_st_find(&b->m->st, name);
+	if (!t) {
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "missing tensor %s", name);
+		return;
+	}
+	int64_t dims[TOAST_ST_MAX_DIMS];
+	int nd = 0;
+	for (int i = 0; i < t->n_dims; i++)
+		if (t->shape[i] != 1)
+			dims[nd++] = t->shape[i];
+	int64_t want[2] = {n_out, n_in};
+	int nw = 0;
+	int64_t wdims[2];
+	for (int i = 0; i < 2; i++)
+		if (want[i] != 1)
+			wdims[nw++] = want[i];
+	bool ok = nd == nw;
+	for (int i = 0; ok && i < nd; i++)
+		ok = dims[i] == wdims[i];
+	if (!ok) {
+		char got[128] = "", *p = got;
+		for (int i = 0; i < t->n_dims; i++)
+			p += snprintf(p, (size_t)(got + sizeof(got) - p), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "tensor %s has shape [%s], expected [%lld, %lld]", name, got,
+				      (long long)n_out, (long long)n_in);
+		return;
+	}
+	if (!bind_dtype_ok(t->dtype)) {
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "tensor %s has dtype %s (want F32, F16 or BF16)", name,
+				      t->dtype_name);
+		return;
+	}
+	w->name = t->name;
+	w->type = t->dtype;
+	w->n_out = n_out;
+	w->n_in = n_in;
+	w->data = t->data;
+	w->n_bytes = t->n_bytes;
+	b->m->weight_bytes += t->n_bytes;
+}
+
+static void bindf(struct binder *b, struct toast_weight *w, int64_t n_out, int64_t n_in, const char *fmt, ...)
+	TOAST_PRINTF(5, 6);
+static void bindf(struct binder *b, struct toast_weight *w, int64_t n_out, int64_t n_in, const char *fmt, ...)
+{
+	char name[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof(name), fmt, ap);
+	va_end(ap);
+	bind_as(b, w, name, n_out, n_in);
+}
+
+static bool has_tensor(struct binder *b, const char *fmt, int il, const char *rest)
+{
+	char name[512];
+	snprintf(name, sizeof(name), fmt, b->prefix, il, rest);
+	return toast_st_find(&b->m->st, name) != NULL;
+}
+
+/* experts: per-expert tensors (experts.E.gate_proj.weight) or fused/stacked ones
+ * (experts.gate_up_proj [E][2*n_ff][n_embd], experts.down_proj [E][n_embd][n_ff]) */
+static void bind_experts(struct binder *b, struct toast_layer *l, int il)
+{
+	const struct toast_hparams *hp = &b->m->hp;
+	int ne = hp->n_expert, E = hp->n_embd, F = hp->n_ff_exp;
+	struct toast_experts *xs[3] = {&l->gate_exps, &l->up_exps, &l->down_exps};
+	for (int i = 0; i < 3; i++) {
+		xs[i]->n_expert = ne;
+		xs[i]->w = calloc((size_t)ne, sizeof(struct toast_weight));
+		if (!xs[i]->w && b->rc == TOAST_OK)
+			b->rc = toast_err_set(b->err, TOAST_ERR_NOMEM, "out of memory");
+	}
+	if (b->rc != TOAST_OK)
+		return;
+	char name[512];
+	snprintf(name, sizeof(name), "%slayers.%d.mlp.experts.gate_up_proj", b->prefix, il);
+	const struct toast_st_tensor *gu = toast_st_find(&b->m->st, name);
+	if (!gu) {
+		for (int e = 0; e < ne && b->rc == TOAST_OK; e++) {
+			bindf(b, &l->gate_exps.w[e], F, E, "%slayers.%d.mlp.experts.%d.gate_proj.weight", b->prefix, il, e);
+			bindf(b, &l->up_exps.w[e], F, E, "%slayers.%d.mlp.experts.%d.up_proj.weight", b->prefix, il, e);
+			bindf(b, &l->down_exps.w[e], E, F, "%slayers.%d.mlp.experts.%d.down_proj.weight", b->prefix, il, e);
+		}
+		return;
+	}
+	char dname[512];
+	snprintf(dname, sizeof(dname), "%slayers.%d.mlp.experts.down_proj", b->prefix, il);
+	const struct toast_st_tensor *dn = toast_st_find(&b->m->st, dname);
+	if (!dn) {
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "missing tensor %s", dname);
+		return;
+	}
+	if (gu->n_dims != 3 || gu->shape[0] != ne || gu->shape[1] != 2 * F || gu->shape[2] != E || dn->n_dims != 3 ||
+	    dn->shape[0] != ne || dn->shape[1] != E || dn->shape[2] != F || !bind_dtype_ok(gu->dtype) ||
+	    !bind_dtype_ok(dn->dtype)) {
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT,
+				      "tensors %s / %s: expected [%d, %d, %d] / [%d, %d, %d] of F32/F16/BF16", name, dname,
+				      ne, 2 * F, E, ne, E, F);
+		return;
+	}
+	size_t el = (size_t)toast_dtypes[gu->dtype].type_size, eld = (size_t)toast_dtypes[dn->dtype].type_size;
+	for (int e = 0; e < ne; e++) {
+		const char *base = (const char *)gu->data + (size_t)e * 2 * F * E * el;
+		l->gate_exps.w[e] = (struct toast_weight){gu->name, gu->dtype, E, F, base, NULL, (size_t)F * E * el};
+		l->up_exps.w[e] = (struct toast_weight){gu->name, gu->dtype, E, F, base + (size_t)F * E * el, NULL,
+						       (size_t)F * E * el};
+		l->down_exps.w[e] = (struct toast_weight){dn->name, dn->dtype, F, E,
+							 (const char *)dn->data + (size_t)e * E * F * eld, NULL,
+							 (size_t)E * F * eld};
+	}
+	b->m->weight_bytes += gu->n_bytes + dn->n_bytes;
+}
+
+static void bind_layer(struct binder *b, int il)
+{
+	struct toast_model *m = b->m;
+	const struct toast_hparams *hp = &m->hp;
+	struct toast_layer *l = &m->layers[il];
+	const char *P = b->prefix;
+	int E = hp->n_embd;
+	l->is_attn = hp->layer_is_attn[il];
+	l->is_moe = hp->layer_is_moe[il];
+	bindf(b, &l->attn_norm, 1, E, "%slayers.%d.input_layernorm.weight", P, il);
+	bindf(b, &l->ffn_norm, 1, E, "%slayers.%d.post_attention_layernorm.weight", P, il);
+	if (l->is_attn) {
+		int hd = hp->head_dim, qd = hp->n_head * hd * (hp->attn_gated ? 2 : 1);
+		bindf(b, &l->wq, qd, E, "%slayers.%d.self_attn.q_proj.weight", P, il);
+		bindf(b, &l->wk, hp->n_head_kv * hd, E, "%slayers.%d.self_attn.k_proj.weight", P, il);
+		bindf(b, &l->wv, hp->n_head_kv * hd, E, "%slayers.%d.self_attn.v_proj.weight", P, il);
+		bindf(b, &l->wo, E, hp->n_head * hd, "%slayers.%d.self_attn.o_proj.weight", P, il);
+		l->has_qk_norm = has_tensor(b, "%slayers.%d.%s", il, "self_attn.q_norm.weight");
+		if (l->has_qk_norm) {
+			bindf(b, &l->q_norm, 1, hd, "%slayers.%d.self_attn.q_norm.weight", P, il);
+			bindf(b, &l->k_norm, 1, hd, "%slayers.%d.self_attn.k_norm.weight", P, il);
+		}
+	} else {
+		int nk = hp->ssm_n_k_head, nv = hp->ssm_n_v_head, dk = hp->ssm_d_k, dv = hp->ssm_d_v;
+		int conv_dim = 2 * nk * dk + nv * dv;
+		l->qkvz_grouped = has_tensor(b, "%slayers.%d.%s", il, "linear_attn.in_proj_qkvz.weight");
+		l->ba_grouped = has_tensor(b, "%slayers.%d.%s", il, "linear_attn.in_proj_ba.weight");
+		if (l->qkvz_grouped) {
+			bindf(b, &l->ssm_qkv, conv_dim + nv * dv, E, "%slayers.%d.linear_attn.in_proj_qkvz.weight", P, il);
+		} else {
+			bindf(b, &l->ssm_qkv, conv_dim, E, "%slayers.%d.linear_attn.in_proj_qkv.weight", P, il);
+			bindf(b, &l->ssm_z, nv * dv, E, "%slayers.%d.linear_attn.in_proj_z.weight", P, il);
+		}
+		if (l->ba_grouped) {
+			bindf(b, &l->ssm_b, 2 * nv, E, "%slayers.%d.linear_attn.in_proj_ba.weight", P, il);
+		} else {
+			bindf(b, &l->ssm_b, nv, E, "%slayers.%d.linear_attn.in_proj_b.weight", P, il);
+			bindf(b, &l->ssm_a, nv, E, "%slayers.%d.linear_attn.in_proj_a.weight", P, il);
+		}
+		bindf(b, &l->ssm_conv, conv_dim, hp->ssm_conv_k, "%slayers.%d.linear_attn.conv1d.weight", P, il);
+		bindf(b, &l->ssm_A, 1, nv, "%slayers.%d.linear_attn.A_log", P, il);
+		bindf(b, &l->ssm_dt, 1, nv, "%slayers.%d.linear_attn.dt_bias", P, il);
+		bindf(b, &l->ssm_norm, 1, dv, "%slayers.%d.linear_attn.norm.weight", P, il);
+		bindf(b, &l->ssm_out, E, nv * dv, "%slayers.%d.linear_attn.out_proj.weight", P, il);
+	}
+	if (l->is_moe) {
+		bindf(b, &l->router, hp->n_expert, E, "%slayers.%d.mlp.gate.weight", P, il);
+		bind_experts(b, l, il);
+		l->has_shexp = hp->n_ff_shexp > 0;
+		if (l->has_shexp) {
+			int F = hp->n_ff_shexp;
+			bindf(b, &l->sh_gate, F, E, "%slayers.%d.mlp.shared_expert.gate_proj.weight", P, il);
+			bindf(b, &l->sh_up, F, E, "%slayers.%d.mlp.shared_expert.up_proj.weight", P, il);
+			bindf(b, &l->sh_down, E, F, "%slayers.%d.mlp.shared_expert.down_proj.weight", P, il);
+			l->has_sh_gate_inp = has_tensor(b, "%slayers.%d.%s", il, "mlp.shared_expert_gate.weight");
+			if (l->has_sh_gate_inp)
+				bindf(b, &l->sh_gate_inp, 1, E, "%slayers.%d.mlp.shared_expert_gate.weight", P, il);
+		}
+	} else {
+		if (hp->n_ff <= 0 && b->rc == TOAST_OK) {
+			b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "config.json: layer %d is dense but intermediate_size is missing", il);
+			return;
+		}
+		bindf(b, &l->ffn_gate, hp->n_ff, E, "%slayers.%d.mlp.gate_proj.weight", P, il);
+		bindf(b, &l->ffn_up, hp->n_ff, E, "%slayers.%d.mlp.up_proj.weight", P, il);
+		bindf(b, &l->ffn_down, E, hp->n_ff, "%slayers.%d.mlp.down_proj.weight", P, il);
+	}
+}
+
+static size_t weight_decode_bytes(const struct toast_model *m)
+{
+	const struct toast_hparams *hp = &m->hp;
+	size_t n = m->output.n_bytes + m->output_norm.n_bytes;
+	for (int il = 0; il < hp->n_layer; il++) {
+		const struct toast_layer *l = &m->layers[il];
+		const struct toast_weight *ws[] = {&l->attn_norm, &l->ffn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
+						   &l->k_norm, &l->ssm_qkv, &l->ssm_z, &l->ssm_b, &l->ssm_a, &l->ssm_conv,
+						   &l->ssm_A, &l->ssm_dt, &l->ssm_norm, &l->ssm_out, &l->ffn_gate, &l->ffn_up,
+						   &l->ffn_down, &l->router, &l->sh_gate, &l->sh_up, &l->sh_down,
+						   &l->sh_gate_inp};
+		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+			n += ws[i]->n_bytes;
+		if (l->is_moe)
+			n += (size_t)hp->n_expert_used * (l->gate_exps.w[0].n_bytes + l->up_exps.w[0].n_bytes +
+							 l->down_exps.w[0].n_bytes);
+	}
+	return n + (size_t)toast_dtypes[m->tok_embd.type].type_size * (size_t)hp->n_embd; /* one embedding row */
+}
+
+static enum toast_status model_prepare(struct toast_model *m, struct toast_error *err)
+{
+	struct toast_backend *be = m->be;
+	enum toast_status rc = be->ops->prepare_weight(be, &m->tok_embd, err);
+	if (rc == TOAST_OK)
+		rc = be->ops->prepare_weight(be, &m->output_norm, err);
+	if (rc == TOAST_OK && m->output.data != m->tok_embd.data)
+		rc = be->ops->prepare_weight(be, &m->output, err);
+	else if (rc == TOAST_OK)
+		m->output.dev = m->tok_embd.dev;
+	for (int il = 0; il < m->hp.n_layer && rc == TOAST_OK; il++) {
+		struct toast_layer *l = &m->layers[il];
+		struct toast_weight *ws[] = {&l->attn_norm, &l->ffn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
+					     &l->k_norm, &l->ssm_qkv, &l->ssm_z, &l->ssm_b, &l->ssm_a, &l->ssm_conv,
+					     &l->ssm_A, &l->ssm_dt, &l->ssm_norm, &l->ssm_out, &l->ffn_gate, &l->ffn_up,
+					     &l->ffn_down, &l->router, &l->sh_gate, &l->sh_up, &l->sh_down, &l->sh_gate_inp};
+		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]) && rc == TOAST_OK; i++)
+			if (ws[i]->data)
+				rc = be->ops->prepare_weight(be, ws[i], err);
+		if (l->is_moe && rc == TOAST_OK)
+			rc = be->ops->prepare_experts(be, &l->gate_exps, err);
+		if (l->is_moe && rc == TOAST_OK)
+			rc = be->ops->prepare_experts(be, &l->up_exps, err);
+		if (l->is_moe && rc == TOAST_OK)
+			rc = be->ops->prepare_experts(be, &l->down_exps, err);
+	}
+	return rc;
+}
+
+enum toast_status toast_model_load(struct toast_model *m, const char *dir, struct toast_backend *be,
+				   struct toast_error *err)
+{
+	memset(m, 0, sizeof(*m));
+	m->be = be;
+	char path[4096], *text = NULL;
+	if (!toast_path_join(path, sizeof(path), dir, "config.json"))
+		return toast_err_set(err, TOAST_ERR_INVALID, "%s: path too long", dir);
+	enum toast_status rc = toast_read_file(path, CONFIG_MAX_BYTES, &text, NULL, err);
+	if (rc == TOAST_OK) {
+		rc = toast_hparams_parse(&m->hp, text, err);
+		free(text);
+	}
+	if (rc == TOAST_OK)
+		rc = toast_st_open_dir(&m->st, dir, err);
+	if (rc != TOAST_OK) {
+		toast_model_unload(m);
+		return rc;
+	}
+	const struct toast_hparams *hp = &m->hp;
+	struct binder b = {m, "model.", err, TOAST_OK};
+	if (toast_st_find(&m->st, "model.language_model.embed_tokens.weight"))
+		b.prefix = "model.language_model.";
+	m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
+	if (!m->layers)
+		b.rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	bindf(&b, &m->tok_embd, hp->n_vocab, hp->n_embd, "%sembed_tokens.weight", b.prefix);
+	bindf(&b, &m->output_norm, 1, hp->n_embd, "%snorm.weight", b.prefix);
+	if (!hp->tie_embd || toast_st_find(&m->st, "lm_head.weight"))
+		bind_as(&b, &m->output, "lm_head.weight", hp->n_vocab, hp->n_embd);
+	else if (b.rc == TOAST_OK)
+		m->output = m->tok_embd;
+	for (int il = 0; il < hp->n_layer && b.rc == TOAST_OK; il++)
+		bind_layer(&b, il);
+	rc = b.rc;
+	if (rc == TOAST_OK) {
+		m->decode_bytes = weight_decode_bytes(m);
+		rc = model_prepare(m, err);
+	}
+	if (rc != TOAST_OK) {
+		toast_err_prefix(err, "%s: ", dir);
+		toast_model_unload(m);
+	}
+	return rc;
+}
+
+void toast_model_unload(struct toast_model *m)
+{
+	if (!m)
+		return;
+	/* backend copies of weights are released with the backend itself */
+	if (m->layers)
+		for (int il = 0; il < m->hp.n_layer; il++) {
+			free(m->layers[il].gate_exps.w);
+			free(m->layers[il].up_exps.w);
+			free(m->layers[il].down_exps.w);
+		}
+	free(m->layers);
+	toast_st_close(&m->st);
+	toast_hparams_free(&m->hp);
+	memset(m, 0, sizeof(*m));
+}
+
+/* ---- state ---- */
+
+static int ssm_conv_dim(const struct toast_hparams *hp)
+{
+	return 2 * hp->ssm_n_k_head * hp->ssm_d_k + hp->ssm_n_v_head * hp->ssm_d_v;
+}
+
+void toast_model_state_free(const struct toast_model *m, struct toast_state *s)
+{
+	if (!s || !m)
+		return;
+	struct toast_backend *be = m->be;
+	for (int il = 0; il < m->hp.n_layer; il++) {
+		if (s->k_cache)
+			be->ops->release(be, s->k_cache[il]);
+		if (s->v_cache)
+			be->ops->release(be, s->v_cache[il]);
+		if (s->conv)
+			be->ops->release(be, s->conv[il]);
+		if (s->ssm)
+			be->ops->release(be, s->ssm[il]);
+	}
+	free(s->k_cache);
+	free(s->v_cache);
+	free(s->conv);
+	free(s->ssm);
+	memset(s, 0, sizeof(*s));
+}
+
+static size_t state_kv_row_bytes(const struct toast_model *m)
+{
+	return (size_t)m->hp.n_head_kv * m->hp.head_dim * m->be->act_size;
+}
+
+static size_t state_conv_bytes(const struct toast_model *m)
+{
+	return (size_t)(m->hp.ssm_conv_k - 1) * ssm_conv_dim(&m->hp) * m->be->act_size;
+}
+
+static size_t state_ssm_bytes(const struct toast_model *m)
+{
+	const struct toast_hparams *hp = &m->hp;
+	return (size_t)hp->ssm_n_v_head * hp->ssm_d_v * hp->ssm_d_k * sizeof(float);
+}
+
+enum toast_status toast_model_state_new(const struct toast_model *m, int n_ctx, struct toast_state *s,
+					struct toast_error *err)
+{
+	memset(s, 0, sizeof(*s));
+	struct toast_backend *be = m->be;
+	int L = m->hp.n_layer;
+	s->n_ctx = n_ctx;
+	s->k_cache = calloc((size_t)L, sizeof(void *));
+	s->v_cache = calloc((size_t)L, sizeof(void *));
+	s->conv = calloc((size_t)L, sizeof(void *));
+	s->ssm = calloc((size_t)L, sizeof(float *));
+	bool ok = s->k_cache && s->v_cache && s->conv && s->ssm;
+	size_t kvb = 0;
+	for (int il = 0; il < L && ok; il++) {
+		if (m->layers[il].is_attn) {
+			size_t n;
+			ok = toast_mul_ok(state_kv_row_bytes(m), (size_t)n_ctx, &n);
+			ok = ok && (s->k_cache[il] = be->ops->alloc(be, n)) && (s->v_cache[il] = be->ops->alloc(be, n));
+			kvb += 2 * state_kv_row_bytes(m);
+		} else {
+			ok = (s->conv[il] = be->ops->alloc(be, state_conv_bytes(m))) &&
+			     (s->ssm[il] = be->ops->alloc(be, state_ssm_bytes(m)));
+			s->fixed_bytes += state_conv_bytes(m) + state_ssm_bytes(m);
+		}
+	}
+	s->kv_bytes_per_tok = kvb;
+	if (!ok) {
+		toast_model_state_free(m, s);
+		return toast_err_set(err, TOAST_ERR_NOMEM, "cannot allocate the state for %d tokens of context", n_ctx);
+	}
+	return TOAST_OK;
+}
+
+void toast_model_state_zero(const struct toast_model *m, struct toast_state *s)
+{
+	struct toast_backend *be = m->be;
+	for (int il = 0; il < m->hp.n_layer; il++)
+		if (!m->layers[il].is_attn) { /* the KV cache needs no clearing: rows >= pos are never read */
+			be->ops->zero(be, s->conv[il], state_conv_bytes(m));
+			be->ops->zero(be, s->ssm[il], state_ssm_bytes(m));
+		}
+}
+
+/* ---- work buffers ---- */
+
+void toast_model_work_free(const struct toast_model *m, struct toast_work *w)
+{
+	if (!w || !m)
+		return;
+	struct toast_backend *be = m->be;
+	void *bufs[] = {w->x, w->h, w->q, w->k, w->v, w->o, w->qkv, w->z, w->b, w->a, w->g_out, w->ff_g, w->ff_u, w->logits};
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+		be->ops->release(be, bufs[i]);
+	memset(w, 0, sizeof(*w));
+}
+
+enum toast_status toast_model_work_new(const struct toast_model *m, int max_T, struct toast_work *w,
+				       struct toast_error *err)
+{
+	memset(w, 0, sizeof(*w));
+	const struct toast_hparams *hp = &m->hp;
+	struct toast_backend *be = m->be;
+	size_t T = (size_t)max_T, as = be->act_size;
+	size_t vdim = (size_t)hp->ssm_n_v_head * hp->ssm_d_v;
+	size_t ff = (size_t)hp->n_ff;
+	w->max_T = max_T;
+	bool ok = (w->x = be->ops->alloc(be, T * hp->n_embd * sizeof(float))) &&
+		  (w->h = be->ops->alloc(be, T * hp->n_embd * as)) &&
+		  (w->q = be->ops->alloc(be, T * hp->n_head * hp->head_dim * 2 * as)) &&
+		  (w->k = be->ops->alloc(be, T * hp->n_head_kv * hp->head_dim * as)) &&
+		  (w->v = be->ops->alloc(be, T * hp->n_head_kv * hp->head_dim * as)) &&
+		  (w->o = be->ops->alloc(be, T * hp->n_head * hp->head_dim * as)) &&
+		  (w->qkv = be->ops->alloc(be, T * ((size_t)ssm_conv_dim(hp) + vdim) * as + 1)) &&
+		  (w->z = be->ops->alloc(be, T * vdim * as + 1)) &&
+		  (w->b = be->ops->alloc(be, T * 2 * hp->ssm_n_v_head * as + 1)) &&
+		  (w->a = be->ops->alloc(be, T * hp->ssm_n_v_head * as + 1)) &&
+		  (w->g_out = be->ops->alloc(be, T * vdim * as + 1)) && (w->ff_g = be->ops->alloc(be, T * ff * as + 1)) &&
+		  (w->ff_u = be->ops->alloc(be, T * ff * as + 1)) &&
+		  (w->logits = be->ops->alloc(be, T * hp->n_vocab * sizeof(float)));
+	if (!ok) {
+		toast_model_work_free(m, w);
+		return toast_err_set(err, TOAST_ERR_NOMEM, "cannot allocate activations for %d tokens", max_T);
+	}
+	return TOAST_OK;
+}
+
+/* ---- forward ---- */
+
+/* read an f32 or act backend buffer of n values into host f32 */
+static enum toast_status fwd_read_f32(struct toast_backend *be, float *dst, const void *src, size_t n, bool act,
+				      struct toast_error *err)
+{
+	if (!act || be->act_type == TOAST_DT_F32)
+		return be->ops->read(be, dst, src, n * sizeof(float), err);
+	uint16_t *tmp = malloc(n * sizeof(uint16_t));
+	if (!tmp)
+		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	enum toast_status rc = be->ops->read(be, tmp, src, n * sizeof(uint16_t), err);
+	for (size_t i = 0; rc == TOAST_OK && i < n; i++)
+		dst[i] = be->act_type == TOAST_DT_BF16 ? toast_bf16_to_f32(tmp[i]) : toast_f16_to_f32(tmp[i]);
+	free(tmp);
+	return rc;
+}
+
+static enum toast_status fwd_hook(struct toast_backend *be, toast_layer_hook hook, void *ud, int index, const void *buf,
+				  bool act, int T, int n, struct toast_error *err)
+{
+	float *host = malloc((size_t)T * n * sizeof(float));
+	if (!host)
+		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	enum toast_status rc = fwd_read_f32(be, host, buf, (size_t)T * n, act, err);
+	if (rc == TOAST_OK)
+		hook(ud, index, host, T, n);
+	free(host);
+	return rc;
+}
+
+static void fwd_attention(const struct toast_model *m, const struct toast_layer *l, struct toast_state *s,
+			  struct toast_work *w, int il, int T, int pos)
+{
+	const struct toast_hparams *hp = &m->hp;
+	struct toast_backend *be = m->be;
+	be->ops->matmul(be, w->q, TOAST_MM_ACT, w->h, &l->wq, T);
+	be->ops->matmul(be, w->k, TOAST_MM_ACT, w->h, &l->wk, T);
+	be->ops->matmul(be, w->v, TOAST_MM_ACT, w->h, &l->wv, T);
+	struct toast_attn_args a = {
+		.q = w->q, .k = w->k, .v = w->v,
+		.q_norm = l->has_qk_norm ? &l->q_norm : NULL, .k_norm = l->has_qk_norm ? &l->k_norm : NULL,
+		.norm_plus_one = hp->norm_plus_one, .eps = hp->norm_eps,
+		.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .n_rot = hp->n_rot,
+		.rope_theta = hp->rope_theta, .gated = hp->attn_gated,
+		.k_cache = s->k_cache[il], .v_cache = s->v_cache[il], .n_ctx = s->n_ctx, .pos = pos, .T = T,
+		.out = w->o,
+	};
+	be->ops->attention(be, &a);
+	be->ops->matmul(be, w->x, TOAST_MM_ADD, w->o, &l->wo, T);
+}
+
+static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, struct toast_state *s,
+		    struct toast_work *w, int il, int T)
+{
+	const struct toast_hparams *hp = &m->hp;
+	struct toast_backend *be = m->be;
+	be->ops->matmul(be, w->qkv, TOAST_MM_ACT, w->h, &l->ssm_qkv, T);
+	if (!l->qkvz_grouped)
+		be->ops->matmul(be, w->z, TOAST_MM_ACT, w->h, &l->ssm_z, T);
+	be->ops->matmul(be, w->b, TOAST_MM_ACT, w->h, &l->ssm_b, T);
+	if (!l->ba_grouped)
+		be->ops->matmul(be, w->a, TOAST_MM_ACT, w->h, &l->ssm_a, T);
+	struct toast_gdn_args a = {
+		.qkv = w->qkv, .z = w->z, .b = w->b, .a = w->a,
+		.qkvz_grouped = l->qkvz_grouped, .ba_grouped = l->ba_grouped,
+		.conv_w = &l->ssm_conv, .A_log = &l->ssm_A, .a_is_neg_exp = false, .dt_bias = &l->ssm_dt,
+		.norm_w = &l->ssm_norm,
+		.n_k_head = hp->ssm_n_k_head, .n_v_head = hp->ssm_n_v_head, .d_k = hp->ssm_d_k, .d_v = hp->ssm_d_v,
+		.conv_k = hp->ssm_conv_k, .eps = hp->norm_eps,
+		.conv_state = s->conv[il], .ssm_state = s->ssm[il], .T = T, .out = w->g_out,
+	};
+	be->ops->gdn(be, &a);
+	be->ops->matmul(be, w->x, TOAST_MM_ADD, w->g_out, &l->ssm_out, T);
+}
+
+static void fwd_ffn(const struct toast_model *m, const struct toast_layer *l, struct toast_work *w, int T)
+{
+	const struct toast_hparams *hp = &m->hp;
+	struct toast_backend *be = m->be;
+	if (!l->is_moe) {
+		be->ops->matmul(be, w->ff_g, TOAST_MM_ACT, w->h, &l->ffn_gate, T);
+		be->ops->matmul(be, w->ff_u, TOAST_MM_ACT, w->h, &l->ffn_up, T);
+		be->ops->swiglu(be, w->ff_g, w->ff_g, w->ff_u, T, hp->n_ff);
+		be->ops->matmul(be, w->x, TOAST_MM_ADD, w->ff_g, &l->ffn_down, T);
+		return;
+	}
+	struct toast_moe_args a = {
+		.h = w->h, .x = w->x, .router = &l->router,
+		.gate = &l->gate_exps, .up = &l->up_exps, .down = &l->down_exps,
+		.n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used, .norm_topk = hp->norm_topk,
+		.sh_gate = l->has_shexp ? &l->sh_gate : NULL, .sh_up = l->has_shexp ? &l->sh_up : NULL,
+		.sh_down = l->has_shexp ? &l->sh_down : NULL,
+		.sh_gate_inp = l->has_sh_gate_inp ? &l->sh_gate_inp : NULL,
+		.n_embd = hp->n_embd, .n_ff = hp->n_ff_exp, .n_ff_sh = hp->n_ff_shexp, .T = T,
+	};
+	be->ops->moe(be, &a);
+}
+
+enum toast_status toast_model_forward(const struct toast_model *m, struct toast_state *s, struct toast_work *w,
+				      const int32_t *ids, int T, int pos, bool all_logits, toast_layer_hook hook,
+				      void *hook_ud, struct toast_error *err)
+{
+	const struct toast_hparams *hp = &m->hp;
+	struct toast_backend *be = m->be;
+	int E = hp->n_embd;
+	if (T <= 0 || T > w->max_T || pos < 0 || pos + T > s->n_ctx)
+		return toast_err_set(err, TOAST_ERR_INVALID, "forward: %d tokens at %d (max %d, context %d)", T, pos,
+				     w->max_T, s->n_ctx);
+	for (int t = 0; t < T; t++)
+		if (ids[t] < 0 || ids[t] >= hp->n_vocab)
+			return toast_err_set(err, TOAST_ERR_INVALID, "token id %d outside the vocabulary (%d)", ids[t],
+					     hp->n_vocab);
+	enum toast_status rc = TOAST_OK;
+	be->ops->begin_step(be, ids, T, pos);
+	be->ops->embed(be, w->x, &m->tok_embd, T);
+	if (hook)
+		rc = fwd_hook(be, hook, hook_ud, 0, w->x, false, T, E, err);
+	for (int il = 0; il < hp->n_layer && rc == TOAST_OK; il++) {
+		const struct toast_layer *l = &m->layers[il];
+		be->ops->rmsnorm(be, w->h, w->x, &l->attn_norm, T, E, hp->norm_eps, hp->norm_plus_one);
+		if (l->is_attn)
+			fwd_attention(m, l, s, w, il, T, pos);
+		else
+			fwd_gdn(m, l, s, w, il, T);
+		be->ops->rmsnorm(be, w->h, w->x, &l->ffn_norm, T, E, hp->norm_eps, hp->norm_plus_one);
+		fwd_ffn(m, l, w, T);
+		if (hook && il + 1 < hp->n_layer)
+			rc = fwd_hook(be, hook, hook_ud, il + 1, w->x, false, T, E, err);
+	}
+	if (rc != TOAST_OK)
+		return rc;
+	/* final norm and head: every row for all_logits (and the hook), else the last row only */
+	int rows = all_logits || hook ? T : 1;
+	const float *xin = w->x + (size_t)(T - rows) * E;
+	be->ops->rmsnorm(be, w->h, xin, &m->output_norm, rows, E, hp->norm_eps, hp->norm_plus_one);
+	if (hook)
+		rc = fwd_hook(be, hook, hook_ud, hp->n_layer, w->h, true, rows, E, err);
+	if (!all_logits && rows > 1) {
+		rows = 1;
+		be->ops->copy(be, w->h, (const char *)w->h + (size_t)(T - 1) * E * be->act_size, (size_t)E * be->act_size);
+	}
+	be->ops->matmul(be, w->logits, TOAST_MM_F32, w->h, &m->output, rows);
+	if (rc == TOAST_OK)
+		rc = be->ops->sync(be, err);
+	return rc;
+}

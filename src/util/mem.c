@@ -1,0 +1,30 @@
+/* mem.c - checked allocation helpers. */
+#include "util/mem.h"
+
+#include <string.h>
+
+char *toast_strdup(const char *s)
+{
+	if (!s)
+		return NULL;
+	size_t n = strlen(s) + 1;
+	char *d = malloc(n);
+	if (d)
+		memcpy(d, s, n);
+	return d;
+}
+
+void *toast_aalloc(size_t n_bytes)
+{
+	void *p = NULL;
+	size_t n = (n_bytes + 63) & ~(size_t)63;
+	if (n < n_bytes || posix_memalign(&p, 64, n ? n : 64) != 0)
+		return NULL;
+	memset(p, 0, n ? n : 64);
+	return p;
+}
+
+void toast_afree(void *p)
+{
+	free(p);
+}

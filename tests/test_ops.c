@@ -1,0 +1,601 @@
+/*
+ * test_ops.c - every backend op against a straightforward scalar reference (double precision)
+ * on awkward shapes: odd sizes, one token, chunks that do not divide the sequence, state
+ * carried across calls. Runs on the CPU backend with 1 and 3 threads, and on CUDA when the
+ * build and the machine have it (SKIP otherwise, never OK).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "test.h"
+#include "util/half.h"
+
+/* ---- helpers ---- */
+
+static uint64_t rng_state = 88172645463325252ull;
+
+static double rnd(void) /* uniform in [-1, 1) */
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (double)(rng_state >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+static float bf16r(float x)
+{
+	return toast_bf16_to_f32(toast_f32_to_bf16(x));
+}
+
+/* host f32 array of n values in [-scale, scale), rounded to bf16 so every backend sees the same input */
+static float *rand_vec(size_t n, double scale)
+{
+	float *v = malloc(n * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		v[i] = bf16r((float)(rnd() * scale));
+	return v;
+}
+
+struct hw { /* a host weight and its values in f32 */
+	struct toast_weight w;
+	float *f;
+};
+
+static struct hw mkw(enum toast_dtype type, int64_t n_out, int64_t n_in, double scale, double offset)
+{
+	struct hw h;
+	size_t n = (size_t)(n_out * n_in);
+	h.f = malloc(n * sizeof(float));
+	void *data = malloc(n * (type == TOAST_DT_F32 ? 4 : 2));
+	for (size_t i = 0; i < n; i++) {
+		float v = bf16r((float)(offset + rnd() * scale));
+		h.f[i] = v;
+		if (type == TOAST_DT_F32)
+			((float *)data)[i] = v;
+		else if (type == TOAST_DT_BF16)
+			((uint16_t *)data)[i] = toast_f32_to_bf16(v);
+		else
+			((uint16_t *)data)[i] = toast_f32_to_f16(v), h.f[i] = toast_f16_to_f32(toast_f32_to_f16(v));
+	}
+	h.w = (struct toast_weight){"test", type, n_in, n_out, data, NULL, n * (type == TOAST_DT_F32 ? 4 : 2)};
+	return h;
+}
+
+static void freew(struct hw *h)
+{
+	free((void *)h->w.data);
+	free(h->f);
+}
+
+static void *put(struct toast_backend *be, const float *x, size_t n, bool act)
+{
+	size_t es = act ? be->act_size : 4;
+	void *d = be->ops->alloc(be, n * es + 16);
+	if (!act || be->act_type == TOAST_DT_F32) {
+		be->ops->write(be, d, x, n * 4);
+	} else {
+		uint16_t *t = malloc(n * 2);
+		for (size_t i = 0; i < n; i++)
+			t[i] = toast_f32_to_bf16(x[i]);
+		be->ops->write(be, d, t, n * 2);
+		free(t);
+	}
+	return d;
+}
+
+static float *get(struct toast_backend *be, const void *d, size_t n, bool act)
+{
+	float *x = malloc(n * sizeof(float));
+	struct toast_error err;
+	if (!act || be->act_type == TOAST_DT_F32) {
+		CHECK(be->ops->read(be, x, d, n * 4, &err) == TOAST_OK, "read: %s", err.msg);
+	} else {
+		uint16_t *t = malloc(n * 2);
+		CHECK(be->ops->read(be, t, d, n * 2, &err) == TOAST_OK, "read: %s", err.msg);
+		for (size_t i = 0; i < n; i++)
+			x[i] = toast_bf16_to_f32(t[i]);
+		free(t);
+	}
+	return x;
+}
+
+static void prep(struct toast_backend *be, struct hw *h)
+{
+	struct toast_error err;
+	CHECK(be->ops->prepare_weight(be, &h->w, &err) == TOAST_OK, "prepare: %s", err.msg);
+}
+
+/* max|a-b| / max|b|, NaN counts as failure */
+static double relerr(const float *a, const double *b, size_t n)
+{
+	double mr = 0, md = 0;
+	for (size_t i = 0; i < n; i++) {
+		mr = fmax(mr, fabs(b[i]));
+		double d = fabs(a[i] - b[i]);
+		md = isnan(d) ? INFINITY : fmax(md, d);
+	}
+	return mr > 0 ? md / mr : md;
+}
+
+static double dsilu(double x)
+{
+	return x / (1 + exp(-x));
+}
+
+static double dsig(double x)
+{
+	return 1 / (1 + exp(-x));
+}
+
+struct ctx {
+	struct toast_backend *be;
+	const char *name;
+	double tol; /* relative error bound for this backend */
+};
+
+/* ---- rmsnorm, matmul, swiglu ---- */
+
+static void test_rmsnorm(struct ctx *c, int T, int n, bool plus_one)
+{
+	struct toast_backend *be = c->be;
+	float *x = rand_vec((size_t)T * n, 3);
+	struct hw w = mkw(TOAST_DT_BF16, 1, n, 0.5, plus_one ? 0 : 1);
+	prep(be, &w);
+	void *dx = put(be, x, (size_t)T * n, false), *dout = be->ops->alloc(be, (size_t)T * n * be->act_size);
+	be->ops->rmsnorm(be, dout, dx, &w.w, T, n, 1e-6f, plus_one);
+	float *out = get(be, dout, (size_t)T * n, true);
+	double *ref = malloc((size_t)T * n * sizeof(double));
+	for (int t = 0; t < T; t++) {
+		double ss = 0;
+		for (int i = 0; i < n; i++)
+			ss += (double)x[t * n + i] * x[t * n + i];
+		double r = 1 / sqrt(ss / n + 1e-6);
+		for (int i = 0; i < n; i++)
+			ref[t * n + i] = x[t * n + i] * r * (plus_one ? 1 + w.f[i] : w.f[i]);
+	}
+	double e = relerr(out, ref, (size_t)T * n);
+	CHECK(e < c->tol, "%s rmsnorm T=%d n=%d plus_one=%d: error %.3g", c->name, T, n, plus_one, e);
+	be->ops->release(be, dx);
+	be->ops->release(be, dout);
+	free(x), free(out), free(ref), freew(&w);
+}
+
+static void test_matmul(struct ctx *c, enum toast_dtype type, int T, int n_out, int n_in, enum toast_mm_mode mode)
+{
+	struct toast_backend *be = c->be;
+	float *x = rand_vec((size_t)T * n_in, 1);
+	float *y0 = rand_vec((size_t)T * n_out, 1);
+	struct hw w = mkw(type, n_out, n_in, 0.1, 0);
+	prep(be, &w);
+	bool act_out = mode == TOAST_MM_ACT;
+	void *dx = put(be, x, (size_t)T * n_in, true), *dy = put(be, y0, (size_t)T * n_out, act_out);
+	be->ops->matmul(be, dy, mode, dx, &w.w, T);
+	float *y = get(be, dy, (size_t)T * n_out, act_out);
+	double *ref = malloc((size_t)T * n_out * sizeof(double));
+	for (int t = 0; t < T; t++)
+		for (int r = 0; r < n_out; r++) {
+			double s = 0;
+			for (int i = 0; i < n_in; i++)
+				s += (double)w.f[(size_t)r * n_in + i] * x[(size_t)t * n_in + i];
+			ref[(size_t)t * n_out + r] = (mode == TOAST_MM_ADD ? y0[(size_t)t * n_out + r] : 0) + s;
+		}
+	double e = relerr(y, ref, (size_t)T * n_out);
+	CHECK(e < c->tol, "%s matmul %s T=%d %dx%d mode %d: error %.3g", c->name, toast_dtype_name(type), T, n_out, n_in,
+	      mode, e);
+	be->ops->release(be, dx);
+	be->ops->release(be, dy);
+	free(x), free(y0), free(y), free(ref), freew(&w);
+}
+
+static void test_swiglu(struct ctx *c, int T, int n)
+{
+	struct toast_backend *be = c->be;
+	float *g = rand_vec((size_t)T * n, 4), *u = rand_vec((size_t)T * n, 2);
+	void *dg = put(be, g, (size_t)T * n, true), *du = put(be, u, (size_t)T * n, true);
+	be->ops->swiglu(be, dg, dg, du, T, n);
+	float *o = get(be, dg, (size_t)T * n, true);
+	double *ref = malloc((size_t)T * n * sizeof(double));
+	for (size_t i = 0; i < (size_t)T * n; i++)
+		ref[i] = dsilu(g[i]) * u[i];
+	double e = relerr(o, ref, (size_t)T * n);
+	CHECK(e < c->tol, "%s swiglu T=%d n=%d: error %.3g", c->name, T, n, e);
+	be->ops->release(be, dg);
+	be->ops->release(be, du);
+	free(g), free(u), free(o), free(ref);
+}
+
+/* ---- attention: two calls (T1 then T2 tokens) against one reference over T1+T2 ---- */
+
+static void ref_head_norm(double *x, int n, const float *w, bool p1)
+{
+	double ss = 0;
+	for (int i = 0; i < n; i++)
+		ss += x[i] * x[i];
+	double r = 1 / sqrt(ss / n + 1e-6);
+	for (int i = 0; i < n; i++)
+		x[i] = x[i] * r * (p1 ? 1 + w[i] : w[i]);
+}
+
+static void ref_rope(double *x, int n_rot, int pos, double theta)
+{
+	int h = n_rot / 2;
+	for (int i = 0; i < h; i++) {
+		float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)n_rot);
+		double a = (double)((float)pos * inv);
+		double x0 = x[i], x1 = x[i + h];
+		x[i] = x0 * cos(a) - x1 * sin(a);
+		x[i + h] = x1 * cos(a) + x0 * sin(a);
+	}
+}
+
+static void test_attention(struct ctx *c, int n_head, int n_head_kv, int hd, int n_rot, bool gated, bool qk_norm,
+			   int T1, int T2)
+{
+	struct toast_backend *be = c->be;
+	int T = T1 + T2, kvd = n_head_kv * hd, qs = gated ? 2 * hd : hd, n_ctx = T + 3;
+	float *q = rand_vec((size_t)T * n_head * qs, 2), *k = rand_vec((size_t)T * kvd, 2), *v = rand_vec((size_t)T * kvd, 1);
+	struct hw qn = mkw(TOAST_DT_BF16, 1, hd, 0.3, 0), kn = mkw(TOAST_DT_BF16, 1, hd, 0.3, 0);
+	prep(be, &qn), prep(be, &kn);
+	void *kc = be->ops->alloc(be, (size_t)n_ctx * kvd * be->act_size), *vc = be->ops->alloc(be, (size_t)n_ctx * kvd * be->act_size);
+	float *out = malloc((size_t)T * n_head * hd * sizeof(float));
+	int done = 0;
+	for (int part = 0; part < 2; part++) {
+		int n = part ? T2 : T1;
+		if (!n)
+			continue;
+		void *dq = put(be, q + (size_t)done * n_head * qs, (size_t)n * n_head * qs, true);
+		void *dk = put(be, k + (size_t)done * kvd, (size_t)n * kvd, true);
+		void *dv = put(be, v + (size_t)done * kvd, (size_t)n * kvd, true);
+		void *dout = be->ops->alloc(be, (size_t)n * n_head * hd * be->act_size);
+		struct toast_attn_args a = {dq, dk, dv, qk_norm ? &qn.w : NULL, qk_norm ? &kn.w : NULL, true, 1e-6f,
+					    n_head, n_head_kv, hd, n_rot, 10000.0f, gated, kc, vc, n_ctx, done, n, dout};
+		be->ops->attention(be, &a);
+		float *o = get(be, dout, (size_t)n * n_head * hd, true);
+		memcpy(out + (size_t)done * n_head * hd, o, (size_t)n * n_head * hd * sizeof(float));
+		free(o);
+		be->ops->release(be, dq), be->ops->release(be, dk), be->ops->release(be, dv), be->ops->release(be, dout);
+		done += n;
+	}
+	/* reference */
+	double *K = malloc((size_t)T * kvd * sizeof(double)), *ref = malloc((size_t)T * n_head * hd * sizeof(double));
+	double *Q = malloc((size_t)hd * sizeof(double)), *sc = malloc((size_t)T * sizeof(double));
+	for (int t = 0; t < T; t++)
+		for (int h = 0; h < n_head_kv; h++) {
+			double *kk = K + (size_t)t * kvd + h * hd;
+			for (int d = 0; d < hd; d++)
+				kk[d] = k[(size_t)t * kvd + h * hd + d];
+			if (qk_norm)
+				ref_head_norm(kk, hd, kn.f, true);
+			ref_rope(kk, n_rot, t, 10000.0);
+		}
+	for (int t = 0; t < T; t++)
+		for (int h = 0; h < n_head; h++) {
+			const float *qq = q + ((size_t)t * n_head + h) * qs;
+			for (int d = 0; d < hd; d++)
+				Q[d] = qq[d];
+			if (qk_norm)
+				ref_head_norm(Q, hd, qn.f, true);
+			ref_rope(Q, n_rot, t, 10000.0);
+			int kvh = h / (n_head / n_head_kv);
+			double mx = -INFINITY, sum = 0;
+			for (int j = 0; j <= t; j++) {
+				double s = 0;
+				for (int d = 0; d < hd; d++)
+					s += Q[d] * K[(size_t)j * kvd + kvh * hd + d];
+				sc[j] = s / sqrt(hd);
+				mx = fmax(mx, sc[j]);
+			}
+			for (int j = 0; j <= t; j++)
+				sum += sc[j] = exp(sc[j] - mx);
+			for (int d = 0; d < hd; d++) {
+				double o = 0;
+				for (int j = 0; j <= t; j++)
+					o += sc[j] / sum * v[(size_t)j * kvd + kvh * hd + d];
+				if (gated)
+					o *= dsig(qq[hd + d]);
+				ref[((size_t)t * n_head + h) * hd + d] = o;
+			}
+		}
+	double e = relerr(out, ref, (size_t)T * n_head * hd);
+	CHECK(e < c->tol, "%s attention heads %d/%d hd %d rot %d gated %d norm %d T %d+%d: error %.3g", c->name, n_head,
+	      n_head_kv, hd, n_rot, gated, qk_norm, T1, T2, e);
+	be->ops->release(be, kc), be->ops->release(be, vc);
+	free(q), free(k), free(v), free(out), free(K), free(ref), free(Q), free(sc), freew(&qn), freew(&kn);
+}
+
+/* ---- gated deltanet: several calls against the token recurrence ---- */
+
+struct gdn_shape {
+	int nk, nv, dk, dv, K;
+	bool grouped;
+};
+
+static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n_parts)
+{
+	struct toast_backend *be = c->be;
+	int nk = sh.nk, nv = sh.nv, dk = sh.dk, dv = sh.dv, K = sh.K, r = nv / nk;
+	int key_dim = nk * dk, vdim = nv * dv, conv_dim = 2 * key_dim + vdim, T = 0;
+	for (int i = 0; i < n_parts; i++)
+		T += parts[i];
+	/* flat inputs; the grouped layout is built from them */
+	float *xin = rand_vec((size_t)T * conv_dim, 1), *z = rand_vec((size_t)T * vdim, 2);
+	float *b = rand_vec((size_t)T * nv, 2), *av = rand_vec((size_t)T * nv, 2);
+	struct hw cw = mkw(TOAST_DT_BF16, conv_dim, K, 0.5, 0), Al = mkw(TOAST_DT_F32, 1, nv, 0.5, 0);
+	struct hw dt = mkw(TOAST_DT_BF16, 1, nv, 0.5, 0), nw = mkw(TOAST_DT_BF16, 1, dv, 0.3, 1);
+	prep(be, &cw), prep(be, &Al), prep(be, &dt), prep(be, &nw);
+	void *conv = be->ops->alloc(be, (size_t)(K - 1) * conv_dim * be->act_size);
+	float *ssm = be->ops->alloc(be, (size_t)nv * dv * dk * 4);
+	float *out = malloc((size_t)T * vdim * sizeof(float));
+	int done = 0;
+	for (int pi = 0; pi < n_parts; pi++) {
+		int n = parts[pi];
+		float *qkv, *zz = z + (size_t)done * vdim, *bb = b + (size_t)done * nv, *aa = av + (size_t)done * nv, *ba;
+		if (sh.grouped) {
+			int G = 2 * dk + 2 * r * dv;
+			qkv = malloc((size_t)n * (conv_dim + vdim) * sizeof(float));
+			ba = malloc((size_t)n * 2 * nv * sizeof(float));
+			for (int t = 0; t < n; t++) {
+				const float *x = xin + (size_t)(done + t) * conv_dim;
+				float *row = qkv + (size_t)t * (conv_dim + vdim);
+				for (int g = 0; g < nk; g++) {
+					for (int i = 0; i < dk; i++) {
+						row[g * G + i] = x[g * dk + i];
+						row[g * G + dk + i] = x[key_dim + g * dk + i];
+					}
+					for (int i = 0; i < r * dv; i++) {
+						row[g * G + 2 * dk + i] = x[2 * key_dim + g * r * dv + i];
+						row[g * G + 2 * dk + r * dv + i] = zz[(size_t)t * vdim + g * r * dv + i];
+					}
+					for (int j = 0; j < r; j++) {
+						ba[(size_t)t * 2 * nv + g * 2 * r + j] = bb[(size_t)t * nv + g * r + j];
+						ba[(size_t)t * 2 * nv + g * 2 * r + r + j] = aa[(size_t)t * nv + g * r + j];
+					}
+				}
+			}
+		} else {
+			qkv = malloc((size_t)n * conv_dim * sizeof(float));
+			memcpy(qkv, xin + (size_t)done * conv_dim, (size_t)n * conv_dim * sizeof(float));
+			ba = NULL;
+		}
+		void *dqkv = put(be, qkv, (size_t)n * (conv_dim + (sh.grouped ? vdim : 0)), true);
+		void *dz = sh.grouped ? NULL : put(be, zz, (size_t)n * vdim, true);
+		void *db = sh.grouped ? put(be, ba, (size_t)n * 2 * nv, true) : put(be, bb, (size_t)n * nv, true);
+		void *da = sh.grouped ? NULL : put(be, aa, (size_t)n * nv, true);
+		void *dout = be->ops->alloc(be, (size_t)n * vdim * be->act_size);
+		struct toast_gdn_args a = {dqkv, dz, db, da, sh.grouped, sh.grouped, &cw.w, &Al.w, false, &dt.w, &nw.w,
+					   nk, nv, dk, dv, K, 1e-6f, conv, ssm, n, dout};
+		be->ops->gdn(be, &a);
+		float *o = get(be, dout, (size_t)n * vdim, true);
+		memcpy(out + (size_t)done * vdim, o, (size_t)n * vdim * sizeof(float));
+		free(o), free(qkv), free(ba);
+		be->ops->release(be, dqkv), be->ops->release(be, dz), be->ops->release(be, db), be->ops->release(be, da);
+		be->ops->release(be, dout);
+		done += n;
+	}
+	/* reference: token recurrence in double, S[h][i][j] (i key, j value) */
+	double *S = calloc((size_t)nv * dk * dv, sizeof(double)), *ref = malloc((size_t)T * vdim * sizeof(double));
+	double *cv = malloc((size_t)conv_dim * sizeof(double)), *o = malloc((size_t)dv * sizeof(double));
+	for (int t = 0; t < T; t++) {
+		for (int ch = 0; ch < conv_dim; ch++) {
+			double s = 0;
+			for (int j = 0; j < K; j++) {
+				int tt = t - (K - 1) + j;
+				s += tt >= 0 ? (double)cw.f[(size_t)ch * K + j] * xin[(size_t)tt * conv_dim + ch] : 0;
+			}
+			cv[ch] = dsilu(s);
+		}
+		for (int g = 0; g < nk; g++) {
+			double sq = 0, sk = 0;
+			for (int i = 0; i < dk; i++) {
+				sq += cv[g * dk + i] * cv[g * dk + i];
+				sk += cv[key_dim + g * dk + i] * cv[key_dim + g * dk + i];
+			}
+			for (int i = 0; i < dk; i++) {
+				cv[g * dk + i] /= sqrt(sq + 1e-6) * sqrt(dk);
+				cv[key_dim + g * dk + i] /= sqrt(sk + 1e-6);
+			}
+		}
+		for (int h = 0; h < nv; h++) {
+			int kh = h / r;
+			double beta = dsig(b[(size_t)t * nv + h]);
+			double x = av[(size_t)t * nv + h] + dt.f[h];
+			double g = -exp(Al.f[h]) * (x > 20 ? x : log1p(exp(x))), alpha = exp(g);
+			double *Sh = S + (size_t)h * dk * dv, *qv = cv + kh * dk, *kv = cv + key_dim + kh * dk;
+			double *vv = cv + 2 * key_dim + h * dv;
+			for (int j = 0; j < dv; j++) {
+				double m = 0;
+				for (int i = 0; i < dk; i++)
+					m += (Sh[i * dv + j] *= alpha) * kv[i];
+				double d = beta * (vv[j] - m);
+				o[j] = 0;
+				for (int i = 0; i < dk; i++) {
+					Sh[i * dv + j] += kv[i] * d;
+					o[j] += Sh[i * dv + j] * qv[i];
+				}
+			}
+			double ss = 0;
+			for (int j = 0; j < dv; j++)
+				ss += o[j] * o[j];
+			double rr = 1 / sqrt(ss / dv + 1e-6);
+			for (int j = 0; j < dv; j++)
+				ref[(size_t)t * vdim + h * dv + j] = o[j] * rr * nw.f[j] * dsilu(z[(size_t)t * vdim + h * dv + j]);
+		}
+	}
+	double e = relerr(out, ref, (size_t)T * vdim);
+	char pdesc[64] = "", *pp = pdesc;
+	for (int i = 0; i < n_parts && pp < pdesc + 50; i++)
+		pp += sprintf(pp, "%s%d", i ? "+" : "", parts[i]);
+	CHECK(e < c->tol * 3, "%s gdn nk %d nv %d dk %d dv %d K %d grouped %d T %s: error %.3g", c->name, nk, nv, dk, dv, K,
+	      sh.grouped, pdesc, e);
+	/* the final state too */
+	float *st = get(be, ssm, (size_t)nv * dv * dk, false);
+	double *sref = malloc((size_t)nv * dv * dk * sizeof(double));
+	for (int h = 0; h < nv; h++)
+		for (int j = 0; j < dv; j++)
+			for (int i = 0; i < dk; i++)
+				sref[((size_t)h * dv + j) * dk + i] = S[((size_t)h * dk + i) * dv + j];
+	e = relerr(st, sref, (size_t)nv * dv * dk);
+	CHECK(e < c->tol * 3, "%s gdn state T %s: error %.3g", c->name, pdesc, e);
+	be->ops->release(be, conv), be->ops->release(be, ssm);
+	free(st), free(sref), free(xin), free(z), free(b), free(av), free(out), free(S), free(ref), free(cv), free(o);
+	freew(&cw), freew(&Al), freew(&dt), freew(&nw);
+}
+
+/* ---- moe ---- */
+
+static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, bool norm_topk, bool sh_gate)
+{
+	struct toast_backend *be = c->be;
+	struct toast_error err;
+	float *h = rand_vec((size_t)T * E, 1), *x0 = rand_vec((size_t)T * E, 1);
+	struct hw router = mkw(TOAST_DT_BF16, ne, E, 0.5, 0);
+	struct hw *gw = malloc(sizeof(struct hw) * ne), *uw = malloc(sizeof(struct hw) * ne), *dw = malloc(sizeof(struct hw) * ne);
+	struct toast_experts G = {ne, calloc(ne, sizeof(struct toast_weight)), NULL}, U = G, D = G;
+	U.w = calloc(ne, sizeof(struct toast_weight));
+	D.w = calloc(ne, sizeof(struct toast_weight));
+	for (int e = 0; e < ne; e++) {
+		gw[e] = mkw(TOAST_DT_BF16, F, E, 0.2, 0), uw[e] = mkw(TOAST_DT_BF16, F, E, 0.2, 0), dw[e] = mkw(TOAST_DT_BF16, E, F, 0.2, 0);
+		G.w[e] = gw[e].w, U.w[e] = uw[e].w, D.w[e] = dw[e].w;
+	}
+	struct hw sg = mkw(TOAST_DT_BF16, Fs ? Fs : 1, E, 0.2, 0), su = mkw(TOAST_DT_BF16, Fs ? Fs : 1, E, 0.2, 0);
+	struct hw sd = mkw(TOAST_DT_BF16, E, Fs ? Fs : 1, 0.2, 0), sgi = mkw(TOAST_DT_BF16, 1, E, 0.3, 0);
+	prep(be, &router), prep(be, &sg), prep(be, &su), prep(be, &sd), prep(be, &sgi);
+	CHECK(be->ops->prepare_experts(be, &G, &err) == TOAST_OK && be->ops->prepare_experts(be, &U, &err) == TOAST_OK &&
+		      be->ops->prepare_experts(be, &D, &err) == TOAST_OK,
+	      "prepare experts: %s", err.msg);
+	void *dh = put(be, h, (size_t)T * E, true);
+	float *dx = put(be, x0, (size_t)T * E, false);
+	struct toast_moe_args a = {dh, dx, &router.w, &G, &U, &D, ne, k, norm_topk, Fs ? &sg.w : NULL, Fs ? &su.w : NULL,
+				   Fs ? &sd.w : NULL, Fs && sh_gate ? &sgi.w : NULL, E, F, Fs, T};
+	be->ops->moe(be, &a);
+	float *x = get(be, dx, (size_t)T * E, false);
+	double *ref = malloc((size_t)T * E * sizeof(double)), *p = malloc(ne * sizeof(double));
+	double *act = malloc((size_t)(F > Fs ? F : Fs) * sizeof(double));
+	int *sel = malloc(k * sizeof(int));
+	for (int t = 0; t < T; t++) {
+		const float *ht = h + (size_t)t * E;
+		double mx = -INFINITY, sum = 0;
+		for (int e = 0; e < ne; e++) {
+			double s = 0;
+			for (int i = 0; i < E; i++)
+				s += (double)router.f[(size_t)e * E + i] * ht[i];
+			p[e] = s;
+			mx = fmax(mx, s);
+		}
+		for (int e = 0; e < ne; e++)
+			sum += p[e] = exp(p[e] - mx);
+		double tot = 0;
+		for (int j = 0; j < k; j++) {
+			int best = -1;
+			for (int e = 0; e < ne; e++) {
+				bool taken = false;
+				for (int i = 0; i < j; i++)
+					taken |= sel[i] == e;
+				if (!taken && (best < 0 || p[e] > p[best]))
+					best = e;
+			}
+			sel[j] = best;
+			tot += p[best] / sum;
+		}
+		for (int i = 0; i < E; i++)
+			ref[(size_t)t * E + i] = x0[(size_t)t * E + i];
+		for (int j = 0; j < k + (Fs ? 1 : 0); j++) {
+			bool shared = j == k;
+			int e = shared ? 0 : sel[j], FF = shared ? Fs : F;
+			const float *gf = shared ? sg.f : gw[e].f, *uf = shared ? su.f : uw[e].f, *df = shared ? sd.f : dw[e].f;
+			double wgt = shared ? 1 : p[e] / sum / (norm_topk ? tot : 1);
+			if (shared && sh_gate) {
+				double s = 0;
+				for (int i = 0; i < E; i++)
+					s += (double)sgi.f[i] * ht[i];
+				wgt = dsig(s);
+			}
+			for (int r = 0; r < FF; r++) {
+				double gg = 0, uu = 0;
+				for (int i = 0; i < E; i++) {
+					gg += (double)gf[(size_t)r * E + i] * ht[i];
+					uu += (double)uf[(size_t)r * E + i] * ht[i];
+				}
+				act[r] = dsilu(gg) * uu;
+			}
+			for (int i = 0; i < E; i++) {
+				double s = 0;
+				for (int r = 0; r < FF; r++)
+					s += (double)df[(size_t)i * FF + r] * act[r];
+				ref[(size_t)t * E + i] += wgt * s;
+			}
+		}
+	}
+	double e = relerr(x, ref, (size_t)T * E);
+	CHECK(e < c->tol, "%s moe T=%d E=%d experts %d top %d F %d shared %d norm %d gate %d: error %.3g", c->name, T, E, ne,
+	      k, F, Fs, norm_topk, sh_gate, e);
+	be->ops->release(be, dh), be->ops->release(be, dx);
+	for (int e2 = 0; e2 < ne; e2++)
+		freew(&gw[e2]), freew(&uw[e2]), freew(&dw[e2]);
+	free(gw), free(uw), free(dw), free(G.w), free(U.w), free(D.w);
+	freew(&router), freew(&sg), freew(&su), freew(&sd), freew(&sgi);
+	free(h), free(x0), free(x), free(ref), free(p), free(act), free(sel);
+}
+
+static void test_backend(struct ctx *c)
+{
+	test_rmsnorm(c, 1, 7, false);
+	test_rmsnorm(c, 5, 31, true);
+	test_rmsnorm(c, 3, 4097, true);
+	enum toast_dtype types[] = {TOAST_DT_BF16, TOAST_DT_F16, TOAST_DT_F32};
+	for (int i = 0; i < 3; i++) {
+		test_matmul(c, types[i], 1, 7, 31, TOAST_MM_ACT);
+		test_matmul(c, types[i], 5, 33, 64, TOAST_MM_F32);
+		test_matmul(c, types[i], 7, 129, 96, TOAST_MM_ADD);
+	}
+	test_matmul(c, TOAST_DT_BF16, 1, 4097, 256, TOAST_MM_ADD);
+	test_matmul(c, TOAST_DT_BF16, 31, 300, 4097, TOAST_MM_ACT);
+	test_swiglu(c, 3, 31);
+	test_attention(c, 4, 2, 64, 16, true, true, 5, 0);
+	test_attention(c, 4, 2, 64, 16, true, true, 5, 1);
+	test_attention(c, 3, 1, 32, 32, false, true, 1, 7);
+	test_attention(c, 2, 2, 24, 8, false, false, 9, 33);
+	test_attention(c, 16, 2, 256, 64, true, true, 7, 1);
+	struct gdn_shape flat = {2, 4, 32, 48, 4, false}, grouped = {2, 4, 32, 48, 4, true};
+	struct gdn_shape odd = {3, 3, 7, 5, 3, false}, big = {2, 6, 128, 128, 4, true};
+	int p1[] = {1, 1, 1}, p2[] = {12}, p3[] = {5, 1, 70}, p4[] = {64, 64, 1, 3}, p5[] = {131};
+	test_gdn(c, flat, p1, 3);
+	test_gdn(c, flat, p2, 1);
+	test_gdn(c, grouped, p2, 1);
+	test_gdn(c, grouped, p3, 3);
+	test_gdn(c, odd, p4, 4);
+	test_gdn(c, big, p5, 1);
+	test_gdn(c, big, p1, 3);
+	test_moe(c, 1, 32, 8, 2, 16, 0, false, false);
+	test_moe(c, 5, 48, 16, 4, 24, 20, true, true);
+	test_moe(c, 13, 33, 7, 3, 17, 9, true, false);
+	test_moe(c, 2, 64, 4, 4, 8, 8, false, true);
+}
+
+int main(void)
+{
+	int threads[] = {1, 3};
+	for (int i = 0; i < 2; i++) {
+		struct toast_backend *be;
+		struct toast_error err;
+		CHECK(toast_backend_cpu_new(threads[i], &be, &err) == TOAST_OK, "%s", err.msg);
+		char name[32];
+		snprintf(name, sizeof(name), "cpu/%d", threads[i]);
+		struct ctx c = {be, name, 2e-5};
+		test_backend(&c);
+		toast_backend_free(be);
+	}
+	if (toast_backend_cuda_available()) {
+		struct toast_backend *be;
+		struct toast_error err;
+		CHECK(toast_backend_cuda_new(&be, &err) == TOAST_OK, "%s", err.msg);
+		struct ctx c = {be, "cuda", 1.5e-2};
+		test_backend(&c);
+		toast_backend_free(be);
+	} else {
+		printf("test_ops: cuda SKIP (no CUDA device in this build or machine)\n");
+	}
+	return test_done("test_ops");
+}
