@@ -222,7 +222,7 @@ static void ref_rope(double *x, int n_rot, int pos, double theta)
 {
 	int h = n_rot / 2;
 	for (int i = 0; i < h; i++) {
-		float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)n_rot);
+		float inv = bf16r(1.0f / powf((float)theta, (float)(2 * i) / (float)n_rot));
 		double a = (double)((float)pos * inv);
 		double x0 = x[i], x1 = x[i + h];
 		x[i] = x0 * cos(a) - x1 * sin(a);
@@ -250,7 +250,7 @@ static void test_attention(struct ctx *c, int n_head, int n_head_kv, int hd, int
 		void *dv = put(be, v + (size_t)done * kvd, (size_t)n * kvd, true);
 		void *dout = be->ops->alloc(be, (size_t)n * n_head * hd * be->act_size);
 		struct toast_attn_args a = {dq, dk, dv, qk_norm ? &qn.w : NULL, qk_norm ? &kn.w : NULL, true, 1e-6f,
-					    n_head, n_head_kv, hd, n_rot, 10000.0f, gated, kc, vc, n_ctx, done, n, dout};
+					    n_head, n_head_kv, hd, n_rot, 10000.0f, TOAST_DT_BF16, gated, kc, vc, n_ctx, done, n, dout};
 		be->ops->attention(be, &a);
 		float *o = get(be, dout, (size_t)n * n_head * hd, true);
 		memcpy(out + (size_t)done * n_head * hd, o, (size_t)n * n_head * hd * sizeof(float));

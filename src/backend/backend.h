@@ -64,6 +64,9 @@ enum toast_mm_mode {
  * each head (pairs (i, i + n_rot/2)), K/V written to the cache at rows pos..pos+T-1, causal
  * softmax attention over cache rows 0..pos+t with scale 1/sqrt(head_dim), query head h reading
  * KV head h / (n_head / n_head_kv), and when gated, o *= sigmoid(gate) elementwise.
+ * RoPE angles are f32: pos * inv_freq_i with inv_freq_i = 1 / theta^(2i/n_rot) computed in f32
+ * and then rounded to rope_freq_type (F32, BF16 or F16): the reference implementation keeps
+ * inv_freq in the checkpoint's dtype, and matching it matters over long contexts.
  */
 struct toast_attn_args {
 	const void *q;                      /* act [T][n_head][gated ? 2*head_dim : head_dim]: per head [q | gate] */
@@ -74,6 +77,7 @@ struct toast_attn_args {
 	float eps;
 	int n_head, n_head_kv, head_dim, n_rot;
 	float rope_theta;
+	enum toast_dtype rope_freq_type;
 	bool gated;
 	void *k_cache, *v_cache;            /* act [n_ctx][n_head_kv*head_dim] */
 	int n_ctx, pos, T;
@@ -132,6 +136,9 @@ struct toast_moe_args {
 	const struct toast_weight *sh_gate_inp;               /* [1][n_embd] or NULL */
 	int n_embd, n_ff, n_ff_sh, T;
 };
+
+/* inv_freq_i of RoPE as the attention op contract defines it (f32, rounded to freq_type) */
+float toast_rope_inv_freq(float theta, int i, int n_rot, enum toast_dtype freq_type);
 
 struct toast_backend;
 

@@ -30,6 +30,7 @@ struct toast_hparams {
 	int n_vocab, n_embd, n_layer, n_ctx_train;
 	int n_head, n_head_kv, head_dim, n_rot;
 	float rope_theta, norm_eps;
+	enum toast_dtype rope_freq_type; /* the checkpoint dtype: see toast_attn_args */
 	bool norm_plus_one; /* zero-centred RMSNorm weights (1 + w) */
 	bool attn_gated;    /* q_proj carries a per-head output gate */
 	bool tie_embd;

@@ -505,7 +505,7 @@ static void fwd_attention(const struct toast_model *m, const struct toast_layer 
 		.q_norm = l->has_qk_norm ? &l->q_norm : NULL, .k_norm = l->has_qk_norm ? &l->k_norm : NULL,
 		.norm_plus_one = hp->norm_plus_one, .eps = hp->norm_eps,
 		.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .n_rot = hp->n_rot,
-		.rope_theta = hp->rope_theta, .gated = hp->attn_gated,
+		.rope_theta = hp->rope_theta, .rope_freq_type = hp->rope_freq_type, .gated = hp->attn_gated,
 		.k_cache = s->k_cache[il], .v_cache = s->v_cache[il], .n_ctx = s->n_ctx, .pos = pos, .T = T,
 		.out = w->o,
 	};

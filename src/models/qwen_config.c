@@ -130,6 +130,15 @@ static enum toast_status cfg_rope(struct cfg *c, struct toast_hparams *hp)
 	if (!(theta > 0) || !isfinite(theta) || !(prf > 0) || prf > 1)
 		return toast_err_set(c->err, TOAST_ERR_FORMAT, "config.json: bad rope_theta or partial_rotary_factor");
 	hp->rope_theta = (float)theta;
+	/* the reference runs a checkpoint in its own dtype, RoPE frequencies included */
+	json_t *dt = cfg_get(c, "dtype");
+	if (!dt)
+		dt = cfg_get(c, "torch_dtype");
+	const char *dts = json_string_value(dt);
+	hp->rope_freq_type = !dts ? TOAST_DT_F32
+			     : strcmp(dts, "bfloat16") == 0 ? TOAST_DT_BF16
+			     : strcmp(dts, "float16") == 0 ? TOAST_DT_F16
+							   : TOAST_DT_F32;
 	hp->n_rot = (int)(hp->head_dim * prf);
 	if (hp->n_rot % 2 || hp->n_rot < 2)
 		return toast_err_set(c->err, TOAST_ERR_FORMAT, "config.json: rotary dims %d (head_dim %d x %g) must be even",

@@ -16,11 +16,11 @@ static void attn_head_norm(float *x, int n, const struct toast_weight *w, bool p
 		x[i] = x[i] * r * (plus_one ? 1.0f + wtmp[i] : wtmp[i]);
 }
 
-static void attn_rope(float *x, int n_rot, int pos, float theta)
+static void attn_rope(float *x, int n_rot, int pos, float theta, enum toast_dtype freq_type)
 {
 	int half = n_rot / 2;
 	for (int i = 0; i < half; i++) {
-		float inv = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
+		float inv = toast_rope_inv_freq(theta, i, n_rot, freq_type);
 		float ang = (float)pos * inv;
 		float c = cosf(ang), s = sinf(ang);
 		float x0 = x[i], x1 = x[i + half];
@@ -91,7 +91,7 @@ void cpu_attention(struct toast_backend *be, const struct toast_attn_args *a)
 				dst[d] = src[d];
 			if (a->q_norm)
 				attn_head_norm(dst, hd, a->q_norm, a->norm_plus_one, a->eps, wtmp);
-			attn_rope(dst, a->n_rot, pos, a->rope_theta);
+			attn_rope(dst, a->n_rot, pos, a->rope_theta, a->rope_freq_type);
 		}
 		float *kd = (float *)a->k_cache + (size_t)pos * kv_dim;
 		float *vd = (float *)a->v_cache + (size_t)pos * kv_dim;
@@ -104,7 +104,7 @@ void cpu_attention(struct toast_backend *be, const struct toast_attn_args *a)
 		for (int h = 0; h < a->n_head_kv; h++) {
 			if (a->k_norm)
 				attn_head_norm(kd + h * hd, hd, a->k_norm, a->norm_plus_one, a->eps, wtmp);
-			attn_rope(kd + h * hd, a->n_rot, pos, a->rope_theta);
+			attn_rope(kd + h * hd, a->n_rot, pos, a->rope_theta, a->rope_freq_type);
 		}
 	}
 	struct attn_ctx c = {cb, a, qn};

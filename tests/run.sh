@@ -1,0 +1,26 @@
+#!/bin/sh
+# Run every test binary in $BUILD/tests and every tests/*.sh script; fail if any fails.
+# A test that needs a fixture fails when it is missing (never skips).
+set -u
+BUILD=${BUILD:-build}
+export TOASTED_TESTDATA=${TOASTED_TESTDATA:-$BUILD/testdata}
+export TOASTED_BIN=${TOASTED_BIN:-$BUILD}
+fail=0
+for t in "$BUILD"/tests/test_*; do
+	[ -x "$t" ] || continue
+	case "$t" in *.o|*.d) continue ;; esac
+	if ! "$t"; then
+		echo "FAILED: $t" >&2
+		fail=1
+	fi
+done
+for t in tests/*.sh; do
+	[ "$t" = tests/run.sh ] && continue
+	[ -f "$t" ] || continue
+	if ! sh "$t"; then
+		echo "FAILED: $t" >&2
+		fail=1
+	fi
+done
+[ $fail = 0 ] && echo "all tests passed"
+exit $fail
