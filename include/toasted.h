@@ -94,6 +94,123 @@ enum toast_status toast_session_feed(struct toast_session *s, const int32_t *ids
 /* [n_vocab] logits of the last token fed; NULL before any token. */
 const float *toast_session_logits(const struct toast_session *s);
 
+/* ---- tokenizer (src/tokenizer/) ---------------------------------------------------------- */
+
+struct toast_tokenizer;
+
+/* Load tokenizer.json (+ tokenizer_config.json when present) from a model directory. */
+enum toast_status toast_tok_load(const char *model_dir, struct toast_tokenizer **out, struct toast_error *err);
+void toast_tok_free(struct toast_tokenizer *tok);
+int toast_tok_n_vocab(const struct toast_tokenizer *tok);
+/*
+ * Encode n bytes of text (any bytes: invalid UTF-8 is handled as upstream does) into *ids
+ * (malloc'd, *n_ids entries). Added/special tokens such as <|im_start|> are matched in the text.
+ */
+enum toast_status toast_tok_encode(const struct toast_tokenizer *tok, const char *text, size_t n, int32_t **ids,
+				   int *n_ids, struct toast_error *err);
+/* The raw bytes of token id (not NUL-terminated), or NULL for an id outside the vocabulary. */
+const char *toast_tok_piece(const struct toast_tokenizer *tok, int32_t id, size_t *len);
+/* Decode ids to bytes (malloc'd, NUL-terminated, *len without the NUL). */
+enum toast_status toast_tok_decode(const struct toast_tokenizer *tok, const int32_t *ids, int n, char **text,
+				   size_t *len, struct toast_error *err);
+/* The id of a token spelled exactly `text` (added tokens included), or -1. */
+int32_t toast_tok_lookup(const struct toast_tokenizer *tok, const char *text);
+/* true for tokens that end generation (eos, <|im_end|>, <|endoftext|>, ... as the model defines). */
+bool toast_tok_is_eog(const struct toast_tokenizer *tok, int32_t id);
+
+/* Streaming detokenizer: feed ids one at a time, get back only complete UTF-8 characters. */
+struct toast_detok {
+	unsigned char pending[8];
+	int n_pending;
+};
+void toast_detok_init(struct toast_detok *d);
+/* Append the text of id to out (cap bytes, >= 16 + the longest piece); returns bytes written.
+ * Bytes of an unfinished character are held back until it completes. */
+size_t toast_detok_push(struct toast_detok *d, const struct toast_tokenizer *tok, int32_t id, char *out, size_t cap);
+/* Flush held-back bytes at the end of a stream (invalid sequences become U+FFFD). */
+size_t toast_detok_flush(struct toast_detok *d, char *out, size_t cap);
+
+/* ---- chat template (src/tokenizer/) ------------------------------------------------------- */
+
+struct toast_chat_msg {
+	const char *role;    /* "system", "user", "assistant", "tool" */
+	const char *content;
+};
+
+struct toast_chat_opts {
+	bool add_generation_prompt; /* end with the assistant turn's opening */
+	int enable_thinking;        /* -1: template default (undefined), 0: false, 1: true */
+};
+
+/* Render messages into the prompt text the model was trained on (its tokenizer_config.json
+ * chat_template, or built-in ChatML when it has none). *out is malloc'd. */
+enum toast_status toast_chat_render(const struct toast_tokenizer *tok, const struct toast_chat_msg *msgs, int n_msgs,
+				    const struct toast_chat_opts *opts, char **out, struct toast_error *err);
+
+/* ---- sampling and generation (src/engine/) ------------------------------------------------ */
+
+struct toast_sampling {
+	float temperature;    /* 0: greedy (argmax) */
+	int top_k;            /* 0: off */
+	float top_p;          /* 1: off */
+	float min_p;          /* 0: off */
+	float repeat_penalty; /* 1: off (the default) */
+	int repeat_last_n;    /* tokens the penalty looks back over */
+	uint64_t seed;        /* same seed, same logits: same tokens */
+};
+void toast_sampling_init(struct toast_sampling *s); /* the defaults above; temperature 0.7, top_p 0.8, top_k 20 */
+
+struct toast_sampler;
+enum toast_status toast_sampler_new(const struct toast_sampling *s, int n_vocab, struct toast_sampler **out,
+				    struct toast_error *err);
+void toast_sampler_free(struct toast_sampler *sp);
+/* Choose the next token from logits[n_vocab] (not modified). */
+int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits);
+/* Record a token as seen (for the repetition penalty). */
+void toast_sampler_accept(struct toast_sampler *sp, int32_t id);
+
+enum toast_finish {
+	TOAST_FINISH_STOP,      /* an end-of-generation token or a stop string */
+	TOAST_FINISH_LENGTH,    /* max_tokens reached */
+	TOAST_FINISH_CTX,       /* the context window is full */
+	TOAST_FINISH_CANCELLED, /* the callback asked to stop */
+};
+
+struct toast_gen_opts {
+	int max_tokens;               /* 0: until the context is full */
+	struct toast_sampling sampling;
+	const char *const *stop;      /* stop strings (not emitted), n_stop of them */
+	int n_stop;
+	bool ignore_eos;
+};
+
+struct toast_gen_result {
+	int n_prompt;        /* prompt tokens of the request */
+	int n_prefilled;     /* of those, tokens actually run through the model (the rest came from state) */
+	int n_generated;
+	enum toast_finish finish;
+	double t_prefill;    /* seconds */
+	double t_first;      /* seconds from the call to the first generated token */
+	double t_decode;     /* seconds spent generating after the first token */
+};
+
+/* Called for each piece of generated text (complete UTF-8 characters only) with the token that
+ * completed it; text may be empty when a token's bytes are held back. Return nonzero to cancel. */
+typedef int (*toast_token_cb)(void *ud, int32_t id, const char *text, size_t len);
+
+/*
+ * Generate from a session: the prompt tokens are fed after what the session already holds
+ * (from n_keep = toast_session_n_past(s): the caller may have restored a prefix), then tokens
+ * are sampled until a stop condition. The end-of-generation token itself is fed into the
+ * session too, so the session state covers prompt + generated tokens.
+ */
+enum toast_status toast_generate(struct toast_session *s, const struct toast_tokenizer *tok, const int32_t *prompt,
+				 int n_prompt, const struct toast_gen_opts *opts, toast_token_cb cb, void *ud,
+				 struct toast_gen_result *res, struct toast_error *err);
+
+/* The engine's tokenizer (loaded with the model when the model has one), or NULL. */
+const struct toast_tokenizer *toast_engine_tokenizer(const struct toast_engine *e);
+
 #ifdef __cplusplus
 }
 #endif
