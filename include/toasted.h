@@ -51,6 +51,8 @@ struct toast_engine_opts {
 	const char *backend; /* "cpu", "cuda", or NULL: cuda when a GPU is usable, else cpu */
 	int n_threads;       /* CPU threads; 0: all online cores */
 	int chunk;           /* tokens per prefill forward pass; 0: the default (64) */
+	const char *synthetic; /* a preset shape ("qwen3-next-80b-a3b"): random weights, no files; path is ignored */
+	int synthetic_layers;  /* with synthetic: use only the first N layers (0: all) */
 };
 
 void toast_engine_opts_init(struct toast_engine_opts *o);

@@ -40,9 +40,10 @@ struct toast_weight {
 	const char *name; /* for messages */
 	enum toast_dtype type;
 	int64_t n_in, n_out;
-	const void *data;
+	const void *data; /* NULL for a synthetic weight: prepare_weight fills it with random values */
 	void *dev;
 	size_t n_bytes;
+	enum toast_dtype dev_type; /* element type of dev, chosen by the backend */
 };
 
 /* A set of same-shaped expert matrices, one per expert. */
@@ -51,6 +52,15 @@ struct toast_experts {
 	struct toast_weight *w; /* [n_expert] */
 	void *dev;              /* backend-side packing of all experts (backend-defined) */
 };
+
+/*
+ * Synthetic weights (benchmarks at real shapes without files): a weight with data == NULL is
+ * made by prepare_weight/prepare_experts (type BF16, vectors F32) and filled with deterministic
+ * pseudo-random values: matrices uniform in [-1/sqrt(n_in), 1/sqrt(n_in)], vectors (n_out == 1)
+ * uniform in [0, 0.1]. toast_synthetic_value() is the definition every backend follows.
+ */
+uint64_t toast_synthetic_seed(const char *name);
+float toast_synthetic_value(uint64_t seed, uint64_t i, int64_t n_in, int64_t n_out);
 
 enum toast_mm_mode {
 	TOAST_MM_ACT, /* out (act) = in · Wᵀ */

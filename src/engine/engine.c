@@ -49,8 +49,14 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	e->chunk = opts->chunk ? opts->chunk : ENGINE_DEFAULT_CHUNK;
 	enum toast_status rc = engine_backend(opts, &e->be, err);
-	if (rc == TOAST_OK)
+	if (rc == TOAST_OK && opts->synthetic) {
+		const char *cfg = toast_model_preset(opts->synthetic);
+		rc = cfg ? toast_model_load_synthetic(&e->model, cfg, opts->synthetic_layers, e->be, err)
+			 : toast_err_set(err, TOAST_ERR_INVALID, "unknown synthetic shape \"%s\" (qwen3-next-80b-a3b, qwen3.5-35b-a3b)",
+					 opts->synthetic);
+	} else if (rc == TOAST_OK) {
 		rc = toast_model_load(&e->model, path, e->be, err);
+	}
 	if (rc == TOAST_OK)
 		rc = toast_model_work_new(&e->model, e->chunk, &e->work, err);
 	if (rc != TOAST_OK) {
@@ -137,6 +143,11 @@ void toast_session_reset(struct toast_session *s)
 	toast_model_state_zero(&s->e->model, &s->state);
 	s->n_past = 0;
 	s->have_logits = false;
+}
+
+void toast_session_bench_seek(struct toast_session *s, int n)
+{
+	s->n_past = n < s->state.n_ctx ? n : s->state.n_ctx;
 }
 
 int toast_session_n_past(const struct toast_session *s)

@@ -71,6 +71,10 @@ struct toast_model {
 	struct toast_safetensors st;
 	struct toast_backend *be;
 	size_t weight_bytes, decode_bytes;
+	bool output_tied;    /* lm_head is the embedding table */
+	bool synthetic;      /* weights made by the backend, no files (benchmarks) */
+	char **synth_names;  /* names of synthetic weights, owned */
+	size_t n_synth_names;
 };
 
 /* Per-session state: KV caches of attention layers, conv and recurrent states of GDN layers. */
@@ -100,6 +104,12 @@ typedef void (*toast_layer_hook)(void *ud, int index, const float *x, int T, int
 enum toast_status toast_model_load(struct toast_model *m, const char *dir, struct toast_backend *be,
 				   struct toast_error *err);
 void toast_model_unload(struct toast_model *m);
+/* A model of the shape described by config_json (a config.json text) with synthetic weights
+ * (backend.h): for benchmarks at real shapes. n_layer > 0 overrides the layer count. */
+enum toast_status toast_model_load_synthetic(struct toast_model *m, const char *config_json, int n_layer,
+					     struct toast_backend *be, struct toast_error *err);
+/* The config.json text of a named real model shape ("qwen3-next-80b-a3b", ...), or NULL. */
+const char *toast_model_preset(const char *name);
 /* Parse config.json text into hp (exposed for tests). */
 enum toast_status toast_hparams_parse(struct toast_hparams *hp, const char *json_text, struct toast_error *err);
 void toast_hparams_free(struct toast_hparams *hp);

@@ -35,6 +35,22 @@ static void bind_as(struct binder *b, struct toast_weight *w, const char *name, 
 {
 	if (b->rc != TOAST_OK)
 		return;
+	if (b->m->synthetic) {
+		size_t es = n_out == 1 ? 4 : 2;
+		char **names = realloc(b->m->synth_names, (b->m->n_synth_names + 1) * sizeof(char *));
+		char *nm = names ? toast_strdup(name) : NULL;
+		if (names)
+			b->m->synth_names = names;
+		if (!nm) {
+			b->rc = toast_err_set(b->err, TOAST_ERR_NOMEM, "out of memory");
+			return;
+		}
+		b->m->synth_names[b->m->n_synth_names++] = nm;
+		*w = (struct toast_weight){.name = nm, .type = es == 4 ? TOAST_DT_F32 : TOAST_DT_BF16, .n_in = n_in,
+					   .n_out = n_out, .n_bytes = (size_t)(n_in * n_out) * es};
+		b->m->weight_bytes += w->n_bytes;
+		return;
+	}
 	const struct toast_st_tensor *t = toast_st_find(&b->m->st, name);
 	if (!t) {
 		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "missing tensor %s", name);
@@ -90,6 +106,9 @@ static void bindf(struct binder *b, struct toast_weight *w, int64_t n_out, int64
 
 static bool has_tensor(struct binder *b, const char *fmt, int il, const char *rest)
 {
+	if (b->m->synthetic) /* what a real checkpoint of the architecture has */
+		return strstr(rest, "in_proj_qkvz") || strstr(rest, "in_proj_ba") ? b->m->hp.arch == TOAST_ARCH_QWEN3_NEXT
+										      : true;
 	char name[512];
 	snprintf(name, sizeof(name), fmt, b->prefix, il, rest);
 	return toast_st_find(&b->m->st, name) != NULL;
@@ -137,14 +156,16 @@ static void bind_experts(struct binder *b, struct toast_layer *l, int il)
 		return;
 	}
 	size_t el = (size_t)toast_dtypes[gu->dtype].type_size, eld = (size_t)toast_dtypes[dn->dtype].type_size;
+	size_t fe = (size_t)F * E;
 	for (int e = 0; e < ne; e++) {
-		const char *base = (const char *)gu->data + (size_t)e * 2 * F * E * el;
-		l->gate_exps.w[e] = (struct toast_weight){gu->name, gu->dtype, E, F, base, NULL, (size_t)F * E * el};
-		l->up_exps.w[e] = (struct toast_weight){gu->name, gu->dtype, E, F, base + (size_t)F * E * el, NULL,
-						       (size_t)F * E * el};
-		l->down_exps.w[e] = (struct toast_weight){dn->name, dn->dtype, F, E,
-							 (const char *)dn->data + (size_t)e * E * F * eld, NULL,
-							 (size_t)E * F * eld};
+		const char *base = (const char *)gu->data + (size_t)e * 2 * fe * el;
+		l->gate_exps.w[e] = (struct toast_weight){.name = gu->name, .type = gu->dtype, .n_in = E, .n_out = F,
+							 .data = base, .n_bytes = fe * el};
+		l->up_exps.w[e] = (struct toast_weight){.name = gu->name, .type = gu->dtype, .n_in = E, .n_out = F,
+						       .data = base + fe * el, .n_bytes = fe * el};
+		l->down_exps.w[e] = (struct toast_weight){.name = dn->name, .type = dn->dtype, .n_in = F, .n_out = E,
+							 .data = (const char *)dn->data + (size_t)e * fe * eld,
+							 .n_bytes = fe * eld};
 	}
 	b->m->weight_bytes += gu->n_bytes + dn->n_bytes;
 }
@@ -221,7 +242,7 @@ static void bind_layer(struct binder *b, int il)
 static size_t weight_decode_bytes(const struct toast_model *m)
 {
 	const struct toast_hparams *hp = &m->hp;
-	size_t n = m->output.n_bytes + m->output_norm.n_bytes;
+	size_t n = (m->output_tied ? m->tok_embd.n_bytes : m->output.n_bytes) + m->output_norm.n_bytes;
 	for (int il = 0; il < hp->n_layer; il++) {
 		const struct toast_layer *l = &m->layers[il];
 		const struct toast_weight *ws[] = {&l->attn_norm, &l->ffn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
@@ -244,10 +265,10 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 	enum toast_status rc = be->ops->prepare_weight(be, &m->tok_embd, err);
 	if (rc == TOAST_OK)
 		rc = be->ops->prepare_weight(be, &m->output_norm, err);
-	if (rc == TOAST_OK && m->output.data != m->tok_embd.data)
-		rc = be->ops->prepare_weight(be, &m->output, err);
+	if (m->output_tied)
+		m->output = m->tok_embd;
 	else if (rc == TOAST_OK)
-		m->output.dev = m->tok_embd.dev;
+		rc = be->ops->prepare_weight(be, &m->output, err);
 	for (int il = 0; il < m->hp.n_layer && rc == TOAST_OK; il++) {
 		struct toast_layer *l = &m->layers[il];
 		struct toast_weight *ws[] = {&l->attn_norm, &l->ffn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
@@ -255,7 +276,7 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 					     &l->ssm_A, &l->ssm_dt, &l->ssm_norm, &l->ssm_out, &l->ffn_gate, &l->ffn_up,
 					     &l->ffn_down, &l->router, &l->sh_gate, &l->sh_up, &l->sh_down, &l->sh_gate_inp};
 		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]) && rc == TOAST_OK; i++)
-			if (ws[i]->data)
+			if (ws[i]->n_out > 0) /* bound (synthetic weights have no data yet) */
 				rc = be->ops->prepare_weight(be, ws[i], err);
 		if (l->is_moe && rc == TOAST_OK)
 			rc = be->ops->prepare_experts(be, &l->gate_exps, err);
@@ -266,6 +287,8 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 	}
 	return rc;
 }
+
+static enum toast_status model_bind(struct toast_model *m, struct toast_error *err);
 
 enum toast_status toast_model_load(struct toast_model *m, const char *dir, struct toast_backend *be,
 				   struct toast_error *err)
@@ -286,6 +309,35 @@ enum toast_status toast_model_load(struct toast_model *m, const char *dir, struc
 		toast_model_unload(m);
 		return rc;
 	}
+	rc = model_bind(m, err);
+	if (rc != TOAST_OK) {
+		toast_err_prefix(err, "%s: ", dir);
+		toast_model_unload(m);
+	}
+	return rc;
+}
+
+enum toast_status toast_model_load_synthetic(struct toast_model *m, const char *config_json, int n_layer,
+					     struct toast_backend *be, struct toast_error *err)
+{
+	memset(m, 0, sizeof(*m));
+	m->be = be;
+	m->synthetic = true;
+	enum toast_status rc = toast_hparams_parse(&m->hp, config_json, err);
+	if (rc == TOAST_OK && n_layer > 0 && n_layer < m->hp.n_layer)
+		m->hp.n_layer = n_layer; /* the per-layer tables are longer than needed: harmless */
+	if (rc == TOAST_OK)
+		rc = model_bind(m, err);
+	if (rc != TOAST_OK) {
+		toast_err_prefix(err, "synthetic model: ");
+		toast_model_unload(m);
+	}
+	return rc;
+}
+
+static enum toast_status model_bind(struct toast_model *m, struct toast_error *err)
+{
+	enum toast_status rc;
 	const struct toast_hparams *hp = &m->hp;
 	struct binder b = {m, "model.", err, TOAST_OK};
 	if (toast_st_find(&m->st, "model.language_model.embed_tokens.weight"))
@@ -297,18 +349,14 @@ enum toast_status toast_model_load(struct toast_model *m, const char *dir, struc
 	bindf(&b, &m->output_norm, 1, hp->n_embd, "%snorm.weight", b.prefix);
 	if (!hp->tie_embd || toast_st_find(&m->st, "lm_head.weight"))
 		bind_as(&b, &m->output, "lm_head.weight", hp->n_vocab, hp->n_embd);
-	else if (b.rc == TOAST_OK)
-		m->output = m->tok_embd;
+	else
+		m->output_tied = true; /* set from tok_embd once it is prepared */
 	for (int il = 0; il < hp->n_layer && b.rc == TOAST_OK; il++)
 		bind_layer(&b, il);
 	rc = b.rc;
 	if (rc == TOAST_OK) {
 		m->decode_bytes = weight_decode_bytes(m);
 		rc = model_prepare(m, err);
-	}
-	if (rc != TOAST_OK) {
-		toast_err_prefix(err, "%s: ", dir);
-		toast_model_unload(m);
 	}
 	return rc;
 }
@@ -325,6 +373,9 @@ void toast_model_unload(struct toast_model *m)
 			free(m->layers[il].down_exps.w);
 		}
 	free(m->layers);
+	for (size_t i = 0; i < m->n_synth_names; i++)
+		free(m->synth_names[i]);
+	free(m->synth_names);
 	toast_st_close(&m->st);
 	toast_hparams_free(&m->hp);
 	memset(m, 0, sizeof(*m));

@@ -26,6 +26,8 @@ struct cpu_backend {
 	const int32_t *ids;
 	int step_T, step_pos;
 	bool oom; /* a scratch allocation failed: reported by sync() */
+	void **owned; /* synthetic weights made by prepare_weight, freed with the backend */
+	size_t n_owned;
 };
 
 static inline struct cpu_backend *cpu_of(struct toast_backend *be)
