@@ -59,7 +59,8 @@ static struct hw mkw(enum toast_dtype type, int64_t n_out, int64_t n_in, double 
 		else
 			((uint16_t *)data)[i] = toast_f32_to_f16(v), h.f[i] = toast_f16_to_f32(toast_f32_to_f16(v));
 	}
-	h.w = (struct toast_weight){"test", type, n_in, n_out, data, NULL, n * (type == TOAST_DT_F32 ? 4 : 2)};
+	h.w = (struct toast_weight){.name = "test", .type = type, .n_in = n_in, .n_out = n_out, .data = data,
+				    .n_bytes = n * (type == TOAST_DT_F32 ? 4 : 2)};
 	return h;
 }
 
@@ -249,6 +250,9 @@ static void test_attention(struct ctx *c, int n_head, int n_head_kv, int hd, int
 		void *dk = put(be, k + (size_t)done * kvd, (size_t)n * kvd, true);
 		void *dv = put(be, v + (size_t)done * kvd, (size_t)n * kvd, true);
 		void *dout = be->ops->alloc(be, (size_t)n * n_head * hd * be->act_size);
+		int32_t *ids = calloc((size_t)n, sizeof(int32_t));
+		be->ops->begin_step(be, ids, n, done); /* the step carries pos to a backend that records steps */
+		free(ids);
 		struct toast_attn_args a = {dq, dk, dv, qk_norm ? &qn.w : NULL, qk_norm ? &kn.w : NULL, true, 1e-6f,
 					    n_head, n_head_kv, hd, n_rot, 10000.0f, TOAST_DT_BF16, gated, kc, vc, n_ctx, done, n, dout};
 		be->ops->attention(be, &a);

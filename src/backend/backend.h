@@ -171,6 +171,16 @@ struct toast_backend_ops {
 
 	/* start a forward step over ids[0..T) (host memory) at positions pos.. */
 	void (*begin_step)(struct toast_backend *be, const int32_t *ids, int T, int pos);
+	/*
+	 * Optional (NULL on backends that do not record): replay of recorded decode steps. After
+	 * begin_step, graph_begin(key) returns true when it launched the step recorded under key
+	 * (the caller then skips the ops); otherwise the caller runs the ops and calls
+	 * graph_end(key), which finishes a recording if one was started. A key names everything
+	 * a step touches (state, buffers, T == 1); steps under one key differ only in what
+	 * begin_step stored. A backend records a key only after running it once normally.
+	 */
+	bool (*graph_begin)(struct toast_backend *be, uint64_t key);
+	void (*graph_end)(struct toast_backend *be, uint64_t key);
 
 	/* x (f32 [T][n_embd]) = rows ids[t] of W ([n_vocab][n_embd]) for the step's ids */
 	void (*embed)(struct toast_backend *be, float *x, const struct toast_weight *W, int T);

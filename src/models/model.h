@@ -79,6 +79,7 @@ struct toast_model {
 
 /* Per-session state: KV caches of attention layers, conv and recurrent states of GDN layers. */
 struct toast_state {
+	uint64_t id; /* unique per state made: keys recorded decode steps */
 	int n_ctx;
 	void **k_cache, **v_cache; /* [n_layer] act [n_ctx][n_head_kv*head_dim], NULL for GDN layers */
 	void **conv;               /* [n_layer] act [conv_k-1][conv_dim], NULL for attention layers */

@@ -429,9 +429,11 @@ static size_t state_ssm_bytes(const struct toast_model *m)
 enum toast_status toast_model_state_new(const struct toast_model *m, int n_ctx, struct toast_state *s,
 					struct toast_error *err)
 {
+	static _Atomic uint64_t next_id = 1;
 	memset(s, 0, sizeof(*s));
 	struct toast_backend *be = m->be;
 	int L = m->hp.n_layer;
+	s->id = next_id++;
 	s->n_ctx = n_ctx;
 	s->k_cache = calloc((size_t)L, sizeof(void *));
 	s->v_cache = calloc((size_t)L, sizeof(void *));
@@ -627,6 +629,10 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 					     hp->n_vocab);
 	enum toast_status rc = TOAST_OK;
 	be->ops->begin_step(be, ids, T, pos);
+	/* a decode step can be replayed from a recording: same state, same buffers, T == 1 */
+	bool record = T == 1 && !all_logits && !hook && be->ops->graph_begin;
+	if (record && be->ops->graph_begin(be, s->id))
+		return be->ops->sync(be, err);
 	be->ops->embed(be, w->x, &m->tok_embd, T);
 	if (hook)
 		rc = fwd_hook(be, hook, hook_ud, 0, w->x, false, T, E, err);
@@ -655,6 +661,8 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 		be->ops->copy(be, w->h, (const char *)w->h + (size_t)(T - 1) * E * be->act_size, (size_t)E * be->act_size);
 	}
 	be->ops->matmul(be, w->logits, TOAST_MM_F32, w->h, &m->output, rows);
+	if (record)
+		be->ops->graph_end(be, s->id);
 	if (rc == TOAST_OK)
 		rc = be->ops->sync(be, err);
 	return rc;

@@ -1,0 +1,306 @@
+/*
+ * k_gdn.cu - the Gated DeltaNet mixer (contract: toast_gdn_args in backend.h).
+ *
+ * Stages: conv (one thread per channel, all T tokens, conv state updated once), prep (L2-norm
+ * of q and k per key head, beta and g per value head), the delta rule, and the gated RMSNorm.
+ * The delta rule is independent per row j of a value head's state S[j][:] (value dim j,
+ * key dims contiguous), so blocks own (value head, 32 rows): that fills the GPU at decode.
+ * Decode (T == 1) runs the token recurrence, one warp per row; prefill runs the chunked form
+ * (docs/qwen3next-spec.md §4.1) with a chunk in shared memory, all in f32.
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+#define GDN_ROWS 32
+
+struct gdn_dims {
+	int nk, nv, dk, dv, K, r, key_dim, vdim, conv_dim, T;
+	int grouped, ba_grouped;
+};
+
+/* position of conv channel c in a row of the projection output */
+__device__ __forceinline__ int64_t gdn_chan(const gdn_dims &g, int c)
+{
+	if (!g.grouped)
+		return c;
+	int G = 2 * g.dk + 2 * g.r * g.dv;
+	if (c < g.key_dim)
+		return (int64_t)(c / g.dk) * G + c % g.dk;
+	if (c < 2 * g.key_dim) {
+		c -= g.key_dim;
+		return (int64_t)(c / g.dk) * G + g.dk + c % g.dk;
+	}
+	c -= 2 * g.key_dim;
+	int h = c / g.dv;
+	return (int64_t)(h / g.r) * G + 2 * g.dk + (h % g.r) * g.dv + c % g.dv;
+}
+
+__global__ void k_gdn_conv(gdn_dims g, const bf16 *qkv, const void *w, int wtype, bf16 *state, float *out)
+{
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= g.conv_dim)
+		return;
+	int K = g.K;
+	float win[16];
+	for (int j = 0; j < K - 1; j++)
+		win[j] = __bfloat162float(state[(size_t)j * g.conv_dim + c]);
+	int64_t pos = gdn_chan(g, c), stride = g.grouped ? g.conv_dim + g.vdim : g.conv_dim;
+	float wc[16];
+	for (int j = 0; j < K; j++)
+		wc[j] = cu_ldw(w, wtype, (size_t)c * K + j);
+	for (int t = 0; t < g.T; t++) {
+		float x = __bfloat162float(qkv[t * stride + pos]);
+		float s = wc[K - 1] * x;
+		for (int j = 0; j < K - 1; j++)
+			s += wc[j] * win[j];
+		for (int j = 0; j < K - 2; j++)
+			win[j] = win[j + 1];
+		win[K - 2] = x;
+		out[(size_t)t * g.conv_dim + c] = cu_silu(s);
+	}
+	for (int j = 0; j < K - 1; j++)
+		state[(size_t)j * g.conv_dim + c] = __float2bfloat16(win[j]);
+}
+
+/* per token: L2-normalise q (with d_k^-1/2) and k of each key head in place; beta and g */
+__global__ void k_gdn_prep(gdn_dims g, float *conv, const bf16 *b, const bf16 *a, const float *A, int a_neg_exp,
+			   const float *dtb, float *beta, float *gg)
+{
+	int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+	float *row = conv + (size_t)t * g.conv_dim;
+	for (int hk = warp; hk < 2 * g.nk; hk += nw) {
+		float *x = row + (size_t)hk * g.dk; /* q heads then k heads */
+		float ss = 0;
+		for (int i = lane; i < g.dk; i += 32)
+			ss += x[i] * x[i];
+		ss = cu_warp_sum(ss);
+		float sc = rsqrtf(ss + 1e-6f) * (hk < g.nk ? rsqrtf((float)g.dk) : 1.0f);
+		for (int i = lane; i < g.dk; i += 32)
+			x[i] *= sc;
+	}
+	for (int h = threadIdx.x; h < g.nv; h += blockDim.x) {
+		float bv, av;
+		if (g.ba_grouped) {
+			const bf16 *r = b + (size_t)t * 2 * g.nv + (h / g.r) * 2 * g.r;
+			bv = __bfloat162float(r[h % g.r]);
+			av = __bfloat162float(r[g.r + h % g.r]);
+		} else {
+			bv = __bfloat162float(b[(size_t)t * g.nv + h]);
+			av = __bfloat162float(a[(size_t)t * g.nv + h]);
+		}
+		float x = av + dtb[h];
+		float sp = x > 20.0f ? x : log1pf(expf(x));
+		float An = a_neg_exp ? A[h] : -expf(A[h]);
+		beta[(size_t)t * g.nv + h] = 1.0f / (1.0f + expf(-bv));
+		gg[(size_t)t * g.nv + h] = An * sp;
+	}
+}
+
+/* T == 1: one warp per state row */
+__global__ void k_gdn_step(gdn_dims g, const float *conv, const float *beta, const float *gg, float *S, float *o)
+{
+	int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+	int kh = h / g.r;
+	const float *q = conv + (size_t)kh * g.dk, *k = conv + g.key_dim + (size_t)kh * g.dk;
+	const float *v = conv + 2 * g.key_dim + (size_t)h * g.dv;
+	float alpha = expf(gg[h]), bt = beta[h];
+	int j1 = min(g.dv, (int)(blockIdx.y + 1) * GDN_ROWS);
+	for (int j = blockIdx.y * GDN_ROWS + warp; j < j1; j += nw) {
+		float *Sj = S + ((size_t)h * g.dv + j) * g.dk;
+		float m = 0;
+		for (int i = lane; i < g.dk; i += 32)
+			m += (Sj[i] *= alpha) * k[i];
+		m = cu_warp_sum(m);
+		float delta = bt * (v[j] - m), out = 0;
+		for (int i = lane; i < g.dk; i += 32) {
+			float s = Sj[i] + k[i] * delta;
+			Sj[i] = s;
+			out += s * q[i];
+		}
+		out = cu_warp_sum(out);
+		if (lane == 0)
+			o[(size_t)h * g.dv + j] = out;
+	}
+}
+
+/* T > 1: chunks of C tokens in shared memory, sequential over chunks. Rows of K, Q, W and S are
+ * padded to dk + 1 floats so that threads walking different rows hit different banks. */
+__global__ void k_gdn_chunk(gdn_dims g, int C, const float *conv, const float *beta, const float *gg, float *S,
+			    float *o)
+{
+	extern __shared__ float smem[];
+	int h = blockIdx.x, kh = h / g.r, dk = g.dk, dkp = dk + 1;
+	int jb = blockIdx.y * GDN_ROWS, J = min(GDN_ROWS, g.dv - jb);
+	float *Kc = smem, *Qc = Kc + C * dkp, *W = Qc + C * dkp, *A = W + C * dkp, *U = A + C * C;
+	float *Ss = U + C * GDN_ROWS, *gam = Ss + GDN_ROWS * dkp, *bet = gam + C;
+	int tid = threadIdx.x, nt = blockDim.x;
+	float *Sg = S + ((size_t)h * g.dv + jb) * dk;
+	for (int x = tid; x < J * dk; x += nt)
+		Ss[(x / dk) * dkp + x % dk] = Sg[x];
+	for (int t0 = 0; t0 < g.T; t0 += C) {
+		int L = min(C, g.T - t0);
+		__syncthreads();
+		for (int x = tid; x < L * dk; x += nt) {
+			int r = x / dk, i = x % dk;
+			const float *row = conv + (size_t)(t0 + r) * g.conv_dim;
+			Kc[r * dkp + i] = row[g.key_dim + kh * dk + i];
+			Qc[r * dkp + i] = row[kh * dk + i];
+		}
+		for (int r = tid; r < L; r += nt)
+			bet[r] = beta[(size_t)(t0 + r) * g.nv + h];
+		if (tid == 0) {
+			float acc = 0;
+			for (int r = 0; r < L; r++) {
+				acc += gg[(size_t)(t0 + r) * g.nv + h];
+				gam[r] = acc;
+			}
+		}
+		__syncthreads();
+		/* A[r][s] = beta_r e^(gam_r - gam_s) k_r.k_s, s < r */
+		for (int x = tid; x < L * L; x += nt) {
+			int r = x / L, s = x % L;
+			float v = 0;
+			if (s < r) {
+				for (int i = 0; i < dk; i++)
+					v += Kc[r * dkp + i] * Kc[s * dkp + i];
+				v *= bet[r] * expf(gam[r] - gam[s]);
+			}
+			A[r * C + s] = v;
+		}
+		__syncthreads();
+		/* forward substitution: (I + A) W = diag(beta e^gam) K, (I + A) U = diag(beta) V */
+		for (int r = 0; r < L; r++) {
+			const float *row = conv + (size_t)(t0 + r) * g.conv_dim + 2 * g.key_dim + (size_t)h * g.dv + jb;
+			for (int c = tid; c < dk + J; c += nt) {
+				if (c < dk) {
+					float v = bet[r] * expf(gam[r]) * Kc[r * dkp + c];
+					for (int s = 0; s < r; s++)
+						v -= A[r * C + s] * W[s * dkp + c];
+					W[r * dkp + c] = v;
+				} else {
+					int j = c - dk;
+					float v = bet[r] * row[j];
+					for (int s = 0; s < r; s++)
+						v -= A[r * C + s] * U[s * GDN_ROWS + j];
+					U[r * GDN_ROWS + j] = v;
+				}
+			}
+			__syncthreads();
+		}
+		/* V' = U - W S0 (in U); O part 1 = e^gam Q S0 (to global) */
+		for (int x = tid; x < L * J; x += nt) {
+			int r = x / J, j = x % J;
+			float ws = 0, qs = 0;
+			for (int i = 0; i < dk; i++) {
+				ws += W[r * dkp + i] * Ss[j * dkp + i];
+				qs += Qc[r * dkp + i] * Ss[j * dkp + i];
+			}
+			U[r * GDN_ROWS + j] -= ws;
+			o[((size_t)(t0 + r) * g.nv + h) * g.dv + jb + j] = expf(gam[r]) * qs;
+		}
+		__syncthreads();
+		/* P[r][s] = e^(gam_r - gam_s) q_r.k_s, s <= r (into A) */
+		for (int x = tid; x < L * L; x += nt) {
+			int r = x / L, s = x % L;
+			float v = 0;
+			if (s <= r) {
+				for (int i = 0; i < dk; i++)
+					v += Qc[r * dkp + i] * Kc[s * dkp + i];
+				v *= expf(gam[r] - gam[s]);
+			}
+			A[r * C + s] = v;
+		}
+		__syncthreads();
+		for (int x = tid; x < L * J; x += nt) {
+			int r = x / J, j = x % J;
+			float v = 0;
+			for (int s = 0; s <= r; s++)
+				v += A[r * C + s] * U[s * GDN_ROWS + j];
+			o[((size_t)(t0 + r) * g.nv + h) * g.dv + jb + j] += v;
+		}
+		/* S = e^gam_L S0 + sum_s e^(gam_L - gam_s) V'_s k_s^T */
+		float gl = gam[L - 1];
+		for (int x = tid; x < J * dk; x += nt) {
+			int j = x / dk, i = x % dk;
+			float v = expf(gl) * Ss[j * dkp + i];
+			for (int s = 0; s < L; s++)
+				v += expf(gl - gam[s]) * U[s * GDN_ROWS + j] * Kc[s * dkp + i];
+			Ss[j * dkp + i] = v;
+		}
+	}
+	__syncthreads();
+	for (int x = tid; x < J * dk; x += nt)
+		Sg[x] = Ss[(x / dk) * dkp + x % dk];
+}
+
+/* out = RMSNorm(o) * w * SiLU(z) per (token, value head) */
+__global__ void k_gdn_gnorm(gdn_dims g, const float *o, const bf16 *qkv, const bf16 *z, const float *w, float eps,
+			    bf16 *out)
+{
+	__shared__ float red[32];
+	int t = blockIdx.x, h = blockIdx.y;
+	const float *oh = o + ((size_t)t * g.nv + h) * g.dv;
+	float ss = 0;
+	for (int j = threadIdx.x; j < g.dv; j += blockDim.x)
+		ss += oh[j] * oh[j];
+	ss = cu_block_sum(ss, red);
+	float r = rsqrtf(ss / g.dv + eps);
+	for (int j = threadIdx.x; j < g.dv; j += blockDim.x) {
+		float zv;
+		if (g.grouped) {
+			int G = 2 * g.dk + 2 * g.r * g.dv;
+			zv = __bfloat162float(qkv[(size_t)t * (g.conv_dim + g.vdim) + (size_t)(h / g.r) * G + 2 * g.dk +
+						  g.r * g.dv + (h % g.r) * g.dv + j]);
+		} else {
+			zv = __bfloat162float(z[((size_t)t * g.nv + h) * g.dv + j]);
+		}
+		out[((size_t)t * g.nv + h) * g.dv + j] = __float2bfloat16(oh[j] * r * w[j] * cu_silu(zv));
+	}
+}
+
+void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
+{
+	gdn_dims g;
+	g.nk = a->n_k_head, g.nv = a->n_v_head, g.dk = a->d_k, g.dv = a->d_v, g.K = a->conv_k, g.r = g.nv / g.nk;
+	g.key_dim = g.nk * g.dk, g.vdim = g.nv * g.dv, g.conv_dim = 2 * g.key_dim + g.vdim, g.T = a->T;
+	g.grouped = a->qkvz_grouped, g.ba_grouped = a->ba_grouped;
+	if (g.K > 16 || g.K < 2) {
+		cu_fail_msg(cb, "gdn: conv kernel %d is not supported (2..16)", g.K);
+		return;
+	}
+	size_t n_conv = (size_t)g.T * g.conv_dim, n_h = (size_t)g.T * g.nv, n_o = (size_t)g.T * g.vdim;
+	float *scr = (float *)cu_scratch(cb, (n_conv + 2 * n_h + n_o) * sizeof(float));
+	if (!scr)
+		return;
+	float *conv = scr, *beta = conv + n_conv, *gg = beta + n_h, *o = gg + n_h;
+	k_gdn_conv<<<cu_blocks((size_t)g.conv_dim, 128), 128, 0, cb->stream>>>(
+		g, (const bf16 *)a->qkv, a->conv_w->dev, a->conv_w->dev_type, (bf16 *)a->conv_state, conv);
+	cu_launched(cb, "gdn conv");
+	k_gdn_prep<<<g.T, 256, 0, cb->stream>>>(g, conv, (const bf16 *)a->b, (const bf16 *)a->a, (const float *)a->A_log->dev,
+						 a->a_is_neg_exp, (const float *)a->dt_bias->dev, beta, gg);
+	cu_launched(cb, "gdn prep");
+	dim3 grid(g.nv, cu_blocks((size_t)g.dv, GDN_ROWS));
+	if (g.T == 1) {
+		k_gdn_step<<<grid, 256, 0, cb->stream>>>(g, conv, beta, gg, a->ssm_state, o);
+		cu_launched(cb, "gdn step");
+	} else {
+		int C = 64;
+		size_t smem = 0;
+		for (; C >= 8; C /= 2) {
+			smem = ((size_t)3 * C * (g.dk + 1) + (size_t)C * C + (size_t)C * GDN_ROWS + (size_t)GDN_ROWS * (g.dk + 1) +
+				2 * C) * sizeof(float);
+			if (smem <= cb->smem_optin)
+				break;
+		}
+		if (C < 8) {
+			cu_fail_msg(cb, "gdn: key head dim %d too large for shared memory", g.dk);
+			return;
+		}
+		cudaFuncSetAttribute(k_gdn_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+		k_gdn_chunk<<<grid, 256, smem, cb->stream>>>(g, C, conv, beta, gg, a->ssm_state, o);
+		cu_launched(cb, "gdn chunk");
+	}
+	dim3 ng(g.T, g.nv);
+	k_gdn_gnorm<<<ng, 128, 0, cb->stream>>>(g, o, (const bf16 *)a->qkv, (const bf16 *)a->z, (const float *)a->norm_w->dev,
+						 a->eps, (bf16 *)a->out);
+	cu_launched(cb, "gdn gated norm");
+}
