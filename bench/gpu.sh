@@ -22,13 +22,16 @@ summary=()
 timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
 rc=$?
 summary+=("test_ops (cpu + cuda ops vs reference): rc=$rc, $(grep -c 'failed' "$OUT/test_ops.log") failures")
-grep -E "failed|cuda" "$OUT/test_ops.log" | head -20
+grep -E "failed|cuda" "$OUT/test_ops.log" | head -40
+rm -f "$OUT/checks.log"
 # 2. every shared model against its reference on the GPU
 for m in qwen3-tiny qwen3moe-tiny qwen35-tiny qwen35moe-tiny qwen3next-tiny qwen3next-tiny-hubcfg; do
 	for c in 64 1 7; do
-		timeout 120 $B/toasted check build/testdata/models/$m --backend cuda --chunk $c >"$OUT/check-$m-$c.log" 2>&1
+		echo "== $m chunk $c" >>"$OUT/checks.log"
+		timeout 120 $B/toasted check build/testdata/models/$m --backend cuda --chunk $c >"$OUT/check.tmp" 2>&1
 		rc=$?
-		summary+=("check $m chunk $c: rc=$rc $(grep -E '^ids|^greedy' "$OUT/check-$m-$c.log" | tr '\n' ' ')")
+		cat "$OUT/check.tmp" >>"$OUT/checks.log"
+		summary+=("check $m chunk $c: rc=$rc $(grep -E '^ids|^greedy|^toasted' "$OUT/check.tmp" | tr '\n' ' ')")
 	done
 done
 # 3. timing at the real Qwen3-Next shape, 12 of 48 layers in bf16
@@ -38,6 +41,8 @@ if [ "$MODE" = full ]; then
 	summary+=("bench rc=$?")
 	cat "$OUT/bench.log"
 fi
+rm -f "$OUT/check.tmp"
+grep -h "per-layer" "$OUT/checks.log" | sort -u | head -20
 echo
 echo "==== summary ===="
 printf '%s\n' "${summary[@]}"

@@ -96,6 +96,21 @@ enum toast_status toast_session_feed(struct toast_session *s, const int32_t *ids
 /* [n_vocab] logits of the last token fed; NULL before any token. */
 const float *toast_session_logits(const struct toast_session *s);
 
+/* ---- diagnostics ---- */
+
+/* Called with host f32 copies of the residual stream during a feed: index 0 after the
+ * embedding, i after decoder layer i-1 for i < n_layer, n_layer after the final norm. */
+typedef void (*toast_layer_cb)(void *ud, int index, const float *x, int n_tokens, int n_embd);
+/* toast_session_feed that also reports every layer's output (slower: copies each layer out). */
+enum toast_status toast_session_feed_layers(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
+					    toast_layer_cb cb, void *ud, struct toast_error *err);
+/* Copy bandwidth of the memory the engine computes from (device memory on CUDA), in bytes/s,
+ * counting bytes read plus bytes written: the denominator of a bandwidth floor. */
+double toast_engine_bandwidth(struct toast_engine *e);
+/* Benchmarks only: pretend the session holds n tokens (their KV rows are whatever is there),
+ * so that decode at a long context can be timed without prefilling it. */
+void toast_session_bench_seek(struct toast_session *s, int n);
+
 /* ---- tokenizer (src/tokenizer/) ---------------------------------------------------------- */
 
 struct toast_tokenizer;

@@ -98,7 +98,7 @@ static void test_model(const char *model)
 			struct hook_ctx hc = {&ref, model, toast_engine_info(e)->n_layer, 0};
 			/* hidden states: ids0 in one pass */
 			bool hook = n == 0 && chunks[ci] >= len;
-			st = toast_session_feed_hook(s, ids->data, len, out, hook ? hidden_hook : NULL, &hc, &err);
+			st = toast_session_feed_layers(s, ids->data, len, out, hook ? hidden_hook : NULL, &hc, &err);
 			CHECK(st == TOAST_OK, "%s: %s", model, err.msg);
 			if (hook)
 				CHECK(hc.seen == hc.n_layer + 1, "%s: %d hidden states compared", model, hc.seen);

@@ -365,8 +365,8 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 		}
 		void *dqkv = put(be, qkv, (size_t)n * (conv_dim + (sh.grouped ? vdim : 0)), true);
 		void *dz = sh.grouped ? NULL : put(be, zz, (size_t)n * vdim, true);
-		void *db = sh.grouped ? put(be, ba, (size_t)n * 2 * nv, true) : put(be, bb, (size_t)n * nv, true);
-		void *da = sh.grouped ? NULL : put(be, aa, (size_t)n * nv, true);
+		float *db = sh.grouped ? put(be, ba, (size_t)n * 2 * nv, false) : put(be, bb, (size_t)n * nv, false);
+		float *da = sh.grouped ? NULL : put(be, aa, (size_t)n * nv, false);
 		void *dout = be->ops->alloc(be, (size_t)n * vdim * be->act_size);
 		struct toast_gdn_args a = {dqkv, dz, db, da, sh.grouped, sh.grouped, &cw.w, &Al.w, false, &dt.w, &nw.w,
 					   nk, nv, dk, dv, K, 1e-6f, conv, ssm, n, dout};

@@ -107,11 +107,12 @@ struct toast_attn_args {
  * [q_g | k_g | v of its r value heads | z of its r value heads], and z is unused.
  * ba: flat b [T][n_v_head] and a [T][n_v_head]; grouped (in_proj_ba) ba [T][2*n_v_head], per key
  * head [b of its r value heads | a of its r value heads], and a is unused.
- * All inputs are act. conv_state holds the last conv_k-1 raw (pre-conv) inputs, oldest first,
+ * qkv and z are act, b and a f32 (the gates are sensitive to rounding). conv_state holds the last conv_k-1 raw (pre-conv) inputs, oldest first,
  * in flat channel order. ssm_state is [n_v_head][d_v][d_k] f32 (S[h][j][i]: key dim i contiguous).
  */
 struct toast_gdn_args {
-	const void *qkv, *z, *b, *a;
+	const void *qkv, *z;
+	const float *b, *a;
 	bool qkvz_grouped, ba_grouped;
 	const struct toast_weight *conv_w;  /* [conv_dim][conv_k] */
 	const struct toast_weight *A_log;   /* [n_v_head]; when a_is_neg_exp holds -exp(A_log) instead */

@@ -7,9 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
 #include "cli/cli.h"
-#include "engine/engine.h"
 #include "util/timeutil.h"
 
 #define BENCH_MAX_LIST 8
@@ -35,29 +33,6 @@ static bool bench_list(const char *opt, const char *v, int *out, int *n)
 	}
 	free(dup);
 	return ok && *n > 0;
-}
-
-/* device (or host) copy bandwidth in bytes/s, counting bytes read plus written */
-static double bench_bandwidth(struct toast_backend *be)
-{
-	size_t n = (size_t)1 << 30;
-	void *a = be->ops->alloc(be, n), *b = be->ops->alloc(be, n);
-	double best = 0;
-	if (a && b) {
-		struct toast_error err;
-		be->ops->copy(be, b, a, n); /* warm up (first touch) */
-		be->ops->sync(be, &err);
-		for (int i = 0; i < 5; i++) {
-			double t0 = toast_now();
-			be->ops->copy(be, b, a, n);
-			be->ops->sync(be, &err);
-			double bw = 2.0 * n / (toast_now() - t0);
-			best = bw > best ? bw : best;
-		}
-	}
-	be->ops->release(be, a);
-	be->ops->release(be, b);
-	return best;
 }
 
 static int32_t *bench_ids(int n, int n_vocab)
@@ -129,7 +104,7 @@ int cli_bench(int argc, char **argv)
 	       o.eo.synthetic ? "synthetic " : "", o.eo.synthetic ? o.eo.synthetic : o.model, in->arch, in->n_layer,
 	       in->n_layer_attn, in->backend, toast_now() - t0);
 	printf("weights: %.2f GB; a decode step reads %.3f GB of weights\n", in->weight_bytes / 1e9, in->decode_bytes / 1e9);
-	double bw = bench_bandwidth(e->be);
+	double bw = toast_engine_bandwidth(e);
 	printf("memory bandwidth (copy, read+write): %.1f GB/s\n", bw / 1e9);
 	int max_ctx = 0;
 	for (int i = 0; i < o.n_prompts; i++)

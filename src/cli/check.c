@@ -95,6 +95,41 @@ static int check_sequences(struct toast_engine *e, const struct toast_safetensor
 	return rc;
 }
 
+struct layer_ctx {
+	const struct toast_safetensors *ref;
+	char line[1024];
+	size_t len;
+};
+
+static void check_layer_cb(void *ud, int index, const float *x, int n_tokens, int n_embd)
+{
+	struct layer_ctx *c = ud;
+	char name[32];
+	snprintf(name, sizeof(name), "hidden0.%d", index);
+	const struct toast_st_tensor *t = toast_st_find(c->ref, name);
+	if (!t || t->dtype != TOAST_DT_F32 || t->n_elems != (int64_t)n_tokens * n_embd || c->len >= sizeof(c->line) - 32)
+		return;
+	int bad;
+	double e = check_err(x, t->data, n_tokens, n_embd, 1, &bad);
+	c->len += (size_t)snprintf(c->line + c->len, sizeof(c->line) - c->len, " %d:%.2g", index, e);
+}
+
+/* per-layer errors of ids0 against hidden0.N when the reference has them: where a mismatch starts */
+static void check_layers(struct toast_engine *e, const struct toast_safetensors *ref)
+{
+	const struct toast_st_tensor *ids = toast_st_find(ref, "ids0");
+	if (!toast_st_find(ref, "hidden0.0") || !ids || ids->dtype != TOAST_DT_I32 || ids->n_dims != 1)
+		return;
+	struct layer_ctx c = {.ref = ref};
+	struct toast_error err;
+	struct toast_session *s = NULL;
+	int len = (int)ids->shape[0];
+	if (toast_session_new(e, len, &s, &err) == TOAST_OK &&
+	    toast_session_feed_layers(s, ids->data, len, NULL, check_layer_cb, &c, &err) == TOAST_OK)
+		printf("per-layer error (ids0; 0 = embedding, last = final norm):%s\n", c.line);
+	toast_session_free(s);
+}
+
 static int check_greedy(struct toast_engine *e, const struct toast_safetensors *ref, const char *json_path,
 			const struct check_opts *o)
 {
@@ -224,10 +259,12 @@ int cli_check(int argc, char **argv)
 	printf("model %s (%s, %s backend)\n", o.model, toast_engine_info(e)->arch, toast_engine_info(e)->backend);
 	int n_checked = 0;
 	int rc = check_sequences(e, &ref, &o, &n_checked);
-	if (rc != 2 && n_checked == 0) {
+	if (rc == 0 && n_checked == 0) {
 		fprintf(stderr, "toasted check: %s has no ids0/logits0\n", o.reference);
 		rc = 2;
 	}
+	if (rc != 2)
+		check_layers(e, &ref);
 	if (rc != 2) {
 		int g = check_greedy(e, &ref, jsonpath, &o);
 		rc = g == 2 ? 2 : (rc || g);

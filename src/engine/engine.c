@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "util/mem.h"
+#include "util/timeutil.h"
 
 #define ENGINE_DEFAULT_CHUNK 64
 #define ENGINE_MAX_CHUNK 4096
@@ -145,6 +146,29 @@ void toast_session_reset(struct toast_session *s)
 	s->have_logits = false;
 }
 
+double toast_engine_bandwidth(struct toast_engine *e)
+{
+	struct toast_backend *be = e->be;
+	size_t n = (size_t)1 << 30;
+	void *a = be->ops->alloc(be, n), *b = be->ops->alloc(be, n);
+	double best = 0;
+	if (a && b) {
+		struct toast_error err;
+		be->ops->copy(be, b, a, n); /* first touch */
+		be->ops->sync(be, &err);
+		for (int i = 0; i < 5; i++) {
+			double t0 = toast_now();
+			be->ops->copy(be, b, a, n);
+			be->ops->sync(be, &err);
+			double bw = 2.0 * (double)n / (toast_now() - t0);
+			best = bw > best ? bw : best;
+		}
+	}
+	be->ops->release(be, a);
+	be->ops->release(be, b);
+	return best;
+}
+
 void toast_session_bench_seek(struct toast_session *s, int n)
 {
 	s->n_past = n < s->state.n_ctx ? n : s->state.n_ctx;
@@ -165,8 +189,8 @@ const float *toast_session_logits(const struct toast_session *s)
 	return s->have_logits ? s->logits : NULL;
 }
 
-enum toast_status toast_session_feed_hook(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
-					  toast_layer_hook hook, void *hook_ud, struct toast_error *err)
+enum toast_status toast_session_feed_layers(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
+					  toast_layer_cb hook, void *hook_ud, struct toast_error *err)
 {
 	struct toast_engine *e = s->e;
 	int V = e->model.hp.n_vocab;
@@ -200,5 +224,5 @@ enum toast_status toast_session_feed_hook(struct toast_session *s, const int32_t
 enum toast_status toast_session_feed(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
 				     struct toast_error *err)
 {
-	return toast_session_feed_hook(s, ids, n, all_logits, NULL, NULL, err);
+	return toast_session_feed_layers(s, ids, n, all_logits, NULL, NULL, err);
 }

@@ -23,12 +23,5 @@ struct toast_session {
 	bool have_logits;
 };
 
-/* Benchmarks only: pretend the session holds n tokens (the KV rows are whatever they are), so
- * decode at a long context can be timed without prefilling it. */
-void toast_session_bench_seek(struct toast_session *s, int n);
-
-/* toast_session_feed with a per-layer hook (tests compare hidden states layer by layer). */
-enum toast_status toast_session_feed_hook(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
-					  toast_layer_hook hook, void *hook_ud, struct toast_error *err);
 
 #endif

@@ -93,14 +93,14 @@ struct toast_work {
 	float *x;      /* f32 [max_T][n_embd] */
 	void *h;       /* act [max_T][n_embd] */
 	void *q, *k, *v, *o;  /* attention */
-	void *qkv, *z, *b, *a, *g_out; /* gdn */
+	void *qkv, *z, *g_out; /* gdn (act) */
+	float *b, *a;          /* gdn gates (f32) */
 	void *ff_g, *ff_u;    /* dense MLP */
 	float *logits;        /* f32 [max_T][n_vocab] */
 };
 
-/* Called with host f32 copies of the residual stream: index 0 after the embedding, il after
- * decoder layer il-1 for il < n_layer, and n_layer after the final norm. */
-typedef void (*toast_layer_hook)(void *ud, int index, const float *x, int T, int n_embd);
+/* the per-layer callback of toast_session_feed_layers() (toasted.h) */
+typedef toast_layer_cb toast_layer_hook;
 
 enum toast_status toast_model_load(struct toast_model *m, const char *dir, struct toast_backend *be,
 				   struct toast_error *err);

@@ -502,8 +502,8 @@ enum toast_status toast_model_work_new(const struct toast_model *m, int max_T, s
 		  (w->o = be->ops->alloc(be, T * hp->n_head * hp->head_dim * as)) &&
 		  (w->qkv = be->ops->alloc(be, T * ((size_t)ssm_conv_dim(hp) + vdim) * as + 1)) &&
 		  (w->z = be->ops->alloc(be, T * vdim * as + 1)) &&
-		  (w->b = be->ops->alloc(be, T * 2 * hp->ssm_n_v_head * as + 1)) &&
-		  (w->a = be->ops->alloc(be, T * hp->ssm_n_v_head * as + 1)) &&
+		  (w->b = be->ops->alloc(be, T * 2 * hp->ssm_n_v_head * sizeof(float) + 1)) &&
+		  (w->a = be->ops->alloc(be, T * hp->ssm_n_v_head * sizeof(float) + 1)) &&
 		  (w->g_out = be->ops->alloc(be, T * vdim * as + 1)) && (w->ff_g = be->ops->alloc(be, T * ff * as + 1)) &&
 		  (w->ff_u = be->ops->alloc(be, T * ff * as + 1)) &&
 		  (w->logits = be->ops->alloc(be, T * hp->n_vocab * sizeof(float)));
@@ -574,9 +574,10 @@ static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, st
 	be->ops->matmul(be, w->qkv, TOAST_MM_ACT, w->h, &l->ssm_qkv, T);
 	if (!l->qkvz_grouped)
 		be->ops->matmul(be, w->z, TOAST_MM_ACT, w->h, &l->ssm_z, T);
-	be->ops->matmul(be, w->b, TOAST_MM_ACT, w->h, &l->ssm_b, T);
+	/* the gates are sensitive (g goes through exp twice): b and a stay f32 */
+	be->ops->matmul(be, w->b, TOAST_MM_F32, w->h, &l->ssm_b, T);
 	if (!l->ba_grouped)
-		be->ops->matmul(be, w->a, TOAST_MM_ACT, w->h, &l->ssm_a, T);
+		be->ops->matmul(be, w->a, TOAST_MM_F32, w->h, &l->ssm_a, T);
 	struct toast_gdn_args a = {
 		.qkv = w->qkv, .z = w->z, .b = w->b, .a = w->a,
 		.qkvz_grouped = l->qkvz_grouped, .ba_grouped = l->ba_grouped,

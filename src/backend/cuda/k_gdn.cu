@@ -62,7 +62,7 @@ __global__ void k_gdn_conv(gdn_dims g, const bf16 *qkv, const void *w, int wtype
 }
 
 /* per token: L2-normalise q (with d_k^-1/2) and k of each key head in place; beta and g */
-__global__ void k_gdn_prep(gdn_dims g, float *conv, const bf16 *b, const bf16 *a, const float *A, int a_neg_exp,
+__global__ void k_gdn_prep(gdn_dims g, float *conv, const float *b, const float *a, const float *A, int a_neg_exp,
 			   const float *dtb, float *beta, float *gg)
 {
 	int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
@@ -80,12 +80,12 @@ __global__ void k_gdn_prep(gdn_dims g, float *conv, const bf16 *b, const bf16 *a
 	for (int h = threadIdx.x; h < g.nv; h += blockDim.x) {
 		float bv, av;
 		if (g.ba_grouped) {
-			const bf16 *r = b + (size_t)t * 2 * g.nv + (h / g.r) * 2 * g.r;
-			bv = __bfloat162float(r[h % g.r]);
-			av = __bfloat162float(r[g.r + h % g.r]);
+			const float *r = b + (size_t)t * 2 * g.nv + (h / g.r) * 2 * g.r;
+			bv = r[h % g.r];
+			av = r[g.r + h % g.r];
 		} else {
-			bv = __bfloat162float(b[(size_t)t * g.nv + h]);
-			av = __bfloat162float(a[(size_t)t * g.nv + h]);
+			bv = b[(size_t)t * g.nv + h];
+			av = a[(size_t)t * g.nv + h];
 		}
 		float x = av + dtb[h];
 		float sp = x > 20.0f ? x : log1pf(expf(x));
@@ -275,7 +275,7 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 	k_gdn_conv<<<cu_blocks((size_t)g.conv_dim, 128), 128, 0, cb->stream>>>(
 		g, (const bf16 *)a->qkv, a->conv_w->dev, a->conv_w->dev_type, (bf16 *)a->conv_state, conv);
 	cu_launched(cb, "gdn conv");
-	k_gdn_prep<<<g.T, 256, 0, cb->stream>>>(g, conv, (const bf16 *)a->b, (const bf16 *)a->a, (const float *)a->A_log->dev,
+	k_gdn_prep<<<g.T, 256, 0, cb->stream>>>(g, conv, a->b, a->a, (const float *)a->A_log->dev,
 						 a->a_is_neg_exp, (const float *)a->dt_bias->dev, beta, gg);
 	cu_launched(cb, "gdn prep");
 	dim3 grid(g.nv, cu_blocks((size_t)g.dv, GDN_ROWS));

@@ -186,13 +186,14 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		cu_fail_msg(cb, "moe: %d experts per token is not supported", k);
 		return;
 	}
+	/* scratch: act first (its rows are read as float4), then logits, sel, wt, sgate */
 	size_t n_log = (size_t)T * ne, n_sel = (size_t)T * k, n_act = (size_t)T * (k + 1) * Fmax;
-	char *scr = (char *)cu_scratch(cb, (n_log + 2 * n_sel + (size_t)T + n_act) * 4);
+	char *scr = (char *)cu_scratch(cb, (n_act + n_log + 2 * n_sel + (size_t)T) * 4);
 	if (!scr)
 		return;
-	float *logits = (float *)scr;
+	float *act = (float *)scr, *logits = act + n_act;
 	int32_t *sel = (int32_t *)(logits + n_log);
-	float *wt = (float *)(sel + n_sel), *sgate = wt + n_sel, *act = sgate + T;
+	float *wt = (float *)(sel + n_sel), *sgate = wt + n_sel;
 	cu_matmul(cb, logits, TOAST_MM_F32, (const bf16 *)a->h, a->router, T);
 	k_moe_topk<<<T, 256, 0, cb->stream>>>(logits, ne, k, a->norm_topk, (const bf16 *)a->h,
 					       a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL, E, sel, wt,
