@@ -43,6 +43,14 @@ if [ "$MODE" = full ]; then
 fi
 rm -f "$OUT/check.tmp"
 grep -h "per-layer" "$OUT/checks.log" | sort -u | head -20
+# 4. where a decode step's time goes (kernel durations, ncu)
+if [ "$MODE" = full ] && command -v ncu >/dev/null; then
+	timeout 300 ncu --csv --metrics gpu__time_duration.sum --print-units base -k regex:'^k_[^f]' \
+		$B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --prompt 1 --ctx 0 --decode 2 \
+		>"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+	python3 tools/ncu-summary.py "$OUT/ncu.csv" 4 >"$OUT/profile.txt" 2>&1
+	cat "$OUT/profile.txt"
+fi
 echo
 echo "==== summary ===="
 printf '%s\n' "${summary[@]}"

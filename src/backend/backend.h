@@ -4,6 +4,10 @@
  * A model is a sequence of calls to the ops below; a backend (cpu/, cuda/) implements them.
  * Models own no kernels and backends own no model logic beyond what an op's contract says.
  *
+ * Precision. Matmul inputs are act (bf16 on the GPU, so tensor cores and half the bytes);
+ * what feeds non-matmul math (attention q/k/v, the DeltaNet projections and gates, router
+ * logits) is f32, since rounding there is amplified (a flipped expert, a drifting state).
+ *
  * Memory. Every buffer an op touches is backend memory from alloc() (host memory on the CPU,
  * device memory on CUDA). Model code may offset pointers into a buffer but never reads it
  * except through read(). Element types:
@@ -79,8 +83,8 @@ enum toast_mm_mode {
  * inv_freq in the checkpoint's dtype, and matching it matters over long contexts.
  */
 struct toast_attn_args {
-	const void *q;                      /* act [T][n_head][gated ? 2*head_dim : head_dim]: per head [q | gate] */
-	const void *k, *v;                  /* act [T][n_head_kv*head_dim] */
+	const float *q;                     /* f32 [T][n_head][gated ? 2*head_dim : head_dim]: per head [q | gate] */
+	const float *k, *v;                 /* f32 [T][n_head_kv*head_dim] */
 	const struct toast_weight *q_norm;  /* [head_dim] or NULL (then k_norm is NULL too) */
 	const struct toast_weight *k_norm;
 	bool norm_plus_one;                 /* norm weight is (1 + w) (zero-centred) */
@@ -107,12 +111,12 @@ struct toast_attn_args {
  * [q_g | k_g | v of its r value heads | z of its r value heads], and z is unused.
  * ba: flat b [T][n_v_head] and a [T][n_v_head]; grouped (in_proj_ba) ba [T][2*n_v_head], per key
  * head [b of its r value heads | a of its r value heads], and a is unused.
- * qkv and z are act, b and a f32 (the gates are sensitive to rounding). conv_state holds the last conv_k-1 raw (pre-conv) inputs, oldest first,
- * in flat channel order. ssm_state is [n_v_head][d_v][d_k] f32 (S[h][j][i]: key dim i contiguous).
+ * All inputs are f32. conv_state (f32) holds the last conv_k-1 raw (pre-conv) inputs, oldest
+ * first, in flat channel order. ssm_state is [n_v_head][d_v][d_k] f32 (S[h][j][i]: key dim i
+ * contiguous).
  */
 struct toast_gdn_args {
-	const void *qkv, *z;
-	const float *b, *a;
+	const float *qkv, *z, *b, *a;
 	bool qkvz_grouped, ba_grouped;
 	const struct toast_weight *conv_w;  /* [conv_dim][conv_k] */
 	const struct toast_weight *A_log;   /* [n_v_head]; when a_is_neg_exp holds -exp(A_log) instead */
@@ -121,7 +125,7 @@ struct toast_gdn_args {
 	const struct toast_weight *norm_w;  /* [d_v], used as is */
 	int n_k_head, n_v_head, d_k, d_v, conv_k;
 	float eps;
-	void *conv_state;                   /* act [conv_k-1][conv_dim] */
+	float *conv_state;                  /* f32 [conv_k-1][conv_dim] */
 	float *ssm_state;                   /* f32 [n_v_head][d_v][d_k] */
 	int T;
 	void *out;                          /* act [T][n_v_head*d_v] */
@@ -133,10 +137,12 @@ struct toast_gdn_args {
  * renormalised to sum 1 when norm_topk; each chosen expert e adds
  * p_e · down_e(SiLU(gate_e·h) ⊙ up_e·h); the shared expert adds
  * sigmoid(sh_gate_inp · h) · down_s(SiLU(gate_s·h) ⊙ up_s·h) (no sigmoid factor when
- * sh_gate_inp is NULL).
+ * sh_gate_inp is NULL). The router and the shared gate see h + h_lo when h_lo is given: the
+ * rounding residual rmsnorm() left, so that expert choice is made on (nearly) f32 values.
  */
 struct toast_moe_args {
 	const void *h;                          /* act [T][n_embd] */
+	const void *h_lo;                       /* act [T][n_embd] or NULL */
 	float *x;                               /* f32 [T][n_embd], += */
 	const struct toast_weight *router;      /* [n_expert][n_embd] */
 	const struct toast_experts *gate, *up;  /* [n_ff][n_embd] each */
@@ -185,9 +191,10 @@ struct toast_backend_ops {
 
 	/* x (f32 [T][n_embd]) = rows ids[t] of W ([n_vocab][n_embd]) for the step's ids */
 	void (*embed)(struct toast_backend *be, float *x, const struct toast_weight *W, int T);
-	/* out (act [T][n]) = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w), x f32 [T][n] */
-	void (*rmsnorm)(struct toast_backend *be, void *out, const float *x, const struct toast_weight *w, int T,
-			int n, float eps, bool plus_one);
+	/* out (act [T][n]) = y = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w), x f32 [T][n];
+	 * out_lo (act, may be NULL) = y - out, what rounding y to act lost */
+	void (*rmsnorm)(struct toast_backend *be, void *out, void *out_lo, const float *x, const struct toast_weight *w,
+			int T, int n, float eps, bool plus_one);
 	/* out [T][W.n_out] (per mode) from in (act [T][W.n_in]) */
 	void (*matmul)(struct toast_backend *be, void *out, enum toast_mm_mode mode, const void *in,
 		       const struct toast_weight *W, int T);

@@ -82,7 +82,7 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	in->state_bytes_fixed =
 		(size_t)(hp->n_layer - in->n_layer_attn) *
 		((size_t)(hp->ssm_conv_k - 1) * (2 * hp->ssm_n_k_head * hp->ssm_d_k + hp->ssm_n_v_head * hp->ssm_d_v) *
-			 e->be->act_size +
+			 sizeof(float) +
 		 (size_t)hp->ssm_n_v_head * hp->ssm_d_v * hp->ssm_d_k * sizeof(float));
 	*out = e;
 	return TOAST_OK;

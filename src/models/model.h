@@ -82,7 +82,7 @@ struct toast_state {
 	uint64_t id; /* unique per state made: keys recorded decode steps */
 	int n_ctx;
 	void **k_cache, **v_cache; /* [n_layer] act [n_ctx][n_head_kv*head_dim], NULL for GDN layers */
-	void **conv;               /* [n_layer] act [conv_k-1][conv_dim], NULL for attention layers */
+	float **conv;              /* [n_layer] f32 [conv_k-1][conv_dim], NULL for attention layers */
 	float **ssm;               /* [n_layer] f32 [n_v_head][d_v][d_k], NULL for attention layers */
 	size_t kv_bytes_per_tok, fixed_bytes;
 };
@@ -91,10 +91,11 @@ struct toast_state {
 struct toast_work {
 	int max_T;
 	float *x;      /* f32 [max_T][n_embd] */
-	void *h;       /* act [max_T][n_embd] */
-	void *q, *k, *v, *o;  /* attention */
-	void *qkv, *z, *g_out; /* gdn (act) */
-	float *b, *a;          /* gdn gates (f32) */
+	void *h, *h_lo; /* act [max_T][n_embd]: the normed residual and its rounding residual */
+	float *q, *k, *v;     /* attention projections (f32) */
+	void *o;              /* attention output (act) */
+	float *qkv, *z, *b, *a; /* gdn projections (f32) */
+	void *g_out;           /* gdn output (act) */
 	void *ff_g, *ff_u;    /* dense MLP */
 	float *logits;        /* f32 [max_T][n_vocab] */
 };

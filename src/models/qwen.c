@@ -417,7 +417,7 @@ static size_t state_kv_row_bytes(const struct toast_model *m)
 
 static size_t state_conv_bytes(const struct toast_model *m)
 {
-	return (size_t)(m->hp.ssm_conv_k - 1) * ssm_conv_dim(&m->hp) * m->be->act_size;
+	return (size_t)(m->hp.ssm_conv_k - 1) * ssm_conv_dim(&m->hp) * sizeof(float);
 }
 
 static size_t state_ssm_bytes(const struct toast_model *m)
@@ -478,7 +478,8 @@ void toast_model_work_free(const struct toast_model *m, struct toast_work *w)
 	if (!w || !m)
 		return;
 	struct toast_backend *be = m->be;
-	void *bufs[] = {w->x, w->h, w->q, w->k, w->v, w->o, w->qkv, w->z, w->b, w->a, w->g_out, w->ff_g, w->ff_u, w->logits};
+	void *bufs[] = {w->x, w->h, w->h_lo, w->q, w->k, w->v, w->o, w->qkv, w->z, w->b, w->a, w->g_out, w->ff_g, w->ff_u,
+			w->logits};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		be->ops->release(be, bufs[i]);
 	memset(w, 0, sizeof(*w));
@@ -495,13 +496,13 @@ enum toast_status toast_model_work_new(const struct toast_model *m, int max_T, s
 	size_t ff = (size_t)hp->n_ff;
 	w->max_T = max_T;
 	bool ok = (w->x = be->ops->alloc(be, T * hp->n_embd * sizeof(float))) &&
-		  (w->h = be->ops->alloc(be, T * hp->n_embd * as)) &&
-		  (w->q = be->ops->alloc(be, T * hp->n_head * hp->head_dim * 2 * as)) &&
-		  (w->k = be->ops->alloc(be, T * hp->n_head_kv * hp->head_dim * as)) &&
-		  (w->v = be->ops->alloc(be, T * hp->n_head_kv * hp->head_dim * as)) &&
+		  (w->h = be->ops->alloc(be, T * hp->n_embd * as)) && (w->h_lo = be->ops->alloc(be, T * hp->n_embd * as)) &&
+		  (w->q = be->ops->alloc(be, T * hp->n_head * hp->head_dim * 2 * sizeof(float))) &&
+		  (w->k = be->ops->alloc(be, T * hp->n_head_kv * hp->head_dim * sizeof(float))) &&
+		  (w->v = be->ops->alloc(be, T * hp->n_head_kv * hp->head_dim * sizeof(float))) &&
 		  (w->o = be->ops->alloc(be, T * hp->n_head * hp->head_dim * as)) &&
-		  (w->qkv = be->ops->alloc(be, T * ((size_t)ssm_conv_dim(hp) + vdim) * as + 1)) &&
-		  (w->z = be->ops->alloc(be, T * vdim * as + 1)) &&
+		  (w->qkv = be->ops->alloc(be, T * ((size_t)ssm_conv_dim(hp) + vdim) * sizeof(float) + 1)) &&
+		  (w->z = be->ops->alloc(be, T * vdim * sizeof(float) + 1)) &&
 		  (w->b = be->ops->alloc(be, T * 2 * hp->ssm_n_v_head * sizeof(float) + 1)) &&
 		  (w->a = be->ops->alloc(be, T * hp->ssm_n_v_head * sizeof(float) + 1)) &&
 		  (w->g_out = be->ops->alloc(be, T * vdim * as + 1)) && (w->ff_g = be->ops->alloc(be, T * ff * as + 1)) &&
@@ -550,9 +551,9 @@ static void fwd_attention(const struct toast_model *m, const struct toast_layer 
 {
 	const struct toast_hparams *hp = &m->hp;
 	struct toast_backend *be = m->be;
-	be->ops->matmul(be, w->q, TOAST_MM_ACT, w->h, &l->wq, T);
-	be->ops->matmul(be, w->k, TOAST_MM_ACT, w->h, &l->wk, T);
-	be->ops->matmul(be, w->v, TOAST_MM_ACT, w->h, &l->wv, T);
+	be->ops->matmul(be, w->q, TOAST_MM_F32, w->h, &l->wq, T);
+	be->ops->matmul(be, w->k, TOAST_MM_F32, w->h, &l->wk, T);
+	be->ops->matmul(be, w->v, TOAST_MM_F32, w->h, &l->wv, T);
 	struct toast_attn_args a = {
 		.q = w->q, .k = w->k, .v = w->v,
 		.q_norm = l->has_qk_norm ? &l->q_norm : NULL, .k_norm = l->has_qk_norm ? &l->k_norm : NULL,
@@ -571,10 +572,9 @@ static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, st
 {
 	const struct toast_hparams *hp = &m->hp;
 	struct toast_backend *be = m->be;
-	be->ops->matmul(be, w->qkv, TOAST_MM_ACT, w->h, &l->ssm_qkv, T);
+	be->ops->matmul(be, w->qkv, TOAST_MM_F32, w->h, &l->ssm_qkv, T);
 	if (!l->qkvz_grouped)
-		be->ops->matmul(be, w->z, TOAST_MM_ACT, w->h, &l->ssm_z, T);
-	/* the gates are sensitive (g goes through exp twice): b and a stay f32 */
+		be->ops->matmul(be, w->z, TOAST_MM_F32, w->h, &l->ssm_z, T);
 	be->ops->matmul(be, w->b, TOAST_MM_F32, w->h, &l->ssm_b, T);
 	if (!l->ba_grouped)
 		be->ops->matmul(be, w->a, TOAST_MM_F32, w->h, &l->ssm_a, T);
@@ -591,7 +591,7 @@ static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, st
 	be->ops->matmul(be, w->x, TOAST_MM_ADD, w->g_out, &l->ssm_out, T);
 }
 
-static void fwd_ffn(const struct toast_model *m, const struct toast_layer *l, struct toast_work *w, int T)
+static void fwd_ffn(const struct toast_model *m, const struct toast_layer *l, struct toast_work *w, int T, const void *h_lo)
 {
 	const struct toast_hparams *hp = &m->hp;
 	struct toast_backend *be = m->be;
@@ -603,7 +603,7 @@ static void fwd_ffn(const struct toast_model *m, const struct toast_layer *l, st
 		return;
 	}
 	struct toast_moe_args a = {
-		.h = w->h, .x = w->x, .router = &l->router,
+		.h = w->h, .h_lo = h_lo, .x = w->x, .router = &l->router,
 		.gate = &l->gate_exps, .up = &l->up_exps, .down = &l->down_exps,
 		.n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used, .norm_topk = hp->norm_topk,
 		.sh_gate = l->has_shexp ? &l->sh_gate : NULL, .sh_up = l->has_shexp ? &l->sh_up : NULL,
@@ -639,13 +639,15 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 		rc = fwd_hook(be, hook, hook_ud, 0, w->x, false, T, E, err);
 	for (int il = 0; il < hp->n_layer && rc == TOAST_OK; il++) {
 		const struct toast_layer *l = &m->layers[il];
-		be->ops->rmsnorm(be, w->h, w->x, &l->attn_norm, T, E, hp->norm_eps, hp->norm_plus_one);
+		be->ops->rmsnorm(be, w->h, NULL, w->x, &l->attn_norm, T, E, hp->norm_eps, hp->norm_plus_one);
 		if (l->is_attn)
 			fwd_attention(m, l, s, w, il, T, pos);
 		else
 			fwd_gdn(m, l, s, w, il, T);
-		be->ops->rmsnorm(be, w->h, w->x, &l->ffn_norm, T, E, hp->norm_eps, hp->norm_plus_one);
-		fwd_ffn(m, l, w, T);
+		/* MoE routing sees what rounding to act lost, where the backend's act is narrower than f32 */
+		void *lo = l->is_moe && be->act_type != TOAST_DT_F32 ? w->h_lo : NULL;
+		be->ops->rmsnorm(be, w->h, lo, w->x, &l->ffn_norm, T, E, hp->norm_eps, hp->norm_plus_one);
+		fwd_ffn(m, l, w, T, lo);
 		if (hook && il + 1 < hp->n_layer)
 			rc = fwd_hook(be, hook, hook_ud, il + 1, w->x, false, T, E, err);
 	}
@@ -654,7 +656,7 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 	/* final norm and head: every row for all_logits (and the hook), else the last row only */
 	int rows = all_logits || hook ? T : 1;
 	const float *xin = w->x + (size_t)(T - rows) * E;
-	be->ops->rmsnorm(be, w->h, xin, &m->output_norm, rows, E, hp->norm_eps, hp->norm_plus_one);
+	be->ops->rmsnorm(be, w->h, NULL, xin, &m->output_norm, rows, E, hp->norm_eps, hp->norm_plus_one);
 	if (hook)
 		rc = fwd_hook(be, hook, hook_ud, hp->n_layer, w->h, true, rows, E, err);
 	if (!all_logits && rows > 1) {

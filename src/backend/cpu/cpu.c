@@ -186,9 +186,11 @@ static void cpu_embed(struct toast_backend *be, float *x, const struct toast_wei
 		cpu_to_f32(W, (int64_t)ids[t] * W->n_in, W->n_in, x + (size_t)t * W->n_in);
 }
 
-static void cpu_rmsnorm(struct toast_backend *be, void *out, const float *x, const struct toast_weight *w, int T,
-			int n, float eps, bool plus_one)
+static void cpu_rmsnorm(struct toast_backend *be, void *out, void *out_lo, const float *x, const struct toast_weight *w,
+			int T, int n, float eps, bool plus_one)
 {
+	if (out_lo) /* act is f32 here: nothing is lost */
+		memset(out_lo, 0, (size_t)T * n * sizeof(float));
 	struct cpu_backend *cb = cpu_of(be);
 	if (!cpu_scratch(cb, (size_t)n))
 		return;

@@ -346,11 +346,11 @@ static void cuda_embed(struct toast_backend *be, float *x, const struct toast_we
 		cu_embed(cu_of(be), x, W, T);
 }
 
-static void cuda_rmsnorm(struct toast_backend *be, void *out, const float *x, const struct toast_weight *w, int T,
-			 int n, float eps, bool plus_one)
+static void cuda_rmsnorm(struct toast_backend *be, void *out, void *out_lo, const float *x,
+			 const struct toast_weight *w, int T, int n, float eps, bool plus_one)
 {
 	if (!cu_of(be)->failed)
-		cu_rmsnorm(cu_of(be), (bf16 *)out, x, w, T, n, eps, plus_one);
+		cu_rmsnorm(cu_of(be), (bf16 *)out, (bf16 *)out_lo, x, w, T, n, eps, plus_one);
 }
 
 static void cuda_matmul(struct toast_backend *be, void *out, enum toast_mm_mode mode, const void *in,

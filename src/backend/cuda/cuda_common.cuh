@@ -143,8 +143,8 @@ __device__ __forceinline__ void cu_bf16x8(uint4 u, float *f)
 
 /* k_basic.cu */
 void cu_embed(struct cuda_backend *cb, float *x, const struct toast_weight *W, int T);
-void cu_rmsnorm(struct cuda_backend *cb, bf16 *out, const float *x, const struct toast_weight *w, int T, int n,
-		float eps, bool plus_one);
+void cu_rmsnorm(struct cuda_backend *cb, bf16 *out, bf16 *out_lo, const float *x, const struct toast_weight *w, int T,
+		int n, float eps, bool plus_one);
 void cu_swiglu(struct cuda_backend *cb, bf16 *out, const bf16 *g, const bf16 *u, int T, int n);
 void cu_fill_synthetic(struct cuda_backend *cb, void *dst, enum toast_dtype type, size_t n, uint64_t seed,
 		       int64_t n_in, int64_t n_out);

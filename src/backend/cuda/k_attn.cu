@@ -14,7 +14,7 @@
 #define ATTN_MAX_REP 8  /* query heads handled per pass over the keys */
 #define ATTN_MAX_DPL 8  /* head_dim <= 256 */
 
-__global__ void k_attn_prep(const bf16 *q, const bf16 *k, const bf16 *v, const float *qn, const float *kn,
+__global__ void k_attn_prep(const float *q, const float *k, const float *v, const float *qn, const float *kn,
 			    int plus_one, float eps, int n_head, int n_kv, int hd, int n_rot, float theta, int freq_type,
 			    int gated, bf16 *kc, bf16 *vc, float *qout, const int32_t *step)
 {
@@ -26,7 +26,7 @@ __global__ void k_attn_prep(const bf16 *q, const bf16 *k, const bf16 *v, const f
 	int kvh = hh - n_head, kvd = n_kv * hd, qs = gated ? 2 * hd : hd;
 	float x = 0;
 	if (d < hd)
-		x = isq ? __bfloat162float(q[((size_t)t * n_head + hh) * qs + d]) : __bfloat162float(k[(size_t)t * kvd + kvh * hd + d]);
+		x = isq ? q[((size_t)t * n_head + hh) * qs + d] : k[(size_t)t * kvd + kvh * hd + d];
 	const float *nw = isq ? qn : kn;
 	if (nw) {
 		float ss = cu_block_sum(x * x, red);
@@ -55,7 +55,7 @@ __global__ void k_attn_prep(const bf16 *q, const bf16 *k, const bf16 *v, const f
 		qout[((size_t)t * n_head + hh) * hd + d] = x;
 	} else {
 		kc[(size_t)pos * kvd + kvh * hd + d] = __float2bfloat16(x);
-		vc[(size_t)pos * kvd + kvh * hd + d] = v[(size_t)t * kvd + kvh * hd + d];
+		vc[(size_t)pos * kvd + kvh * hd + d] = __float2bfloat16(v[(size_t)t * kvd + kvh * hd + d]);
 	}
 }
 
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
 	}
 }
 
-__global__ void k_attn_combine(const float *part, const bf16 *q, bf16 *out, int n_head, int n_kv, int hd, int n_split,
+__global__ void k_attn_combine(const float *part, const float *q, bf16 *out, int n_head, int n_kv, int hd, int n_split,
 			       int gated)
 {
 	int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
@@ -172,7 +172,7 @@ __global__ void k_attn_combine(const float *part, const bf16 *q, bf16 *out, int 
 	}
 	float o = num / den;
 	if (gated)
-		o *= cu_sigmoid(__bfloat162float(q[((size_t)t * n_head + h) * 2 * hd + hd + d]));
+		o *= cu_sigmoid(q[((size_t)t * n_head + h) * 2 * hd + hd + d]);
 	out[((size_t)t * n_head + h) * hd + d] = __float2bfloat16(o);
 }
 
@@ -199,7 +199,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	int threads = (hd + 31) / 32 * 32;
 	dim3 pg(T, a->n_head + a->n_head_kv);
 	k_attn_prep<<<pg, threads, hd * sizeof(float), cb->stream>>>(
-		(const bf16 *)a->q, (const bf16 *)a->k, (const bf16 *)a->v, a->q_norm ? (const float *)a->q_norm->dev : NULL,
+		a->q, a->k, a->v, a->q_norm ? (const float *)a->q_norm->dev : NULL,
 		a->k_norm ? (const float *)a->k_norm->dev : NULL, a->norm_plus_one, a->eps, a->n_head, a->n_head_kv, hd,
 		a->n_rot, a->rope_theta, a->rope_freq_type, a->gated, (bf16 *)a->k_cache, (bf16 *)a->v_cache, qf, cb->d_step);
 	cu_launched(cb, "attention prep");
@@ -216,7 +216,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 									  part, a->n_head, a->n_head_kv, hd, n_split, cb->d_step);
 	cu_launched(cb, "attention");
 	dim3 cg(T, a->n_head);
-	k_attn_combine<<<cg, threads, 0, cb->stream>>>(part, (const bf16 *)a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd,
+	k_attn_combine<<<cg, threads, 0, cb->stream>>>(part, a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd,
 							n_split, a->gated);
 	cu_launched(cb, "attention combine");
 }

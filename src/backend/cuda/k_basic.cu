@@ -20,7 +20,7 @@ void cu_embed(struct cuda_backend *cb, float *x, const struct toast_weight *W, i
 	cu_launched(cb, "embed");
 }
 
-__global__ void k_rmsnorm(bf16 *out, const float *x, const float *w, int n, float eps, int plus_one)
+__global__ void k_rmsnorm(bf16 *out, bf16 *out_lo, const float *x, const float *w, int n, float eps, int plus_one)
 {
 	__shared__ float sh[32];
 	const float *xr = x + (size_t)blockIdx.x * n;
@@ -30,14 +30,19 @@ __global__ void k_rmsnorm(bf16 *out, const float *x, const float *w, int n, floa
 	ss = cu_block_sum(ss, sh);
 	float r = rsqrtf(ss / n + eps);
 	bf16 *o = out + (size_t)blockIdx.x * n;
-	for (int i = threadIdx.x; i < n; i += blockDim.x)
-		o[i] = __float2bfloat16(xr[i] * r * (plus_one ? 1.0f + w[i] : w[i]));
+	for (int i = threadIdx.x; i < n; i += blockDim.x) {
+		float y = xr[i] * r * (plus_one ? 1.0f + w[i] : w[i]);
+		bf16 hi = __float2bfloat16(y);
+		o[i] = hi;
+		if (out_lo)
+			out_lo[(size_t)blockIdx.x * n + i] = __float2bfloat16(y - __bfloat162float(hi));
+	}
 }
 
-void cu_rmsnorm(struct cuda_backend *cb, bf16 *out, const float *x, const struct toast_weight *w, int T, int n,
-		float eps, bool plus_one)
+void cu_rmsnorm(struct cuda_backend *cb, bf16 *out, bf16 *out_lo, const float *x, const struct toast_weight *w, int T,
+		int n, float eps, bool plus_one)
 {
-	k_rmsnorm<<<T, 256, 0, cb->stream>>>(out, x, (const float *)w->dev, n, eps, plus_one);
+	k_rmsnorm<<<T, 256, 0, cb->stream>>>(out, out_lo, x, (const float *)w->dev, n, eps, plus_one);
 	cu_launched(cb, "rmsnorm");
 }
 

@@ -34,7 +34,7 @@ __device__ __forceinline__ int64_t gdn_chan(const gdn_dims &g, int c)
 	return (int64_t)(h / g.r) * G + 2 * g.dk + (h % g.r) * g.dv + c % g.dv;
 }
 
-__global__ void k_gdn_conv(gdn_dims g, const bf16 *qkv, const void *w, int wtype, bf16 *state, float *out)
+__global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtype, float *state, float *out)
 {
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	if (c >= g.conv_dim)
@@ -42,13 +42,13 @@ __global__ void k_gdn_conv(gdn_dims g, const bf16 *qkv, const void *w, int wtype
 	int K = g.K;
 	float win[16];
 	for (int j = 0; j < K - 1; j++)
-		win[j] = __bfloat162float(state[(size_t)j * g.conv_dim + c]);
+		win[j] = state[(size_t)j * g.conv_dim + c];
 	int64_t pos = gdn_chan(g, c), stride = g.grouped ? g.conv_dim + g.vdim : g.conv_dim;
 	float wc[16];
 	for (int j = 0; j < K; j++)
 		wc[j] = cu_ldw(w, wtype, (size_t)c * K + j);
 	for (int t = 0; t < g.T; t++) {
-		float x = __bfloat162float(qkv[t * stride + pos]);
+		float x = qkv[t * stride + pos];
 		float s = wc[K - 1] * x;
 		for (int j = 0; j < K - 1; j++)
 			s += wc[j] * win[j];
@@ -58,7 +58,7 @@ __global__ void k_gdn_conv(gdn_dims g, const bf16 *qkv, const void *w, int wtype
 		out[(size_t)t * g.conv_dim + c] = cu_silu(s);
 	}
 	for (int j = 0; j < K - 1; j++)
-		state[(size_t)j * g.conv_dim + c] = __float2bfloat16(win[j]);
+		state[(size_t)j * g.conv_dim + c] = win[j];
 }
 
 /* per token: L2-normalise q (with d_k^-1/2) and k of each key head in place; beta and g */
@@ -233,7 +233,7 @@ __global__ void k_gdn_chunk(gdn_dims g, int C, const float *conv, const float *b
 }
 
 /* out = RMSNorm(o) * w * SiLU(z) per (token, value head) */
-__global__ void k_gdn_gnorm(gdn_dims g, const float *o, const bf16 *qkv, const bf16 *z, const float *w, float eps,
+__global__ void k_gdn_gnorm(gdn_dims g, const float *o, const float *qkv, const float *z, const float *w, float eps,
 			    bf16 *out)
 {
 	__shared__ float red[32];
@@ -248,10 +248,10 @@ __global__ void k_gdn_gnorm(gdn_dims g, const float *o, const bf16 *qkv, const b
 		float zv;
 		if (g.grouped) {
 			int G = 2 * g.dk + 2 * g.r * g.dv;
-			zv = __bfloat162float(qkv[(size_t)t * (g.conv_dim + g.vdim) + (size_t)(h / g.r) * G + 2 * g.dk +
-						  g.r * g.dv + (h % g.r) * g.dv + j]);
+			zv = qkv[(size_t)t * (g.conv_dim + g.vdim) + (size_t)(h / g.r) * G + 2 * g.dk + g.r * g.dv +
+				 (h % g.r) * g.dv + j];
 		} else {
-			zv = __bfloat162float(z[((size_t)t * g.nv + h) * g.dv + j]);
+			zv = z[((size_t)t * g.nv + h) * g.dv + j];
 		}
 		out[((size_t)t * g.nv + h) * g.dv + j] = __float2bfloat16(oh[j] * r * w[j] * cu_silu(zv));
 	}
@@ -273,7 +273,7 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		return;
 	float *conv = scr, *beta = conv + n_conv, *gg = beta + n_h, *o = gg + n_h;
 	k_gdn_conv<<<cu_blocks((size_t)g.conv_dim, 128), 128, 0, cb->stream>>>(
-		g, (const bf16 *)a->qkv, a->conv_w->dev, a->conv_w->dev_type, (bf16 *)a->conv_state, conv);
+		g, a->qkv, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, conv);
 	cu_launched(cb, "gdn conv");
 	k_gdn_prep<<<g.T, 256, 0, cb->stream>>>(g, conv, a->b, a->a, (const float *)a->A_log->dev,
 						 a->a_is_neg_exp, (const float *)a->dt_bias->dev, beta, gg);
@@ -300,7 +300,7 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		cu_launched(cb, "gdn chunk");
 	}
 	dim3 ng(g.T, g.nv);
-	k_gdn_gnorm<<<ng, 128, 0, cb->stream>>>(g, o, (const bf16 *)a->qkv, (const bf16 *)a->z, (const float *)a->norm_w->dev,
+	k_gdn_gnorm<<<ng, 128, 0, cb->stream>>>(g, o, a->qkv, a->z, (const float *)a->norm_w->dev,
 						 a->eps, (bf16 *)a->out);
 	cu_launched(cb, "gdn gated norm");
 }

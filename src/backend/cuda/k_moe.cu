@@ -11,7 +11,8 @@
 
 #define MOE_MAX_K 64
 
-__global__ void k_moe_topk(const float *logits, int ne, int k, int norm, const bf16 *h, const float *sgw, int E,
+__global__ void k_moe_topk(const float *logits, int ne, int k, int norm, const bf16 *h, const bf16 *h_lo,
+			   const float *sgw, int E,
 			   int32_t *sel, float *wt, float *sgate)
 {
 	__shared__ float red[32];
@@ -86,7 +87,8 @@ __global__ void k_moe_topk(const float *logits, int ne, int k, int norm, const b
 	if (sgate) {
 		float d = 0;
 		for (int i = tid; i < E; i += blockDim.x)
-			d += sgw[i] * __bfloat162float(h[(size_t)t * E + i]);
+			d += sgw[i] * (__bfloat162float(h[(size_t)t * E + i]) +
+				       (h_lo ? __bfloat162float(h_lo[(size_t)t * E + i]) : 0.0f));
 		d = cu_block_sum(d, red);
 		if (tid == 0)
 			sgate[t] = cu_sigmoid(d);
@@ -195,7 +197,9 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	int32_t *sel = (int32_t *)(logits + n_log);
 	float *wt = (float *)(sel + n_sel), *sgate = wt + n_sel;
 	cu_matmul(cb, logits, TOAST_MM_F32, (const bf16 *)a->h, a->router, T);
-	k_moe_topk<<<T, 256, 0, cb->stream>>>(logits, ne, k, a->norm_topk, (const bf16 *)a->h,
+	if (a->h_lo) /* route on h + h_lo: what rounding h to bf16 lost */
+		cu_matmul(cb, logits, TOAST_MM_ADD, (const bf16 *)a->h_lo, a->router, T);
+	k_moe_topk<<<T, 256, 0, cb->stream>>>(logits, ne, k, a->norm_topk, (const bf16 *)a->h, (const bf16 *)a->h_lo,
 					       a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL, E, sel, wt,
 					       a->sh_gate_inp ? sgate : NULL);
 	cu_launched(cb, "moe top-k");
