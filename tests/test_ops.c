@@ -136,73 +136,89 @@ struct ctx {
 	double tol; /* relative error bound for this backend */
 };
 
-/* ---- rmsnorm, matmul, swiglu ---- */
+/* ---- matmul (plain and with the fused RMSNorm input, several outputs), swiglu ---- */
 
-static void test_rmsnorm(struct ctx *c, int T, int n, bool plus_one)
+/* y = RMSNorm(x) per row in double */
+static double *ref_norm(const float *x, const float *w, int T, int n, bool plus_one)
 {
-	struct toast_backend *be = c->be;
-	float *x = rand_vec((size_t)T * n, 3);
-	struct hw w = mkw(TOAST_DT_BF16, 1, n, 0.5, plus_one ? 0 : 1);
-	prep(be, &w);
-	void *dx = put(be, x, (size_t)T * n, false), *dout = be->ops->alloc(be, (size_t)T * n * be->act_size);
-	void *dlo = be->ops->alloc(be, (size_t)T * n * be->act_size);
-	be->ops->rmsnorm(be, dout, dlo, dx, &w.w, T, n, 1e-6f, plus_one);
-	float *out = get(be, dout, (size_t)T * n, true), *lo = get(be, dlo, (size_t)T * n, true);
-	double *ref = malloc((size_t)T * n * sizeof(double));
+	double *y = malloc((size_t)T * n * sizeof(double));
 	for (int t = 0; t < T; t++) {
 		double ss = 0;
 		for (int i = 0; i < n; i++)
 			ss += (double)x[t * n + i] * x[t * n + i];
 		double r = 1 / sqrt(ss / n + 1e-6);
 		for (int i = 0; i < n; i++)
-			ref[t * n + i] = x[t * n + i] * r * (plus_one ? 1 + w.f[i] : w.f[i]);
+			y[t * n + i] = x[t * n + i] * r * (plus_one ? 1 + w[i] : w[i]);
 	}
-	double e = relerr(out, ref, (size_t)T * n);
-	CHECK(e < c->tol, "%s rmsnorm T=%d n=%d plus_one=%d: error %.3g", c->name, T, n, plus_one, e);
-	for (size_t i = 0; i < (size_t)T * n; i++)
-		out[i] += lo[i]; /* out + out_lo carries what rounding to act lost */
-	e = relerr(out, ref, (size_t)T * n);
-	CHECK(e < 2e-5, "%s rmsnorm out + out_lo T=%d n=%d: error %.3g", c->name, T, n, e);
-	be->ops->release(be, dx);
-	be->ops->release(be, dout);
-	be->ops->release(be, dlo);
-	free(x), free(out), free(lo), free(ref), freew(&w);
+	return y;
 }
 
-static void test_matmul(struct ctx *c, enum toast_dtype type, int T, int n_out, int n_in, enum toast_mm_mode mode)
+/* n_outs outputs of one input; normed: the input is RMSNorm(x) (norm_out checked too) */
+static void test_matmul(struct ctx *c, enum toast_dtype type, int T, const int *n_out, int n_outs, int n_in,
+			enum toast_mm_mode mode, bool normed, bool plus_one)
 {
 	struct toast_backend *be = c->be;
-	float *x = rand_vec((size_t)T * n_in, 1);
-	float *y0 = rand_vec((size_t)T * n_out, 1);
-	struct hw w = mkw(type, n_out, n_in, 0.1, 0);
-	prep(be, &w);
+	float *x = rand_vec((size_t)T * n_in, normed ? 3 : 1);
+	struct hw nw = mkw(TOAST_DT_BF16, 1, n_in, 0.5, plus_one ? 0 : 1);
+	prep(be, &nw);
+	double *in_ref = NULL;
+	if (normed) {
+		in_ref = ref_norm(x, nw.f, T, n_in, plus_one);
+	} else {
+		in_ref = malloc((size_t)T * n_in * sizeof(double));
+		for (size_t i = 0; i < (size_t)T * n_in; i++)
+			in_ref[i] = x[i];
+	}
+	void *dx = put(be, x, (size_t)T * n_in, !normed);
+	void *dnorm = normed ? be->ops->alloc(be, (size_t)T * n_in * be->act_size) : NULL;
+	struct toast_mm_in in = {.act = normed ? NULL : dx, .norm_x = normed ? dx : NULL, .norm_w = &nw.w, .eps = 1e-6f,
+				 .plus_one = plus_one, .norm_out = dnorm};
+	struct toast_mm_out outs[TOAST_MM_MAX_OUT];
+	struct hw w[TOAST_MM_MAX_OUT];
+	float *y0[TOAST_MM_MAX_OUT];
 	bool act_out = mode == TOAST_MM_ACT;
-	void *dx = put(be, x, (size_t)T * n_in, true), *dy = put(be, y0, (size_t)T * n_out, act_out);
-	be->ops->matmul(be, dy, mode, dx, &w.w, T);
-	float *y = get(be, dy, (size_t)T * n_out, act_out);
-	double *ref = malloc((size_t)T * n_out * sizeof(double));
-	for (int t = 0; t < T; t++)
-		for (int r = 0; r < n_out; r++) {
-			double s = 0;
-			for (int i = 0; i < n_in; i++)
-				s += (double)w.f[(size_t)r * n_in + i] * x[(size_t)t * n_in + i];
-			ref[(size_t)t * n_out + r] = (mode == TOAST_MM_ADD ? y0[(size_t)t * n_out + r] : 0) + s;
-		}
-	double e = relerr(y, ref, (size_t)T * n_out);
-	CHECK(e < c->tol, "%s matmul %s T=%d %dx%d mode %d: error %.3g", c->name, toast_dtype_name(type), T, n_out, n_in,
-	      mode, e);
+	for (int k = 0; k < n_outs; k++) {
+		w[k] = mkw(type, n_out[k], n_in, 0.1, 0);
+		prep(be, &w[k]);
+		y0[k] = rand_vec((size_t)T * n_out[k], 1);
+		outs[k] = (struct toast_mm_out){put(be, y0[k], (size_t)T * n_out[k], act_out), mode, &w[k].w};
+	}
+	be->ops->matmul(be, &in, outs, n_outs, T);
+	for (int k = 0; k < n_outs; k++) {
+		float *y = get(be, outs[k].out, (size_t)T * n_out[k], act_out);
+		double *ref = malloc((size_t)T * n_out[k] * sizeof(double));
+		for (int t = 0; t < T; t++)
+			for (int r = 0; r < n_out[k]; r++) {
+				double s = 0;
+				for (int i = 0; i < n_in; i++)
+					s += (double)w[k].f[(size_t)r * n_in + i] * in_ref[(size_t)t * n_in + i];
+				ref[(size_t)t * n_out[k] + r] = (mode == TOAST_MM_ADD ? y0[k][(size_t)t * n_out[k] + r] : 0) + s;
+			}
+		double e = relerr(y, ref, (size_t)T * n_out[k]);
+		CHECK(e < c->tol, "%s matmul %s T=%d out %d/%d %dx%d mode %d normed %d: error %.3g", c->name,
+		      toast_dtype_name(type), T, k, n_outs, n_out[k], n_in, mode, normed, e);
+		be->ops->release(be, outs[k].out);
+		free(y), free(ref), free(y0[k]), freew(&w[k]);
+	}
+	if (normed) {
+		float *yn = get(be, dnorm, (size_t)T * n_in, true);
+		double e = relerr(yn, in_ref, (size_t)T * n_in);
+		CHECK(e < c->tol, "%s matmul norm_out T=%d n=%d: error %.3g", c->name, T, n_in, e);
+		free(yn);
+	}
 	be->ops->release(be, dx);
-	be->ops->release(be, dy);
-	free(x), free(y0), free(y), free(ref), freew(&w);
+	be->ops->release(be, dnorm);
+	free(x), free(in_ref), freew(&nw);
 }
 
 static void test_swiglu(struct ctx *c, int T, int n)
 {
 	struct toast_backend *be = c->be;
 	float *g = rand_vec((size_t)T * n, 4), *u = rand_vec((size_t)T * n, 2);
-	void *dg = put(be, g, (size_t)T * n, true), *du = put(be, u, (size_t)T * n, true);
-	be->ops->swiglu(be, dg, dg, du, T, n);
-	float *o = get(be, dg, (size_t)T * n, true);
+	float *dg = put(be, g, (size_t)T * n, false), *du = put(be, u, (size_t)T * n, false);
+	void *dout = be->ops->alloc(be, (size_t)T * n * be->act_size);
+	be->ops->swiglu(be, dout, dg, du, T, n);
+	float *o = get(be, dout, (size_t)T * n, true);
 	double *ref = malloc((size_t)T * n * sizeof(double));
 	for (size_t i = 0; i < (size_t)T * n; i++)
 		ref[i] = dsilu(g[i]) * u[i];
@@ -210,6 +226,7 @@ static void test_swiglu(struct ctx *c, int T, int n)
 	CHECK(e < c->tol, "%s swiglu T=%d n=%d: error %.3g", c->name, T, n, e);
 	be->ops->release(be, dg);
 	be->ops->release(be, du);
+	be->ops->release(be, dout);
 	free(g), free(u), free(o), free(ref);
 }
 
@@ -335,7 +352,7 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 	struct hw cw = mkw(TOAST_DT_BF16, conv_dim, K, 0.5, 0), Al = mkw(TOAST_DT_F32, 1, nv, 0.5, 0);
 	struct hw dt = mkw(TOAST_DT_BF16, 1, nv, 0.5, 0), nw = mkw(TOAST_DT_BF16, 1, dv, 0.3, 1);
 	prep(be, &cw), prep(be, &Al), prep(be, &dt), prep(be, &nw);
-	float *conv = be->ops->alloc(be, (size_t)(K - 1) * conv_dim * sizeof(float));
+	float *conv = be->ops->alloc(be, 2 * (size_t)(K - 1) * conv_dim * sizeof(float));
 	float *ssm = be->ops->alloc(be, (size_t)nv * dv * dk * 4);
 	float *out = malloc((size_t)T * vdim * sizeof(float));
 	int done = 0;
@@ -375,7 +392,7 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 		float *da = sh.grouped ? NULL : put(be, aa, (size_t)n * nv, false);
 		void *dout = be->ops->alloc(be, (size_t)n * vdim * be->act_size);
 		struct toast_gdn_args a = {dqkv, dz, db, da, sh.grouped, sh.grouped, &cw.w, &Al.w, false, &dt.w, &nw.w,
-					   nk, nv, dk, dv, K, 1e-6f, conv, ssm, n, dout};
+					   nk, nv, dk, dv, K, 1e-6f, conv, ssm, done, n, dout};
 		be->ops->gdn(be, &a);
 		float *o = get(be, dout, (size_t)n * vdim, true);
 		memcpy(out + (size_t)done * vdim, o, (size_t)n * vdim * sizeof(float));
@@ -459,7 +476,13 @@ static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, 
 {
 	struct toast_backend *be = c->be;
 	struct toast_error err;
-	float *h = rand_vec((size_t)T * E, 1), *x0 = rand_vec((size_t)T * E, 1);
+	float *x0 = rand_vec((size_t)T * E, 3);
+	struct hw nw = mkw(TOAST_DT_BF16, 1, E, 0.5, 0);
+	prep(be, &nw);
+	double *hd = ref_norm(x0, nw.f, T, E, true);
+	float *h = malloc((size_t)T * E * sizeof(float)); /* the reference's input: the normed x, kept in double below */
+	for (size_t i = 0; i < (size_t)T * E; i++)
+		h[i] = (float)hd[i];
 	struct hw router = mkw(TOAST_DT_BF16, ne, E, 0.5, 0);
 	struct hw *gw = malloc(sizeof(struct hw) * ne), *uw = malloc(sizeof(struct hw) * ne), *dw = malloc(sizeof(struct hw) * ne);
 	struct toast_experts G = {ne, calloc(ne, sizeof(struct toast_weight)), NULL}, U = G, D = G;
@@ -475,9 +498,8 @@ static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, 
 	CHECK(be->ops->prepare_experts(be, &G, &err) == TOAST_OK && be->ops->prepare_experts(be, &U, &err) == TOAST_OK &&
 		      be->ops->prepare_experts(be, &D, &err) == TOAST_OK,
 	      "prepare experts: %s", err.msg);
-	void *dh = put(be, h, (size_t)T * E, true);
 	float *dx = put(be, x0, (size_t)T * E, false);
-	struct toast_moe_args a = {dh, NULL, dx, &router.w, &G, &U, &D, ne, k, norm_topk, Fs ? &sg.w : NULL, Fs ? &su.w : NULL,
+	struct toast_moe_args a = {dx, &nw.w, 1e-6f, true, &router.w, &G, &U, &D, ne, k, norm_topk, Fs ? &sg.w : NULL, Fs ? &su.w : NULL,
 				   Fs ? &sd.w : NULL, Fs && sh_gate ? &sgi.w : NULL, E, F, Fs, T};
 	be->ops->moe(be, &a);
 	float *x = get(be, dx, (size_t)T * E, false);
@@ -541,7 +563,8 @@ static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, 
 	double e = relerr(x, ref, (size_t)T * E);
 	CHECK(e < c->tol, "%s moe T=%d E=%d experts %d top %d F %d shared %d norm %d gate %d: error %.3g", c->name, T, E, ne,
 	      k, F, Fs, norm_topk, sh_gate, e);
-	be->ops->release(be, dh), be->ops->release(be, dx);
+	be->ops->release(be, dx);
+	freew(&nw), free(hd);
 	for (int e2 = 0; e2 < ne; e2++)
 		freew(&gw[e2]), freew(&uw[e2]), freew(&dw[e2]);
 	free(gw), free(uw), free(dw), free(G.w), free(U.w), free(D.w);
@@ -551,17 +574,21 @@ static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, 
 
 static void test_backend(struct ctx *c)
 {
-	test_rmsnorm(c, 1, 7, false);
-	test_rmsnorm(c, 5, 31, true);
-	test_rmsnorm(c, 3, 4097, true);
 	enum toast_dtype types[] = {TOAST_DT_BF16, TOAST_DT_F16, TOAST_DT_F32};
+	int o1[] = {7}, o2[] = {33, 5}, o3[] = {129, 64, 1, 300}, o4[] = {4097}, o5[] = {300}, o6[] = {256, 8, 8, 512};
 	for (int i = 0; i < 3; i++) {
-		test_matmul(c, types[i], 1, 7, 31, TOAST_MM_ACT);
-		test_matmul(c, types[i], 5, 33, 64, TOAST_MM_F32);
-		test_matmul(c, types[i], 7, 129, 96, TOAST_MM_ADD);
+		test_matmul(c, types[i], 1, o1, 1, 31, TOAST_MM_ACT, false, false);
+		test_matmul(c, types[i], 5, o2, 2, 64, TOAST_MM_F32, false, false);
+		test_matmul(c, types[i], 7, o3, 4, 96, TOAST_MM_ADD, false, false);
 	}
-	test_matmul(c, TOAST_DT_BF16, 1, 4097, 256, TOAST_MM_ADD);
-	test_matmul(c, TOAST_DT_BF16, 31, 300, 4097, TOAST_MM_ACT);
+	test_matmul(c, TOAST_DT_BF16, 1, o4, 1, 256, TOAST_MM_ADD, false, false);
+	test_matmul(c, TOAST_DT_BF16, 31, o5, 1, 4097, TOAST_MM_ACT, false, false);
+	/* the fused RMSNorm input: decode-sized and prefill-sized T, 1 to 4 outputs, odd n_in */
+	test_matmul(c, TOAST_DT_BF16, 1, o6, 4, 128, TOAST_MM_F32, true, true);
+	test_matmul(c, TOAST_DT_BF16, 3, o2, 2, 31, TOAST_MM_F32, true, false);
+	test_matmul(c, TOAST_DT_BF16, 8, o3, 4, 2048, TOAST_MM_F32, true, true);
+	test_matmul(c, TOAST_DT_BF16, 9, o2, 2, 136, TOAST_MM_F32, true, true);
+	test_matmul(c, TOAST_DT_BF16, 64, o5, 1, 4097, TOAST_MM_F32, true, true);
 	test_swiglu(c, 3, 31);
 	test_attention(c, 4, 2, 64, 16, true, true, 5, 0);
 	test_attention(c, 4, 2, 64, 16, true, true, 5, 1);

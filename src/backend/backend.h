@@ -73,6 +73,29 @@ enum toast_mm_mode {
 };
 
 /*
+ * The input of a matmul: act rows, or the RMSNorm of f32 rows computed on the way in,
+ * y = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w) (so a backend can fuse the norm into
+ * the projections that read it, and keep the normed input in f32 while it does).
+ */
+struct toast_mm_in {
+	const void *act;                   /* act [T][n_in], or NULL when the input is the norm of norm_x */
+	const float *norm_x;               /* f32 [T][n_in] */
+	const struct toast_weight *norm_w; /* [n_in] */
+	float eps;
+	bool plus_one;
+	void *norm_out;                    /* NULL, or act [T][n_in] that receives y */
+};
+
+/* One output of a matmul: out [T][W.n_out] (per mode) = input · Wᵀ. */
+struct toast_mm_out {
+	void *out;
+	enum toast_mm_mode mode;
+	const struct toast_weight *W;
+};
+
+#define TOAST_MM_MAX_OUT 4
+
+/*
  * Gated attention with a KV cache, for T new tokens at positions pos..pos+T-1. In one op:
  * optional per-head RMSNorm of q and k (before RoPE), NeoX RoPE on the first n_rot dims of
  * each head (pairs (i, i + n_rot/2)), K/V written to the cache at rows pos..pos+T-1, causal
@@ -111,9 +134,11 @@ struct toast_attn_args {
  * [q_g | k_g | v of its r value heads | z of its r value heads], and z is unused.
  * ba: flat b [T][n_v_head] and a [T][n_v_head]; grouped (in_proj_ba) ba [T][2*n_v_head], per key
  * head [b of its r value heads | a of its r value heads], and a is unused.
- * All inputs are f32. conv_state (f32) holds the last conv_k-1 raw (pre-conv) inputs, oldest
- * first, in flat channel order. ssm_state is [n_v_head][d_v][d_k] f32 (S[h][j][i]: key dim i
- * contiguous).
+ * All inputs are f32. conv_state (f32 [2][conv_k-1][conv_dim]) has two slots of the last
+ * conv_k-1 raw (pre-conv) inputs, oldest first, in flat channel order: the op reads slot
+ * pos & 1 and leaves the new state in slot (pos + T) & 1, so that a backend can compute a
+ * decode step in blocks that all read the old state while one writes the new one. ssm_state
+ * is [n_v_head][d_v][d_k] f32 (S[h][j][i]: key dim i contiguous).
  */
 struct toast_gdn_args {
 	const float *qkv, *z, *b, *a;
@@ -125,9 +150,9 @@ struct toast_gdn_args {
 	const struct toast_weight *norm_w;  /* [d_v], used as is */
 	int n_k_head, n_v_head, d_k, d_v, conv_k;
 	float eps;
-	float *conv_state;                  /* f32 [conv_k-1][conv_dim] */
+	float *conv_state;                  /* f32 [2][conv_k-1][conv_dim] */
 	float *ssm_state;                   /* f32 [n_v_head][d_v][d_k] */
-	int T;
+	int pos, T;
 	void *out;                          /* act [T][n_v_head*d_v] */
 };
 
@@ -137,13 +162,14 @@ struct toast_gdn_args {
  * renormalised to sum 1 when norm_topk; each chosen expert e adds
  * p_e · down_e(SiLU(gate_e·h) ⊙ up_e·h); the shared expert adds
  * sigmoid(sh_gate_inp · h) · down_s(SiLU(gate_s·h) ⊙ up_s·h) (no sigmoid factor when
- * sh_gate_inp is NULL). The router and the shared gate see h + h_lo when h_lo is given: the
- * rounding residual rmsnorm() left, so that expert choice is made on (nearly) f32 values.
+ * sh_gate_inp is NULL), where h = RMSNorm(x) with norm_w (as struct toast_mm_in defines it).
+ * The router and the shared gate see h in f32 (a near-tie must not flip on rounding).
  */
 struct toast_moe_args {
-	const void *h;                          /* act [T][n_embd] */
-	const void *h_lo;                       /* act [T][n_embd] or NULL */
-	float *x;                               /* f32 [T][n_embd], += */
+	float *x;                               /* f32 [T][n_embd]: read (normed: the input), then += the output */
+	const struct toast_weight *norm_w;      /* [n_embd] */
+	float eps;
+	bool plus_one;
 	const struct toast_weight *router;      /* [n_expert][n_embd] */
 	const struct toast_experts *gate, *up;  /* [n_ff][n_embd] each */
 	const struct toast_experts *down;       /* [n_embd][n_ff] each */
@@ -191,15 +217,12 @@ struct toast_backend_ops {
 
 	/* x (f32 [T][n_embd]) = rows ids[t] of W ([n_vocab][n_embd]) for the step's ids */
 	void (*embed)(struct toast_backend *be, float *x, const struct toast_weight *W, int T);
-	/* out (act [T][n]) = y = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w), x f32 [T][n];
-	 * out_lo (act, may be NULL) = y - out, what rounding y to act lost */
-	void (*rmsnorm)(struct toast_backend *be, void *out, void *out_lo, const float *x, const struct toast_weight *w,
-			int T, int n, float eps, bool plus_one);
-	/* out [T][W.n_out] (per mode) from in (act [T][W.n_in]) */
-	void (*matmul)(struct toast_backend *be, void *out, enum toast_mm_mode mode, const void *in,
-		       const struct toast_weight *W, int T);
-	/* out (act [T][n]) = SiLU(g) * u, g and u act [T][n] */
-	void (*swiglu)(struct toast_backend *be, void *out, const void *g, const void *u, int T, int n);
+	/* n_outs (<= TOAST_MM_MAX_OUT) products of one input with weights of the same n_in;
+	 * an output never aliases the input */
+	void (*matmul)(struct toast_backend *be, const struct toast_mm_in *in, const struct toast_mm_out *outs,
+		       int n_outs, int T);
+	/* out (act [T][n]) = SiLU(g) * u, g and u f32 [T][n] */
+	void (*swiglu)(struct toast_backend *be, void *out, const float *g, const float *u, int T, int n);
 	void (*attention)(struct toast_backend *be, const struct toast_attn_args *a);
 	void (*gdn)(struct toast_backend *be, const struct toast_gdn_args *a);
 	void (*moe)(struct toast_backend *be, const struct toast_moe_args *a);

@@ -81,7 +81,7 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	in->kv_bytes_per_tok = (size_t)in->n_layer_attn * 2 * hp->n_head_kv * hp->head_dim * e->be->act_size;
 	in->state_bytes_fixed =
 		(size_t)(hp->n_layer - in->n_layer_attn) *
-		((size_t)(hp->ssm_conv_k - 1) * (2 * hp->ssm_n_k_head * hp->ssm_d_k + hp->ssm_n_v_head * hp->ssm_d_v) *
+		(2 * (size_t)(hp->ssm_conv_k - 1) * (2 * hp->ssm_n_k_head * hp->ssm_d_k + hp->ssm_n_v_head * hp->ssm_d_v) *
 			 sizeof(float) +
 		 (size_t)hp->ssm_n_v_head * hp->ssm_d_v * hp->ssm_d_k * sizeof(float));
 	*out = e;

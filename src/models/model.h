@@ -82,7 +82,7 @@ struct toast_state {
 	uint64_t id; /* unique per state made: keys recorded decode steps */
 	int n_ctx;
 	void **k_cache, **v_cache; /* [n_layer] act [n_ctx][n_head_kv*head_dim], NULL for GDN layers */
-	float **conv;              /* [n_layer] f32 [conv_k-1][conv_dim], NULL for attention layers */
+	float **conv;              /* [n_layer] f32 [2][conv_k-1][conv_dim], NULL for attention layers */
 	float **ssm;               /* [n_layer] f32 [n_v_head][d_v][d_k], NULL for attention layers */
 	size_t kv_bytes_per_tok, fixed_bytes;
 };
@@ -91,12 +91,13 @@ struct toast_state {
 struct toast_work {
 	int max_T;
 	float *x;      /* f32 [max_T][n_embd] */
-	void *h, *h_lo; /* act [max_T][n_embd]: the normed residual and its rounding residual */
+	void *h;       /* act [max_T][n_embd]: the normed residual, when a layer hook wants it */
 	float *q, *k, *v;     /* attention projections (f32) */
 	void *o;              /* attention output (act) */
 	float *qkv, *z, *b, *a; /* gdn projections (f32) */
 	void *g_out;           /* gdn output (act) */
-	void *ff_g, *ff_u;    /* dense MLP */
+	float *ff_g, *ff_u;   /* dense MLP gate and up (f32) */
+	void *ff_act;         /* SiLU(gate) * up (act) */
 	float *logits;        /* f32 [max_T][n_vocab] */
 };
 

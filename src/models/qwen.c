@@ -415,9 +415,10 @@ static size_t state_kv_row_bytes(const struct toast_model *m)
 	return (size_t)m->hp.n_head_kv * m->hp.head_dim * m->be->act_size;
 }
 
+/* two slots: see toast_gdn_args */
 static size_t state_conv_bytes(const struct toast_model *m)
 {
-	return (size_t)(m->hp.ssm_conv_k - 1) * ssm_conv_dim(&m->hp) * sizeof(float);
+	return 2 * (size_t)(m->hp.ssm_conv_k - 1) * ssm_conv_dim(&m->hp) * sizeof(float);
 }
 
 static size_t state_ssm_bytes(const struct toast_model *m)
@@ -478,8 +479,8 @@ void toast_model_work_free(const struct toast_model *m, struct toast_work *w)
 	if (!w || !m)
 		return;
 	struct toast_backend *be = m->be;
-	void *bufs[] = {w->x, w->h, w->h_lo, w->q, w->k, w->v, w->o, w->qkv, w->z, w->b, w->a, w->g_out, w->ff_g, w->ff_u,
-			w->logits};
+	void *bufs[] = {w->x, w->h, w->q, w->k, w->v, w->o, w->qkv, w->z, w->b, w->a, w->g_out, w->ff_g, w->ff_u,
+			w->ff_act, w->logits};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		be->ops->release(be, bufs[i]);
 	memset(w, 0, sizeof(*w));
@@ -496,7 +497,7 @@ enum toast_status toast_model_work_new(const struct toast_model *m, int max_T, s
 	size_t ff = (size_t)hp->n_ff;
 	w->max_T = max_T;
 	bool ok = (w->x = be->ops->alloc(be, T * hp->n_embd * sizeof(float))) &&
-		  (w->h = be->ops->alloc(be, T * hp->n_embd * as)) && (w->h_lo = be->ops->alloc(be, T * hp->n_embd * as)) &&
+		  (w->h = be->ops->alloc(be, T * hp->n_embd * as)) &&
 		  (w->q = be->ops->alloc(be, T * hp->n_head * hp->head_dim * 2 * sizeof(float))) &&
 		  (w->k = be->ops->alloc(be, T * hp->n_head_kv * hp->head_dim * sizeof(float))) &&
 		  (w->v = be->ops->alloc(be, T * hp->n_head_kv * hp->head_dim * sizeof(float))) &&
@@ -505,8 +506,9 @@ enum toast_status toast_model_work_new(const struct toast_model *m, int max_T, s
 		  (w->z = be->ops->alloc(be, T * vdim * sizeof(float) + 1)) &&
 		  (w->b = be->ops->alloc(be, T * 2 * hp->ssm_n_v_head * sizeof(float) + 1)) &&
 		  (w->a = be->ops->alloc(be, T * hp->ssm_n_v_head * sizeof(float) + 1)) &&
-		  (w->g_out = be->ops->alloc(be, T * vdim * as + 1)) && (w->ff_g = be->ops->alloc(be, T * ff * as + 1)) &&
-		  (w->ff_u = be->ops->alloc(be, T * ff * as + 1)) &&
+		  (w->g_out = be->ops->alloc(be, T * vdim * as + 1)) &&
+		  (w->ff_g = be->ops->alloc(be, T * ff * sizeof(float) + 1)) &&
+		  (w->ff_u = be->ops->alloc(be, T * ff * sizeof(float) + 1)) && (w->ff_act = be->ops->alloc(be, T * ff * as + 1)) &&
 		  (w->logits = be->ops->alloc(be, T * hp->n_vocab * sizeof(float)));
 	if (!ok) {
 		toast_model_work_free(m, w);
@@ -546,14 +548,26 @@ static enum toast_status fwd_hook(struct toast_backend *be, toast_layer_hook hoo
 	return rc;
 }
 
+/* the normed residual as a matmul input (the norm is fused into the projections that read it) */
+static struct toast_mm_in fwd_normed(const struct toast_model *m, const float *x, const struct toast_weight *norm_w)
+{
+	return (struct toast_mm_in){.norm_x = x, .norm_w = norm_w, .eps = m->hp.norm_eps, .plus_one = m->hp.norm_plus_one};
+}
+
+static struct toast_mm_in fwd_act(const void *act)
+{
+	return (struct toast_mm_in){.act = act};
+}
+
 static void fwd_attention(const struct toast_model *m, const struct toast_layer *l, struct toast_state *s,
 			  struct toast_work *w, int il, int T, int pos)
 {
 	const struct toast_hparams *hp = &m->hp;
 	struct toast_backend *be = m->be;
-	be->ops->matmul(be, w->q, TOAST_MM_F32, w->h, &l->wq, T);
-	be->ops->matmul(be, w->k, TOAST_MM_F32, w->h, &l->wk, T);
-	be->ops->matmul(be, w->v, TOAST_MM_F32, w->h, &l->wv, T);
+	struct toast_mm_in in = fwd_normed(m, w->x, &l->attn_norm);
+	struct toast_mm_out qkv[3] = {
+		{w->q, TOAST_MM_F32, &l->wq}, {w->k, TOAST_MM_F32, &l->wk}, {w->v, TOAST_MM_F32, &l->wv}};
+	be->ops->matmul(be, &in, qkv, 3, T);
 	struct toast_attn_args a = {
 		.q = w->q, .k = w->k, .v = w->v,
 		.q_norm = l->has_qk_norm ? &l->q_norm : NULL, .k_norm = l->has_qk_norm ? &l->k_norm : NULL,
@@ -564,20 +578,26 @@ static void fwd_attention(const struct toast_model *m, const struct toast_layer 
 		.out = w->o,
 	};
 	be->ops->attention(be, &a);
-	be->ops->matmul(be, w->x, TOAST_MM_ADD, w->o, &l->wo, T);
+	struct toast_mm_in oin = fwd_act(w->o);
+	struct toast_mm_out o = {w->x, TOAST_MM_ADD, &l->wo};
+	be->ops->matmul(be, &oin, &o, 1, T);
 }
 
 static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, struct toast_state *s,
-		    struct toast_work *w, int il, int T)
+		    struct toast_work *w, int il, int T, int pos)
 {
 	const struct toast_hparams *hp = &m->hp;
 	struct toast_backend *be = m->be;
-	be->ops->matmul(be, w->qkv, TOAST_MM_F32, w->h, &l->ssm_qkv, T);
+	struct toast_mm_in in = fwd_normed(m, w->x, &l->attn_norm);
+	struct toast_mm_out outs[4];
+	int n = 0;
+	outs[n++] = (struct toast_mm_out){w->qkv, TOAST_MM_F32, &l->ssm_qkv};
 	if (!l->qkvz_grouped)
-		be->ops->matmul(be, w->z, TOAST_MM_F32, w->h, &l->ssm_z, T);
-	be->ops->matmul(be, w->b, TOAST_MM_F32, w->h, &l->ssm_b, T);
+		outs[n++] = (struct toast_mm_out){w->z, TOAST_MM_F32, &l->ssm_z};
+	outs[n++] = (struct toast_mm_out){w->b, TOAST_MM_F32, &l->ssm_b};
 	if (!l->ba_grouped)
-		be->ops->matmul(be, w->a, TOAST_MM_F32, w->h, &l->ssm_a, T);
+		outs[n++] = (struct toast_mm_out){w->a, TOAST_MM_F32, &l->ssm_a};
+	be->ops->matmul(be, &in, outs, n, T);
 	struct toast_gdn_args a = {
 		.qkv = w->qkv, .z = w->z, .b = w->b, .a = w->a,
 		.qkvz_grouped = l->qkvz_grouped, .ba_grouped = l->ba_grouped,
@@ -585,26 +605,31 @@ static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, st
 		.norm_w = &l->ssm_norm,
 		.n_k_head = hp->ssm_n_k_head, .n_v_head = hp->ssm_n_v_head, .d_k = hp->ssm_d_k, .d_v = hp->ssm_d_v,
 		.conv_k = hp->ssm_conv_k, .eps = hp->norm_eps,
-		.conv_state = s->conv[il], .ssm_state = s->ssm[il], .T = T, .out = w->g_out,
+		.conv_state = s->conv[il], .ssm_state = s->ssm[il], .pos = pos, .T = T, .out = w->g_out,
 	};
 	be->ops->gdn(be, &a);
-	be->ops->matmul(be, w->x, TOAST_MM_ADD, w->g_out, &l->ssm_out, T);
+	struct toast_mm_in oin = fwd_act(w->g_out);
+	struct toast_mm_out o = {w->x, TOAST_MM_ADD, &l->ssm_out};
+	be->ops->matmul(be, &oin, &o, 1, T);
 }
 
-static void fwd_ffn(const struct toast_model *m, const struct toast_layer *l, struct toast_work *w, int T, const void *h_lo)
+static void fwd_ffn(const struct toast_model *m, const struct toast_layer *l, struct toast_work *w, int T)
 {
 	const struct toast_hparams *hp = &m->hp;
 	struct toast_backend *be = m->be;
 	if (!l->is_moe) {
-		be->ops->matmul(be, w->ff_g, TOAST_MM_ACT, w->h, &l->ffn_gate, T);
-		be->ops->matmul(be, w->ff_u, TOAST_MM_ACT, w->h, &l->ffn_up, T);
-		be->ops->swiglu(be, w->ff_g, w->ff_g, w->ff_u, T, hp->n_ff);
-		be->ops->matmul(be, w->x, TOAST_MM_ADD, w->ff_g, &l->ffn_down, T);
+		struct toast_mm_in in = fwd_normed(m, w->x, &l->ffn_norm);
+		struct toast_mm_out gu[2] = {{w->ff_g, TOAST_MM_F32, &l->ffn_gate}, {w->ff_u, TOAST_MM_F32, &l->ffn_up}};
+		be->ops->matmul(be, &in, gu, 2, T);
+		be->ops->swiglu(be, w->ff_act, w->ff_g, w->ff_u, T, hp->n_ff);
+		struct toast_mm_in din = fwd_act(w->ff_act);
+		struct toast_mm_out d = {w->x, TOAST_MM_ADD, &l->ffn_down};
+		be->ops->matmul(be, &din, &d, 1, T);
 		return;
 	}
 	struct toast_moe_args a = {
-		.h = w->h, .h_lo = h_lo, .x = w->x, .router = &l->router,
-		.gate = &l->gate_exps, .up = &l->up_exps, .down = &l->down_exps,
+		.x = w->x, .norm_w = &l->ffn_norm, .eps = hp->norm_eps, .plus_one = hp->norm_plus_one,
+		.router = &l->router, .gate = &l->gate_exps, .up = &l->up_exps, .down = &l->down_exps,
 		.n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used, .norm_topk = hp->norm_topk,
 		.sh_gate = l->has_shexp ? &l->sh_gate : NULL, .sh_up = l->has_shexp ? &l->sh_up : NULL,
 		.sh_down = l->has_shexp ? &l->sh_down : NULL,
@@ -639,15 +664,11 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 		rc = fwd_hook(be, hook, hook_ud, 0, w->x, false, T, E, err);
 	for (int il = 0; il < hp->n_layer && rc == TOAST_OK; il++) {
 		const struct toast_layer *l = &m->layers[il];
-		be->ops->rmsnorm(be, w->h, NULL, w->x, &l->attn_norm, T, E, hp->norm_eps, hp->norm_plus_one);
 		if (l->is_attn)
 			fwd_attention(m, l, s, w, il, T, pos);
 		else
-			fwd_gdn(m, l, s, w, il, T);
-		/* MoE routing sees what rounding to act lost, where the backend's act is narrower than f32 */
-		void *lo = l->is_moe && be->act_type != TOAST_DT_F32 ? w->h_lo : NULL;
-		be->ops->rmsnorm(be, w->h, lo, w->x, &l->ffn_norm, T, E, hp->norm_eps, hp->norm_plus_one);
-		fwd_ffn(m, l, w, T, lo);
+			fwd_gdn(m, l, s, w, il, T, pos);
+		fwd_ffn(m, l, w, T);
 		if (hook && il + 1 < hp->n_layer)
 			rc = fwd_hook(be, hook, hook_ud, il + 1, w->x, false, T, E, err);
 	}
@@ -655,15 +676,14 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 		return rc;
 	/* final norm and head: every row for all_logits (and the hook), else the last row only */
 	int rows = all_logits || hook ? T : 1;
-	const float *xin = w->x + (size_t)(T - rows) * E;
-	be->ops->rmsnorm(be, w->h, NULL, xin, &m->output_norm, rows, E, hp->norm_eps, hp->norm_plus_one);
+	struct toast_mm_in in = fwd_normed(m, w->x + (size_t)(T - rows) * E, &m->output_norm);
+	in.norm_out = hook ? w->h : NULL;
+	struct toast_mm_out head = {w->logits, TOAST_MM_F32, &m->output};
+	be->ops->matmul(be, &in, &head, 1, rows);
 	if (hook)
 		rc = fwd_hook(be, hook, hook_ud, hp->n_layer, w->h, true, rows, E, err);
-	if (!all_logits && rows > 1) {
-		rows = 1;
-		be->ops->copy(be, w->h, (const char *)w->h + (size_t)(T - 1) * E * be->act_size, (size_t)E * be->act_size);
-	}
-	be->ops->matmul(be, w->logits, TOAST_MM_F32, w->h, &m->output, rows);
+	if (rc == TOAST_OK && hook && !all_logits) /* the caller reads the last token's logits from row 0 */
+		be->ops->copy(be, w->logits, w->logits + (size_t)(T - 1) * hp->n_vocab, (size_t)hp->n_vocab * sizeof(float));
 	if (record)
 		be->ops->graph_end(be, s->id);
 	if (rc == TOAST_OK)

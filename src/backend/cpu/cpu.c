@@ -186,34 +186,27 @@ static void cpu_embed(struct toast_backend *be, float *x, const struct toast_wei
 		cpu_to_f32(W, (int64_t)ids[t] * W->n_in, W->n_in, x + (size_t)t * W->n_in);
 }
 
-static void cpu_rmsnorm(struct toast_backend *be, void *out, void *out_lo, const float *x, const struct toast_weight *w,
-			int T, int n, float eps, bool plus_one)
+void cpu_norm_rows(const float *x, const struct toast_weight *w, int T, int n, float eps, bool plus_one, float *out,
+		   float *wtmp)
 {
-	if (out_lo) /* act is f32 here: nothing is lost */
-		memset(out_lo, 0, (size_t)T * n * sizeof(float));
-	struct cpu_backend *cb = cpu_of(be);
-	if (!cpu_scratch(cb, (size_t)n))
-		return;
-	float *wf = cb->scratch[0];
-	cpu_to_f32(w, 0, n, wf);
+	cpu_to_f32(w, 0, n, wtmp);
 	for (int t = 0; t < T; t++) {
 		const float *xr = x + (size_t)t * n;
-		float *o = (float *)out + (size_t)t * n;
+		float *o = out + (size_t)t * n;
 		double ss = 0;
 		for (int i = 0; i < n; i++)
 			ss += (double)xr[i] * xr[i];
 		float r = 1.0f / sqrtf((float)(ss / n) + eps);
 		for (int i = 0; i < n; i++)
-			o[i] = xr[i] * r * (plus_one ? 1.0f + wf[i] : wf[i]);
+			o[i] = xr[i] * r * (plus_one ? 1.0f + wtmp[i] : wtmp[i]);
 	}
 }
 
-static void cpu_swiglu(struct toast_backend *be, void *out, const void *g, const void *u, int T, int n)
+static void cpu_swiglu(struct toast_backend *be, void *out, const float *g, const float *u, int T, int n)
 {
-	const float *gf = g, *uf = u;
 	float *o = out;
 	for (size_t i = 0; i < (size_t)T * n; i++)
-		o[i] = cpu_silu(gf[i]) * uf[i];
+		o[i] = cpu_silu(g[i]) * u[i];
 }
 
 static void cpu_free(struct toast_backend *be)
@@ -244,7 +237,6 @@ static const struct toast_backend_ops cpu_ops = {
 	.prepare_experts = cpu_prepare_experts,
 	.begin_step = cpu_begin_step,
 	.embed = cpu_embed,
-	.rmsnorm = cpu_rmsnorm,
 	.matmul = cpu_matmul,
 	.swiglu = cpu_swiglu,
 	.attention = cpu_attention,

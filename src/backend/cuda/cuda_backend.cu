@@ -346,24 +346,17 @@ static void cuda_embed(struct toast_backend *be, float *x, const struct toast_we
 		cu_embed(cu_of(be), x, W, T);
 }
 
-static void cuda_rmsnorm(struct toast_backend *be, void *out, void *out_lo, const float *x,
-			 const struct toast_weight *w, int T, int n, float eps, bool plus_one)
+static void cuda_matmul(struct toast_backend *be, const struct toast_mm_in *in, const struct toast_mm_out *outs,
+			int n_outs, int T)
 {
 	if (!cu_of(be)->failed)
-		cu_rmsnorm(cu_of(be), (bf16 *)out, (bf16 *)out_lo, x, w, T, n, eps, plus_one);
+		cu_matmul(cu_of(be), in, outs, n_outs, T);
 }
 
-static void cuda_matmul(struct toast_backend *be, void *out, enum toast_mm_mode mode, const void *in,
-			const struct toast_weight *W, int T)
+static void cuda_swiglu(struct toast_backend *be, void *out, const float *g, const float *u, int T, int n)
 {
 	if (!cu_of(be)->failed)
-		cu_matmul(cu_of(be), out, mode, (const bf16 *)in, W, T);
-}
-
-static void cuda_swiglu(struct toast_backend *be, void *out, const void *g, const void *u, int T, int n)
-{
-	if (!cu_of(be)->failed)
-		cu_swiglu(cu_of(be), (bf16 *)out, (const bf16 *)g, (const bf16 *)u, T, n);
+		cu_swiglu(cu_of(be), (bf16 *)out, g, u, T, n);
 }
 
 static void cuda_attention(struct toast_backend *be, const struct toast_attn_args *a)
@@ -399,6 +392,7 @@ static void cuda_free(struct toast_backend *be)
 	cudaFreeHost(cb->h_step);
 	cudaFreeHost(cb->h_counts);
 	cudaFree(cb->cublas_ws);
+	cudaFree(cb->counters);
 	if (cb->cublas)
 		cublasDestroy(cb->cublas);
 	cudaEventDestroy(cb->step_copied);
@@ -421,7 +415,6 @@ static const struct toast_backend_ops cuda_ops = {
 	cuda_graph_begin,
 	cuda_graph_end,
 	cuda_embed,
-	cuda_rmsnorm,
 	cuda_matmul,
 	cuda_swiglu,
 	cuda_attention,
@@ -462,6 +455,8 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 		  cublasCreate(&cb->cublas) == CUBLAS_STATUS_SUCCESS &&
 		  cublasSetStream(cb->cublas, cb->stream) == CUBLAS_STATUS_SUCCESS &&
 		  cudaMalloc(&cb->cublas_ws, 32u << 20) == cudaSuccess &&
+		  cudaMalloc(&cb->counters, 64 * sizeof(unsigned)) == cudaSuccess &&
+		  cudaMemset(cb->counters, 0, 64 * sizeof(unsigned)) == cudaSuccess &&
 		  cublasSetWorkspace(cb->cublas, cb->cublas_ws, 32u << 20) == CUBLAS_STATUS_SUCCESS;
 	if (!ok) {
 		cudaError_t le = cudaGetLastError();

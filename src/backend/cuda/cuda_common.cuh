@@ -48,6 +48,7 @@ struct cuda_backend {
 	/* device scratch for ops, grown outside graph capture */
 	void *scratch;
 	size_t scratch_bytes;
+	unsigned *counters; /* zeroed device counters for "last block" patterns; each user resets its own */
 	/* prefill MoE: pinned host copy of per-expert counts */
 	int32_t *h_counts;
 	int h_counts_cap;
@@ -143,19 +144,20 @@ __device__ __forceinline__ void cu_bf16x8(uint4 u, float *f)
 
 /* k_basic.cu */
 void cu_embed(struct cuda_backend *cb, float *x, const struct toast_weight *W, int T);
-void cu_rmsnorm(struct cuda_backend *cb, bf16 *out, bf16 *out_lo, const float *x, const struct toast_weight *w, int T,
-		int n, float eps, bool plus_one);
-void cu_swiglu(struct cuda_backend *cb, bf16 *out, const bf16 *g, const bf16 *u, int T, int n);
+void cu_swiglu(struct cuda_backend *cb, bf16 *out, const float *g, const float *u, int T, int n);
 void cu_fill_synthetic(struct cuda_backend *cb, void *dst, enum toast_dtype type, size_t n, uint64_t seed,
 		       int64_t n_in, int64_t n_out);
 void cu_f32_to_bf16(struct cuda_backend *cb, bf16 *dst, const float *src, size_t n);
 
 /* k_matmul.cu */
-void cu_matmul(struct cuda_backend *cb, void *out, enum toast_mm_mode mode, const bf16 *in,
-	       const struct toast_weight *W, int T);
-/* out[T][n_out] from rows of a bf16 matrix at W (row stride n_in): the decode GEMV (T <= 8) */
-void cu_gemv(struct cuda_backend *cb, void *out, enum toast_mm_mode mode, const bf16 *in, const bf16 *W,
-	     int64_t n_out, int64_t n_in, int T);
+#define CU_GEMV_MAX_T 8 /* up to this many tokens a matmul is a GEMV (decode); beyond, cuBLAS */
+void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const struct toast_mm_out *outs, int n_outs,
+	       int T);
+/* out[T][W.n_out] (f32) = x[T][W.n_in] (f32) · Wᵀ, any weight type: precise and slow */
+void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const struct toast_weight *W, int T);
+/* rows y = RMSNorm(x) with w, into yf (f32) and/or yb (bf16) */
+void cu_norm_rows(struct cuda_backend *cb, const float *x, const struct toast_weight *w, int T, int64_t n, float eps,
+		  bool plus_one, float *yf, bf16 *yb);
 
 /* k_attn.cu */
 void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a);

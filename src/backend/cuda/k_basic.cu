@@ -1,5 +1,5 @@
 /*
- * k_basic.cu - small ops: embedding gather, RMSNorm (f32 residual in, bf16 out), SwiGLU,
+ * k_basic.cu - small ops: embedding gather, SwiGLU,
  * synthetic weight fill, f32 -> bf16.
  */
 #include "backend/cuda/cuda_common.cuh"
@@ -20,39 +20,13 @@ void cu_embed(struct cuda_backend *cb, float *x, const struct toast_weight *W, i
 	cu_launched(cb, "embed");
 }
 
-__global__ void k_rmsnorm(bf16 *out, bf16 *out_lo, const float *x, const float *w, int n, float eps, int plus_one)
-{
-	__shared__ float sh[32];
-	const float *xr = x + (size_t)blockIdx.x * n;
-	float ss = 0;
-	for (int i = threadIdx.x; i < n; i += blockDim.x)
-		ss += xr[i] * xr[i];
-	ss = cu_block_sum(ss, sh);
-	float r = rsqrtf(ss / n + eps);
-	bf16 *o = out + (size_t)blockIdx.x * n;
-	for (int i = threadIdx.x; i < n; i += blockDim.x) {
-		float y = xr[i] * r * (plus_one ? 1.0f + w[i] : w[i]);
-		bf16 hi = __float2bfloat16(y);
-		o[i] = hi;
-		if (out_lo)
-			out_lo[(size_t)blockIdx.x * n + i] = __float2bfloat16(y - __bfloat162float(hi));
-	}
-}
-
-void cu_rmsnorm(struct cuda_backend *cb, bf16 *out, bf16 *out_lo, const float *x, const struct toast_weight *w, int T,
-		int n, float eps, bool plus_one)
-{
-	k_rmsnorm<<<T, 256, 0, cb->stream>>>(out, out_lo, x, (const float *)w->dev, n, eps, plus_one);
-	cu_launched(cb, "rmsnorm");
-}
-
-__global__ void k_swiglu(bf16 *out, const bf16 *g, const bf16 *u, size_t n)
+__global__ void k_swiglu(bf16 *out, const float *g, const float *u, size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-		out[i] = __float2bfloat16(cu_silu(__bfloat162float(g[i])) * __bfloat162float(u[i]));
+		out[i] = __float2bfloat16(cu_silu(g[i]) * u[i]);
 }
 
-void cu_swiglu(struct cuda_backend *cb, bf16 *out, const bf16 *g, const bf16 *u, int T, int n)
+void cu_swiglu(struct cuda_backend *cb, bf16 *out, const float *g, const float *u, int T, int n)
 {
 	size_t N = (size_t)T * n;
 	unsigned blocks = cu_blocks(N, 256);

@@ -34,21 +34,25 @@ __device__ __forceinline__ int64_t gdn_chan(const gdn_dims &g, int c)
 	return (int64_t)(h / g.r) * G + 2 * g.dk + (h % g.r) * g.dv + c % g.dv;
 }
 
-__global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtype, float *state, float *out)
+/* prefill: one thread per channel over all T tokens; reads state slot pos & 1, writes (pos + T) & 1 */
+__global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtype, float *state, int pos, float *out)
 {
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	if (c >= g.conv_dim)
 		return;
 	int K = g.K;
+	size_t slot = (size_t)(K - 1) * g.conv_dim;
+	const float *st = state + (pos & 1) * slot;
+	float *sn = state + ((pos + g.T) & 1) * slot;
 	float win[16];
 	for (int j = 0; j < K - 1; j++)
-		win[j] = state[(size_t)j * g.conv_dim + c];
-	int64_t pos = gdn_chan(g, c), stride = g.grouped ? g.conv_dim + g.vdim : g.conv_dim;
+		win[j] = st[(size_t)j * g.conv_dim + c];
+	int64_t col = gdn_chan(g, c), stride = g.grouped ? g.conv_dim + g.vdim : g.conv_dim;
 	float wc[16];
 	for (int j = 0; j < K; j++)
 		wc[j] = cu_ldw(w, wtype, (size_t)c * K + j);
 	for (int t = 0; t < g.T; t++) {
-		float x = qkv[t * stride + pos];
+		float x = qkv[t * stride + col];
 		float s = wc[K - 1] * x;
 		for (int j = 0; j < K - 1; j++)
 			s += wc[j] * win[j];
@@ -58,7 +62,7 @@ __global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtyp
 		out[(size_t)t * g.conv_dim + c] = cu_silu(s);
 	}
 	for (int j = 0; j < K - 1; j++)
-		state[(size_t)j * g.conv_dim + c] = win[j];
+		sn[(size_t)j * g.conv_dim + c] = win[j];
 }
 
 /* per token: L2-normalise q (with d_k^-1/2) and k of each key head in place; beta and g */
@@ -95,30 +99,104 @@ __global__ void k_gdn_prep(gdn_dims g, float *conv, const float *b, const float 
 	}
 }
 
-/* T == 1: one warp per state row */
-__global__ void k_gdn_step(gdn_dims g, const float *conv, const float *beta, const float *gg, float *S, float *o)
+/*
+ * T == 1: the whole step of one value head in one block: conv of its q/k/v channels (the
+ * block owning a channel writes the new conv state; q/k channels belong to the first value
+ * head of their key head), L2 norms, gates, the state update one warp per row, gated RMSNorm.
+ * smem: q[dk], k[dk], v[dv], o[dv].
+ */
+#define GDN_DEC_THREADS 512
+__global__ void __launch_bounds__(GDN_DEC_THREADS)
+	k_gdn_decode(gdn_dims g, const float *qkv, const float *z, const float *b, const float *a, const void *cw, int cwt,
+		     float *conv_state, const int32_t *step, const float *A, int a_neg_exp, const float *dtb,
+		     const float *nw, float eps, float *S, bf16 *out)
 {
-	int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-	int kh = h / g.r;
-	const float *q = conv + (size_t)kh * g.dk, *k = conv + g.key_dim + (size_t)kh * g.dk;
-	const float *v = conv + 2 * g.key_dim + (size_t)h * g.dv;
-	float alpha = expf(gg[h]), bt = beta[h];
-	int j1 = min(g.dv, (int)(blockIdx.y + 1) * GDN_ROWS);
-	for (int j = blockIdx.y * GDN_ROWS + warp; j < j1; j += nw) {
-		float *Sj = S + ((size_t)h * g.dv + j) * g.dk;
-		float m = 0;
-		for (int i = lane; i < g.dk; i += 32)
-			m += (Sj[i] *= alpha) * k[i];
-		m = cu_warp_sum(m);
-		float delta = bt * (v[j] - m), out = 0;
-		for (int i = lane; i < g.dk; i += 32) {
-			float s = Sj[i] + k[i] * delta;
-			Sj[i] = s;
-			out += s * q[i];
+	extern __shared__ float sm[];
+	__shared__ float red[32];
+	__shared__ float gate_beta, gate_alpha;
+	int h = blockIdx.x, kh = h / g.r, dk = g.dk, dv = g.dv, K = g.K, tid = threadIdx.x;
+	float *qs = sm, *ks = qs + dk, *vs = ks + dk, *os = vs + dv;
+	int pos = step[0];
+	size_t slot = (size_t)(K - 1) * g.conv_dim;
+	const float *st = conv_state + (pos & 1) * slot;
+	float *sn = conv_state + ((pos + 1) & 1) * slot;
+	bool own_qk = h % g.r == 0;
+	for (int cl = tid; cl < 2 * dk + dv; cl += blockDim.x) {
+		int c = cl < dk ? kh * dk + cl : cl < 2 * dk ? g.key_dim + kh * dk + cl - dk : 2 * g.key_dim + h * dv + cl - 2 * dk;
+		float x = qkv[gdn_chan(g, c)];
+		float acc = cu_ldw(cw, cwt, (size_t)c * K + K - 1) * x;
+		for (int j = 0; j < K - 1; j++)
+			acc += cu_ldw(cw, cwt, (size_t)c * K + j) * st[(size_t)j * g.conv_dim + c];
+		sm[cl] = cu_silu(acc);
+		if (cl >= 2 * dk || own_qk) {
+			for (int j = 0; j < K - 2; j++)
+				sn[(size_t)j * g.conv_dim + c] = st[(size_t)(j + 1) * g.conv_dim + c];
+			sn[(size_t)(K - 2) * g.conv_dim + c] = x;
 		}
-		out = cu_warp_sum(out);
+	}
+	__syncthreads();
+	float sq = 0, sk = 0;
+	for (int i = tid; i < dk; i += blockDim.x) {
+		sq += qs[i] * qs[i];
+		sk += ks[i] * ks[i];
+	}
+	sq = cu_block_sum(sq, red);
+	sk = cu_block_sum(sk, red);
+	float fq = rsqrtf(sq + 1e-6f) * rsqrtf((float)dk), fk = rsqrtf(sk + 1e-6f);
+	if (tid == 0) {
+		float bv, av;
+		if (g.ba_grouped) {
+			const float *rw = b + (size_t)(h / g.r) * 2 * g.r;
+			bv = rw[h % g.r];
+			av = rw[g.r + h % g.r];
+		} else {
+			bv = b[h];
+			av = a[h];
+		}
+		float xx = av + dtb[h];
+		float sp = xx > 20.0f ? xx : log1pf(expf(xx));
+		gate_beta = 1.0f / (1.0f + expf(-bv));
+		gate_alpha = expf((a_neg_exp ? A[h] : -expf(A[h])) * sp);
+	}
+	__syncthreads();
+	for (int i = tid; i < dk; i += blockDim.x) {
+		qs[i] *= fq;
+		ks[i] *= fk;
+	}
+	__syncthreads();
+	int warp = tid >> 5, lane = tid & 31, nwarp = blockDim.x >> 5;
+	float alpha = gate_alpha, beta = gate_beta;
+	for (int j = warp; j < dv; j += nwarp) {
+		float *Sj = S + ((size_t)h * dv + j) * dk;
+		float m = 0;
+		for (int i = lane; i < dk; i += 32)
+			m += (Sj[i] * alpha) * ks[i];
+		m = cu_warp_sum(m);
+		float delta = beta * (vs[j] - m), o = 0;
+		for (int i = lane; i < dk; i += 32) {
+			float sv = Sj[i] * alpha + ks[i] * delta;
+			Sj[i] = sv;
+			o += sv * qs[i];
+		}
+		o = cu_warp_sum(o);
 		if (lane == 0)
-			o[(size_t)h * g.dv + j] = out;
+			os[j] = o;
+	}
+	__syncthreads();
+	float ss = 0;
+	for (int j = tid; j < dv; j += blockDim.x)
+		ss += os[j] * os[j];
+	ss = cu_block_sum(ss, red);
+	float rr = rsqrtf(ss / dv + eps);
+	for (int j = tid; j < dv; j += blockDim.x) {
+		float zv;
+		if (g.grouped) {
+			int G = 2 * g.dk + 2 * g.r * g.dv;
+			zv = qkv[(size_t)(h / g.r) * G + 2 * g.dk + g.r * g.dv + (h % g.r) * g.dv + j];
+		} else {
+			zv = z[(size_t)h * dv + j];
+		}
+		out[(size_t)h * dv + j] = __float2bfloat16(os[j] * rr * nw[j] * cu_silu(zv));
 	}
 }
 
@@ -267,40 +345,45 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		cu_fail_msg(cb, "gdn: conv kernel %d is not supported (2..16)", g.K);
 		return;
 	}
+	if (g.T == 1) {
+		size_t smem = (size_t)(2 * g.dk + 2 * g.dv) * sizeof(float);
+		if (smem > 48 * 1024)
+			cudaFuncSetAttribute(k_gdn_decode, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cb->smem_optin);
+		k_gdn_decode<<<g.nv, GDN_DEC_THREADS, smem, cb->stream>>>(
+			g, a->qkv, a->z, a->b, a->a, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, cb->d_step,
+			(const float *)a->A_log->dev, a->a_is_neg_exp, (const float *)a->dt_bias->dev,
+			(const float *)a->norm_w->dev, a->eps, a->ssm_state, (bf16 *)a->out);
+		cu_launched(cb, "gdn decode");
+		return;
+	}
 	size_t n_conv = (size_t)g.T * g.conv_dim, n_h = (size_t)g.T * g.nv, n_o = (size_t)g.T * g.vdim;
 	float *scr = (float *)cu_scratch(cb, (n_conv + 2 * n_h + n_o) * sizeof(float));
 	if (!scr)
 		return;
 	float *conv = scr, *beta = conv + n_conv, *gg = beta + n_h, *o = gg + n_h;
 	k_gdn_conv<<<cu_blocks((size_t)g.conv_dim, 128), 128, 0, cb->stream>>>(
-		g, a->qkv, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, conv);
+		g, a->qkv, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, a->pos, conv);
 	cu_launched(cb, "gdn conv");
-	k_gdn_prep<<<g.T, 256, 0, cb->stream>>>(g, conv, a->b, a->a, (const float *)a->A_log->dev,
-						 a->a_is_neg_exp, (const float *)a->dt_bias->dev, beta, gg);
+	k_gdn_prep<<<g.T, 256, 0, cb->stream>>>(g, conv, a->b, a->a, (const float *)a->A_log->dev, a->a_is_neg_exp,
+						 (const float *)a->dt_bias->dev, beta, gg);
 	cu_launched(cb, "gdn prep");
 	dim3 grid(g.nv, cu_blocks((size_t)g.dv, GDN_ROWS));
-	if (g.T == 1) {
-		k_gdn_step<<<grid, 256, 0, cb->stream>>>(g, conv, beta, gg, a->ssm_state, o);
-		cu_launched(cb, "gdn step");
-	} else {
-		int C = 64;
-		size_t smem = 0;
-		for (; C >= 8; C /= 2) {
-			smem = ((size_t)3 * C * (g.dk + 1) + (size_t)C * C + (size_t)C * GDN_ROWS + (size_t)GDN_ROWS * (g.dk + 1) +
-				2 * C) * sizeof(float);
-			if (smem <= cb->smem_optin)
-				break;
-		}
-		if (C < 8) {
-			cu_fail_msg(cb, "gdn: key head dim %d too large for shared memory", g.dk);
-			return;
-		}
-		cudaFuncSetAttribute(k_gdn_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-		k_gdn_chunk<<<grid, 256, smem, cb->stream>>>(g, C, conv, beta, gg, a->ssm_state, o);
-		cu_launched(cb, "gdn chunk");
+	int C = 64;
+	size_t smem = 0;
+	for (; C >= 8; C /= 2) {
+		smem = ((size_t)3 * C * (g.dk + 1) + (size_t)C * C + (size_t)C * GDN_ROWS + (size_t)GDN_ROWS * (g.dk + 1) +
+			2 * C) * sizeof(float);
+		if (smem <= cb->smem_optin)
+			break;
 	}
+	if (C < 8) {
+		cu_fail_msg(cb, "gdn: key head dim %d too large for shared memory", g.dk);
+		return;
+	}
+	cudaFuncSetAttribute(k_gdn_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+	k_gdn_chunk<<<grid, 256, smem, cb->stream>>>(g, C, conv, beta, gg, a->ssm_state, o);
+	cu_launched(cb, "gdn chunk");
 	dim3 ng(g.T, g.nv);
-	k_gdn_gnorm<<<ng, 128, 0, cb->stream>>>(g, o, a->qkv, a->z, (const float *)a->norm_w->dev,
-						 a->eps, (bf16 *)a->out);
+	k_gdn_gnorm<<<ng, 128, 0, cb->stream>>>(g, o, a->qkv, a->z, (const float *)a->norm_w->dev, a->eps, (bf16 *)a->out);
 	cu_launched(cb, "gdn gated norm");
 }

@@ -1,55 +1,57 @@
 /*
  * k_moe.cu - mixture of experts with optional shared expert (contract: toast_moe_args).
  *
- * Router logits (GEMV or cuBLAS), then one block per token does softmax + top-k (+ renorm) and
- * the shared expert's sigmoid gate, leaving expert ids and weights in device memory; the
- * expert kernels read them there, so a recorded decode step is valid whatever the router
- * picks. Gate/up: one warp per (row, slot, token) for the routed experts and the shared one;
- * down: one warp per output row summing every slot in order, added to the residual.
+ * The input is RMSNorm(x), computed in f32 and kept in f32 for the router, so expert choice
+ * does not flip on rounding. Decode (T <= CU_GEMV_MAX_T): one kernel computes the norm, the
+ * router logits and, in its last block to finish, softmax/top-k and the shared expert's gate;
+ * one kernel runs gate/up of every chosen expert and the shared one; one runs down for all of
+ * them and adds to the residual. Expert ids stay in device memory, so a recorded decode step
+ * is valid whatever the router picks. Longer T runs the same expert kernels per token.
  */
 #include "backend/cuda/cuda_common.cuh"
 
 #define MOE_MAX_K 64
+#define MOE_WARPS 8
 
-__global__ void k_moe_topk(const float *logits, int ne, int k, int norm, const bf16 *h, const bf16 *h_lo,
-			   const float *sgw, int E,
-			   int32_t *sel, float *wt, float *sgate)
+struct moe_dims {
+	int T, E, ne, k, F, Fs, Fmax, norm_topk;
+};
+
+/* softmax over ne logits, the k largest (ties: lower index), renormalised when asked; s holds ne
+ * floats of shared memory; called by a whole block */
+__device__ void moe_topk_block(const moe_dims &d, const float *logits, float *s, int32_t *sel, float *wt)
 {
 	__shared__ float red[32];
-	__shared__ float sv[32];
-	__shared__ int si[32];
-	__shared__ int chosen[MOE_MAX_K];
-	int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
-	const float *l = logits + (size_t)t * ne;
+	__shared__ float bv_s[32];
+	__shared__ int bi_s[32];
+	__shared__ int chosen;
+	int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
 	float mx = -INFINITY;
-	for (int e = tid; e < ne; e += blockDim.x)
-		mx = fmaxf(mx, l[e]);
+	for (int e = tid; e < d.ne; e += blockDim.x) {
+		s[e] = logits[e];
+		mx = fmaxf(mx, s[e]);
+	}
 	mx = cu_warp_max(mx);
+	__syncthreads();
 	if (lane == 0)
 		red[warp] = mx;
 	__syncthreads();
-	mx = -INFINITY;
-	for (int w = 0; w < nw; w++)
+	mx = red[0];
+	for (int w = 1; w < nw; w++)
 		mx = fmaxf(mx, red[w]);
-	__syncthreads();
 	float sum = 0;
-	for (int e = tid; e < ne; e += blockDim.x)
-		sum += __expf(l[e] - mx);
+	for (int e = tid; e < d.ne; e += blockDim.x)
+		sum += __expf(s[e] - mx);
 	sum = cu_block_sum(sum, red);
 	float tot = 0;
-	for (int j = 0; j < k; j++) {
-		/* argmax over the experts not chosen yet; ties to the lower index */
+	for (int j = 0; j < d.k; j++) {
 		float bv = -INFINITY;
-		int bi = ne;
-		for (int e = tid; e < ne; e += blockDim.x) {
-			bool taken = false;
-			for (int i = 0; i < j; i++)
-				taken |= chosen[i] == e;
-			if (!taken && (l[e] > bv || (l[e] == bv && e < bi))) {
-				bv = l[e];
+		int bi = d.ne;
+		for (int e = tid; e < d.ne; e += blockDim.x)
+			if (s[e] > bv) { /* increasing e: the first maximum wins */
+				bv = s[e];
 				bi = e;
 			}
-		}
 		for (int o = 16; o > 0; o >>= 1) {
 			float ov = __shfl_xor_sync(0xffffffffu, bv, o);
 			int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -59,158 +61,269 @@ __global__ void k_moe_topk(const float *logits, int ne, int k, int norm, const b
 			}
 		}
 		if (lane == 0) {
-			sv[warp] = bv;
-			si[warp] = bi;
+			bv_s[warp] = bv;
+			bi_s[warp] = bi;
 		}
 		__syncthreads();
 		if (tid == 0) {
-			float b = -INFINITY;
-			int ix = ne;
-			for (int w = 0; w < nw; w++)
-				if (sv[w] > b || (sv[w] == b && si[w] < ix)) {
-					b = sv[w];
-					ix = si[w];
+			float b = bv_s[0];
+			int ix = bi_s[0];
+			for (int w = 1; w < nw; w++)
+				if (bv_s[w] > b || (bv_s[w] == b && bi_s[w] < ix)) {
+					b = bv_s[w];
+					ix = bi_s[w];
 				}
-			chosen[j] = ix;
+			chosen = ix;
+			sel[j] = ix;
+			wt[j] = __expf(b - mx) / sum;
+			s[ix] = -INFINITY;
 		}
 		__syncthreads();
-		float p = __expf(l[chosen[j]] - mx) / sum;
-		tot += p;
-		if (tid == 0) {
-			sel[(size_t)t * k + j] = chosen[j];
-			wt[(size_t)t * k + j] = p;
+		tot += __expf(logits[chosen] - mx) / sum;
+	}
+	if (d.norm_topk && tid == 0)
+		for (int j = 0; j < d.k; j++)
+			wt[j] /= tot;
+	__syncthreads();
+}
+
+/* h · sh_gate_inp for one token, by the whole block */
+__device__ float moe_sgate(const float *h, const float *sgw, int E)
+{
+	__shared__ float red[32];
+	float v = 0;
+	for (int i = threadIdx.x; i < E; i += blockDim.x)
+		v += h[i] * sgw[i];
+	return cu_sigmoid(cu_block_sum(v, red));
+}
+
+/* decode: norm + router + (last block) top-k. smem: hs [T][E] then ne floats for the top-k */
+__global__ void __launch_bounds__(MOE_WARPS * 32)
+	k_moe_route(moe_dims d, const float *x, const float *nw, float eps, int plus_one, const bf16 *R, const float *sgw,
+		    float *h, float *logits, int32_t *sel, float *wt, float *sgate, unsigned *counter)
+{
+	extern __shared__ float hs[];
+	__shared__ float red[32];
+	__shared__ unsigned ticket;
+	int E = d.E;
+	for (int t = 0; t < d.T; t++) {
+		const float *xr = x + (size_t)t * E;
+		float ss = 0;
+		for (int i = threadIdx.x; i < E; i += blockDim.x)
+			ss += xr[i] * xr[i];
+		ss = cu_block_sum(ss, red);
+		float r = rsqrtf(ss / E + eps);
+		for (int i = threadIdx.x; i < E; i += blockDim.x) {
+			float y = xr[i] * r * (plus_one ? 1.0f + nw[i] : nw[i]);
+			hs[t * E + i] = y;
+			if (blockIdx.x == 0)
+				h[(size_t)t * E + i] = y;
 		}
 	}
-	if (norm && tid == 0)
-		for (int j = 0; j < k; j++)
-			wt[(size_t)t * k + j] /= tot;
-	if (sgate) {
-		float d = 0;
-		for (int i = tid; i < E; i += blockDim.x)
-			d += sgw[i] * (__bfloat162float(h[(size_t)t * E + i]) +
-				       (h_lo ? __bfloat162float(h_lo[(size_t)t * E + i]) : 0.0f));
-		d = cu_block_sum(d, red);
-		if (tid == 0)
-			sgate[t] = cu_sigmoid(d);
+	__syncthreads();
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	int e0 = (blockIdx.x * MOE_WARPS + warp) * 4;
+	for (int e = e0; e < min(d.ne, e0 + 4); e++) {
+		const bf16 *w = R + (size_t)e * E;
+		for (int t = 0; t < d.T; t++) {
+			float acc = 0;
+			for (int i = lane; i < E; i += 32)
+				acc += __bfloat162float(w[i]) * hs[t * E + i];
+			acc = cu_warp_sum(acc);
+			if (lane == 0)
+				logits[(size_t)t * d.ne + e] = acc;
+		}
+	}
+	/* the last block to finish chooses the experts */
+	__threadfence();
+	__syncthreads();
+	if (threadIdx.x == 0)
+		ticket = atomicAdd(counter, 1u);
+	__syncthreads();
+	if (ticket != gridDim.x - 1)
+		return;
+	__threadfence();
+	for (int t = 0; t < d.T; t++) {
+		moe_topk_block(d, logits + (size_t)t * d.ne, hs + d.T * E, sel + (size_t)t * d.k, wt + (size_t)t * d.k);
+		if (sgw) {
+			float g = moe_sgate(hs + t * E, sgw, E);
+			if (threadIdx.x == 0)
+				sgate[t] = g;
+		}
+	}
+	if (threadIdx.x == 0)
+		*counter = 0;
+}
+
+/* prefill: one block per token */
+__global__ void k_moe_topk(moe_dims d, const float *h, const float *logits, const float *sgw, int32_t *sel, float *wt,
+			   float *sgate)
+{
+	extern __shared__ float s[];
+	int t = blockIdx.x;
+	moe_topk_block(d, logits + (size_t)t * d.ne, s, sel + (size_t)t * d.k, wt + (size_t)t * d.k);
+	if (sgw) {
+		float g = moe_sgate(h + (size_t)t * d.E, sgw, d.E);
+		if (threadIdx.x == 0)
+			sgate[t] = g;
 	}
 }
 
-__device__ __forceinline__ float moe_dot(const bf16 *w, const bf16 *x, int n, int lane)
+/* act[t][slot][r] = SiLU(gate·h) * (up·h), two rows r per warp; slot k is the shared expert */
+__global__ void __launch_bounds__(MOE_WARPS * 32)
+	k_moe_gateup(moe_dims d, const float *h, const bf16 *gate, const bf16 *up, const int32_t *sel, const bf16 *sg,
+		     const bf16 *su, float *act)
 {
-	float acc = 0;
-	if ((n & 7) == 0) {
-		for (int i = lane; i < n / 8; i += 32) {
-			float fw[8], fx[8];
-			cu_bf16x8(__ldg((const uint4 *)w + i), fw);
-			cu_bf16x8(__ldg((const uint4 *)x + i), fx);
+	extern __shared__ float hs[];
+	int slot = blockIdx.y, t = blockIdx.z, E = d.E;
+	for (int i = threadIdx.x; i < E; i += blockDim.x)
+		hs[i] = h[(size_t)t * E + i];
+	__syncthreads();
+	bool shared = slot == d.k;
+	int n = shared ? d.Fs : d.F;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	int r0 = (blockIdx.x * MOE_WARPS + warp) * 2;
+	if (r0 >= n)
+		return;
+	int r1 = min(r0 + 1, n - 1);
+	const bf16 *G = shared ? sg : gate + (size_t)sel[(size_t)t * d.k + slot] * d.F * E;
+	const bf16 *U = shared ? su : up + (size_t)sel[(size_t)t * d.k + slot] * d.F * E;
+	const bf16 *g0 = G + (size_t)r0 * E, *g1 = G + (size_t)r1 * E, *u0 = U + (size_t)r0 * E, *u1 = U + (size_t)r1 * E;
+	float a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+	if ((E & 7) == 0) {
+#pragma unroll 2
+		for (int i = lane; i < E / 8; i += 32) {
+			uint4 wg0 = __ldg((const uint4 *)g0 + i), wg1 = __ldg((const uint4 *)g1 + i);
+			uint4 wu0 = __ldg((const uint4 *)u0 + i), wu1 = __ldg((const uint4 *)u1 + i);
+			float fg0[8], fg1[8], fu0[8], fu1[8];
+			cu_bf16x8(wg0, fg0), cu_bf16x8(wg1, fg1), cu_bf16x8(wu0, fu0), cu_bf16x8(wu1, fu1);
+			const float *xv = hs + i * 8;
 #pragma unroll
-			for (int q = 0; q < 8; q++)
-				acc = fmaf(fw[q], fx[q], acc);
+			for (int q = 0; q < 8; q++) {
+				a0 += fg0[q] * xv[q];
+				a1 += fg1[q] * xv[q];
+				b0 += fu0[q] * xv[q];
+				b1 += fu1[q] * xv[q];
+			}
 		}
 	} else {
-		for (int i = lane; i < n; i += 32)
-			acc += __bfloat162float(w[i]) * __bfloat162float(x[i]);
-	}
-	return cu_warp_sum(acc);
-}
-
-/* act[t][slot][r] = SiLU(gate·h) * (up·h); slot k is the shared expert */
-__global__ void k_moe_gateup(const bf16 *h, int E, const bf16 *gate, const bf16 *up, int F, const int32_t *sel, int k,
-			     const bf16 *sg, const bf16 *su, int Fs, float *act, int Fmax)
-{
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int r = blockIdx.x * (blockDim.x >> 5) + warp, slot = blockIdx.y, t = blockIdx.z;
-	bool shared = slot == k;
-	int n = shared ? Fs : F;
-	if (r >= n)
-		return;
-	const bf16 *G, *U;
-	if (shared) {
-		G = sg + (size_t)r * E;
-		U = su + (size_t)r * E;
-	} else {
-		size_t e = (size_t)sel[(size_t)t * k + slot];
-		G = gate + (e * F + r) * E;
-		U = up + (e * F + r) * E;
-	}
-	const bf16 *x = h + (size_t)t * E;
-	float g = moe_dot(G, x, E, lane), u = moe_dot(U, x, E, lane);
-	if (lane == 0)
-		act[((size_t)t * (k + 1) + slot) * Fmax + r] = cu_silu(g) * u;
-}
-
-__device__ __forceinline__ float moe_dot_f(const bf16 *w, const float *x, int n, int lane)
-{
-	float acc = 0;
-	if ((n & 7) == 0) {
-		for (int i = lane; i < n / 8; i += 32) {
-			float fw[8];
-			cu_bf16x8(__ldg((const uint4 *)w + i), fw);
-			const float4 *xv = (const float4 *)(x + i * 8);
-			float4 a = xv[0], b = xv[1];
-			acc += fw[0] * a.x + fw[1] * a.y + fw[2] * a.z + fw[3] * a.w + fw[4] * b.x + fw[5] * b.y + fw[6] * b.z +
-			       fw[7] * b.w;
+		for (int i = lane; i < E; i += 32) {
+			a0 += __bfloat162float(g0[i]) * hs[i];
+			a1 += __bfloat162float(g1[i]) * hs[i];
+			b0 += __bfloat162float(u0[i]) * hs[i];
+			b1 += __bfloat162float(u1[i]) * hs[i];
 		}
-	} else {
-		for (int i = lane; i < n; i += 32)
-			acc += __bfloat162float(w[i]) * x[i];
 	}
-	return cu_warp_sum(acc);
+	a0 = cu_warp_sum(a0), a1 = cu_warp_sum(a1), b0 = cu_warp_sum(b0), b1 = cu_warp_sum(b1);
+	if (lane == 0) {
+		float *o = act + ((size_t)t * (d.k + 1) + slot) * d.Fmax;
+		o[r0] = cu_silu(a0) * b0;
+		if (r1 != r0)
+			o[r1] = cu_silu(a1) * b1;
+	}
 }
 
-/* x[t][i] += sum over slots of weight * down_slot[i] · act[t][slot] */
-__global__ void k_moe_down(float *x, int E, const bf16 *down, int F, const int32_t *sel, const float *wt, int k,
-			   const bf16 *sd, int Fs, const float *sgate, const float *act, int Fmax)
+/* x[t][i] += sum over slots of weight * down_slot[i] · act[t][slot], two rows i per warp */
+__global__ void __launch_bounds__(MOE_WARPS * 32)
+	k_moe_down(moe_dims d, float *x, const bf16 *down, const int32_t *sel, const float *wt, const bf16 *sd,
+		   const float *sgate, const float *act)
 {
+	extern __shared__ float as[];
+	int t = blockIdx.y, E = d.E, nslot = d.k + (sd ? 1 : 0);
+	for (int i = threadIdx.x; i < nslot * d.Fmax; i += blockDim.x)
+		as[i] = act[(size_t)t * (d.k + 1) * d.Fmax + i];
+	__syncthreads();
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int i = blockIdx.x * (blockDim.x >> 5) + warp, t = blockIdx.y;
-	if (i >= E)
+	int i0 = (blockIdx.x * MOE_WARPS + warp) * 2;
+	if (i0 >= E)
 		return;
-	float acc = 0;
-	for (int s = 0; s < k; s++) {
-		size_t e = (size_t)sel[(size_t)t * k + s];
-		float d = moe_dot_f(down + (e * E + i) * F, act + ((size_t)t * (k + 1) + s) * Fmax, F, lane);
-		acc += wt[(size_t)t * k + s] * d;
+	int i1 = min(i0 + 1, E - 1);
+	float acc0 = 0, acc1 = 0;
+	for (int s = 0; s < nslot; s++) {
+		bool shared = s == d.k;
+		int F = shared ? d.Fs : d.F;
+		const bf16 *D = shared ? sd : down + (size_t)sel[(size_t)t * d.k + s] * E * d.F;
+		float wgt = shared ? (sgate ? sgate[t] : 1.0f) : wt[(size_t)t * d.k + s];
+		const bf16 *w0 = D + (size_t)i0 * F, *w1 = D + (size_t)i1 * F;
+		const float *a = as + s * d.Fmax;
+		float p0 = 0, p1 = 0;
+		if ((F & 7) == 0) {
+			for (int i = lane; i < F / 8; i += 32) {
+				float f0[8], f1[8];
+				cu_bf16x8(__ldg((const uint4 *)w0 + i), f0);
+				cu_bf16x8(__ldg((const uint4 *)w1 + i), f1);
+#pragma unroll
+				for (int q = 0; q < 8; q++) {
+					p0 += f0[q] * a[i * 8 + q];
+					p1 += f1[q] * a[i * 8 + q];
+				}
+			}
+		} else {
+			for (int i = lane; i < F; i += 32) {
+				p0 += __bfloat162float(w0[i]) * a[i];
+				p1 += __bfloat162float(w1[i]) * a[i];
+			}
+		}
+		acc0 += wgt * p0;
+		acc1 += wgt * p1;
 	}
-	if (sd) {
-		float d = moe_dot_f(sd + (size_t)i * Fs, act + ((size_t)t * (k + 1) + k) * Fmax, Fs, lane);
-		acc += (sgate ? sgate[t] : 1.0f) * d;
+	acc0 = cu_warp_sum(acc0), acc1 = cu_warp_sum(acc1);
+	if (lane == 0) {
+		x[(size_t)t * E + i0] += acc0;
+		if (i1 != i0)
+			x[(size_t)t * E + i1] += acc1;
 	}
-	if (lane == 0)
-		x[(size_t)t * E + i] += acc;
 }
 
 void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 {
-	int T = a->T, ne = a->n_expert, k = a->n_expert_used, E = a->n_embd, F = a->n_ff;
-	int Fs = a->sh_gate ? a->n_ff_sh : 0, Fmax = ((F > Fs ? F : Fs) + 7) / 8 * 8; /* rows 32-byte aligned */
-	if (k > MOE_MAX_K || k > ne) {
-		cu_fail_msg(cb, "moe: %d experts per token is not supported", k);
+	moe_dims d;
+	d.T = a->T, d.E = a->n_embd, d.ne = a->n_expert, d.k = a->n_expert_used, d.F = a->n_ff;
+	d.Fs = a->sh_gate ? a->n_ff_sh : 0, d.Fmax = ((d.F > d.Fs ? d.F : d.Fs) + 7) / 8 * 8;
+	d.norm_topk = a->norm_topk;
+	if (d.k > MOE_MAX_K || d.k > d.ne) {
+		cu_fail_msg(cb, "moe: %d experts per token is not supported", d.k);
 		return;
 	}
-	/* scratch: act first (its rows are read as float4), then logits, sel, wt, sgate */
-	size_t n_log = (size_t)T * ne, n_sel = (size_t)T * k, n_act = (size_t)T * (k + 1) * Fmax;
-	char *scr = (char *)cu_scratch(cb, (n_act + n_log + 2 * n_sel + (size_t)T) * 4);
+	size_t T = (size_t)d.T, n_h = T * d.E, n_log = T * d.ne, n_sel = T * d.k, n_act = T * (d.k + 1) * d.Fmax;
+	char *scr = (char *)cu_scratch(cb, (n_act + n_h + n_log + 2 * n_sel + T) * 4);
 	if (!scr)
 		return;
-	float *act = (float *)scr, *logits = act + n_act;
+	float *act = (float *)scr, *h = act + n_act, *logits = h + n_h;
 	int32_t *sel = (int32_t *)(logits + n_log);
 	float *wt = (float *)(sel + n_sel), *sgate = wt + n_sel;
-	cu_matmul(cb, logits, TOAST_MM_F32, (const bf16 *)a->h, a->router, T);
-	if (a->h_lo) /* route on h + h_lo: what rounding h to bf16 lost */
-		cu_matmul(cb, logits, TOAST_MM_ADD, (const bf16 *)a->h_lo, a->router, T);
-	k_moe_topk<<<T, 256, 0, cb->stream>>>(logits, ne, k, a->norm_topk, (const bf16 *)a->h, (const bf16 *)a->h_lo,
-					       a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL, E, sel, wt,
-					       a->sh_gate_inp ? sgate : NULL);
-	cu_launched(cb, "moe top-k");
-	dim3 g1(cu_blocks((size_t)Fmax, 8), k + (Fs ? 1 : 0), T);
-	k_moe_gateup<<<g1, 256, 0, cb->stream>>>((const bf16 *)a->h, E, (const bf16 *)a->gate->dev, (const bf16 *)a->up->dev,
-						  F, sel, k, Fs ? (const bf16 *)a->sh_gate->dev : NULL,
-						  Fs ? (const bf16 *)a->sh_up->dev : NULL, Fs, act, Fmax);
+	const float *sgw = a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL;
+	size_t route_smem = (n_h + d.ne) * 4;
+	if (d.T <= CU_GEMV_MAX_T && route_smem <= cb->smem_optin && a->router->dev_type == TOAST_DT_BF16) {
+		static bool attr;
+		if (!attr) {
+			cudaFuncSetAttribute(k_moe_route, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cb->smem_optin);
+			attr = true;
+		}
+		k_moe_route<<<cu_blocks((size_t)d.ne, MOE_WARPS * 4), MOE_WARPS * 32, route_smem, cb->stream>>>(
+			d, a->x, (const float *)a->norm_w->dev, a->eps, a->plus_one, (const bf16 *)a->router->dev, sgw, h,
+			logits, sel, wt, sgate, cb->counters);
+		cu_launched(cb, "moe route");
+	} else {
+		cu_norm_rows(cb, a->x, a->norm_w, d.T, d.E, a->eps, a->plus_one, h, NULL);
+		cu_gemv_f32(cb, logits, h, a->router, d.T); /* router logits from the f32 input */
+		k_moe_topk<<<d.T, 256, d.ne * 4, cb->stream>>>(d, h, logits, sgw, sel, wt, sgate);
+		cu_launched(cb, "moe top-k");
+	}
+	size_t hsm = (size_t)d.E * 4;
+	dim3 g1(cu_blocks((size_t)d.Fmax, MOE_WARPS * 2), d.k + (d.Fs ? 1 : 0), d.T);
+	k_moe_gateup<<<g1, MOE_WARPS * 32, hsm, cb->stream>>>(d, h, (const bf16 *)a->gate->dev, (const bf16 *)a->up->dev,
+							     sel, d.Fs ? (const bf16 *)a->sh_gate->dev : NULL,
+							     d.Fs ? (const bf16 *)a->sh_up->dev : NULL, act);
 	cu_launched(cb, "moe gate/up");
-	dim3 g2(cu_blocks((size_t)E, 8), T);
-	k_moe_down<<<g2, 256, 0, cb->stream>>>(a->x, E, (const bf16 *)a->down->dev, F, sel, wt, k,
-						Fs ? (const bf16 *)a->sh_down->dev : NULL, Fs, a->sh_gate_inp ? sgate : NULL,
-						act, Fmax);
+	size_t asm_ = (size_t)(d.k + 1) * d.Fmax * 4;
+	if (asm_ > 48 * 1024 || hsm > 48 * 1024) {
+		cudaFuncSetAttribute(k_moe_down, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cb->smem_optin);
+		cudaFuncSetAttribute(k_moe_gateup, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cb->smem_optin);
+	}
+	dim3 g2(cu_blocks((size_t)d.E, MOE_WARPS * 2), d.T);
+	k_moe_down<<<g2, MOE_WARPS * 32, asm_, cb->stream>>>(d, a->x, (const bf16 *)a->down->dev, sel, wt,
+							      d.Fs ? (const bf16 *)a->sh_down->dev : NULL,
+							      a->sh_gate_inp ? sgate : NULL, act);
 	cu_launched(cb, "moe down");
 }
