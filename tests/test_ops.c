@@ -391,6 +391,9 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 		float *db = sh.grouped ? put(be, ba, (size_t)n * 2 * nv, false) : put(be, bb, (size_t)n * nv, false);
 		float *da = sh.grouped ? NULL : put(be, aa, (size_t)n * nv, false);
 		void *dout = be->ops->alloc(be, (size_t)n * vdim * be->act_size);
+		int32_t *ids = calloc((size_t)n, sizeof(int32_t));
+		be->ops->begin_step(be, ids, n, done); /* the step carries pos to a backend that records steps */
+		free(ids);
 		struct toast_gdn_args a = {dqkv, dz, db, da, sh.grouped, sh.grouped, &cw.w, &Al.w, false, &dt.w, &nw.w,
 					   nk, nv, dk, dv, K, 1e-6f, conv, ssm, done, n, dout};
 		be->ops->gdn(be, &a);
@@ -611,8 +614,161 @@ static void test_backend(struct ctx *c)
 	test_moe(c, 2, 64, 4, 4, 8, 8, false, true);
 }
 
-int main(void)
+/* ---- --perf: each op at Qwen3-Next-80B-A3B decode shapes, time per call and bandwidth ---- */
+
+#include "util/timeutil.h"
+
+static struct toast_weight synth(struct toast_backend *be, const char *name, int64_t n_out, int64_t n_in)
 {
+	struct toast_weight w = {.name = name, .type = n_out == 1 ? TOAST_DT_F32 : TOAST_DT_BF16, .n_in = n_in, .n_out = n_out};
+	struct toast_error err;
+	CHECK(be->ops->prepare_weight(be, &w, &err) == TOAST_OK, "%s", err.msg);
+	return w;
+}
+
+static double perf_time(struct toast_backend *be, void (*fn)(void *), void *ctx)
+{
+	struct toast_error err;
+	for (int i = 0; i < 5; i++)
+		fn(ctx);
+	be->ops->sync(be, &err);
+	int n = 0;
+	double t0 = toast_now(), t;
+	do {
+		fn(ctx);
+		n++;
+		if (n % 10 == 0)
+			be->ops->sync(be, &err);
+		t = toast_now() - t0;
+	} while (t < 0.3 || n % 10);
+	be->ops->sync(be, &err);
+	return (toast_now() - t0) / n;
+}
+
+struct perf_mm {
+	struct toast_backend *be;
+	struct toast_mm_in in;
+	struct toast_mm_out out[4];
+	int n;
+};
+static void perf_mm_fn(void *p)
+{
+	struct perf_mm *c = p;
+	c->be->ops->matmul(c->be, &c->in, c->out, c->n, 1);
+}
+static void perf_moe_fn(void *p)
+{
+	struct toast_backend **be = p;
+	be[0]->ops->moe(be[0], (struct toast_moe_args *)be[1]);
+}
+static void perf_gdn_fn(void *p)
+{
+	struct toast_backend **be = p;
+	be[0]->ops->gdn(be[0], (struct toast_gdn_args *)be[1]);
+}
+static void perf_attn_fn(void *p)
+{
+	struct toast_backend **be = p;
+	be[0]->ops->attention(be[0], (struct toast_attn_args *)be[1]);
+}
+
+static void perf_row(const char *name, double t, double bytes)
+{
+	printf("%-40s %10.1f us %10.1f GB/s\n", name, t * 1e6, bytes / t / 1e9);
+}
+
+static void perf_backend(struct toast_backend *be)
+{
+	const int E = 2048, V = 151936, NE = 512, F = 512, K = 10;
+	float *xh = rand_vec((size_t)E, 3);
+	float *x = put(be, xh, E, false);
+	struct toast_weight nw = synth(be, "perf.norm", 1, E);
+	int32_t id0 = 0;
+	be->ops->begin_step(be, &id0, 1, 0);
+	/* GDN input projections: qkvz + ba, normed input */
+	struct toast_weight wqkvz = synth(be, "perf.qkvz", 12288, E), wba = synth(be, "perf.ba", 64, E);
+	float *yq = be->ops->alloc(be, 12288 * 4), *yb = be->ops->alloc(be, 64 * 4);
+	struct perf_mm mm = {be, {.norm_x = x, .norm_w = &nw, .eps = 1e-6f, .plus_one = true},
+			     {{yq, TOAST_MM_F32, &wqkvz}, {yb, TOAST_MM_F32, &wba}}, 2};
+	perf_row("gemv qkvz+ba 12352x2048 (normed in)", perf_time(be, perf_mm_fn, &mm), 12352.0 * E * 2);
+	/* out_proj: act input, residual add */
+	struct toast_weight wout = synth(be, "perf.out", E, 4096);
+	float *a4 = rand_vec(4096, 1);
+	void *act = put(be, a4, 4096, true);
+	struct perf_mm mo = {be, {.act = act}, {{x, TOAST_MM_ADD, &wout}}, 1};
+	perf_row("gemv out_proj 2048x4096 (+= residual)", perf_time(be, perf_mm_fn, &mo), 2048.0 * 4096 * 2);
+	/* lm_head */
+	struct toast_weight wlm = synth(be, "perf.lm_head", V, E);
+	float *lg = be->ops->alloc(be, (size_t)V * 4);
+	struct perf_mm ml = {be, {.norm_x = x, .norm_w = &nw, .eps = 1e-6f, .plus_one = true}, {{lg, TOAST_MM_F32, &wlm}}, 1};
+	perf_row("gemv lm_head 151936x2048", perf_time(be, perf_mm_fn, &ml), (double)V * E * 2);
+	/* MoE decode */
+	struct toast_weight router = synth(be, "perf.router", NE, E);
+	struct toast_experts G = {NE, calloc(NE, sizeof(struct toast_weight)), NULL}, U = G, D = G;
+	U.w = calloc(NE, sizeof(struct toast_weight));
+	D.w = calloc(NE, sizeof(struct toast_weight));
+	for (int e = 0; e < NE; e++) {
+		G.w[e] = (struct toast_weight){.name = "perf.g", .type = TOAST_DT_BF16, .n_in = E, .n_out = F};
+		U.w[e] = (struct toast_weight){.name = "perf.u", .type = TOAST_DT_BF16, .n_in = E, .n_out = F};
+		D.w[e] = (struct toast_weight){.name = "perf.d", .type = TOAST_DT_BF16, .n_in = F, .n_out = E};
+	}
+	struct toast_error err;
+	CHECK(be->ops->prepare_experts(be, &G, &err) == TOAST_OK && be->ops->prepare_experts(be, &U, &err) == TOAST_OK &&
+		      be->ops->prepare_experts(be, &D, &err) == TOAST_OK, "%s", err.msg);
+	struct toast_weight sg = synth(be, "perf.sg", F, E), su = synth(be, "perf.su", F, E), sd = synth(be, "perf.sd", E, F);
+	struct toast_weight sgi = synth(be, "perf.sgi", 1, E);
+	struct toast_moe_args ma = {x, &nw, 1e-6f, true, &router, &G, &U, &D, NE, K, true, &sg, &su, &sd, &sgi, E, F, F, 1};
+	void *mctx[2] = {be, &ma};
+	perf_row("moe 512 experts top-10 + shared (decode)", perf_time(be, perf_moe_fn, mctx),
+		 (double)NE * E * 2 + 11.0 * 3 * F * E * 2);
+	/* GDN decode */
+	int nk = 16, nv = 32, dk = 128, dv = 128, cd = 2 * nk * dk + nv * dv;
+	struct toast_weight cw = synth(be, "perf.conv", cd, 4), Al = synth(be, "perf.A", 1, nv);
+	struct toast_weight dt = synth(be, "perf.dt", 1, nv), gn = synth(be, "perf.gn", 1, dv);
+	float *qkvz = be->ops->alloc(be, (size_t)(cd + nv * dv) * 4), *ba = be->ops->alloc(be, 2 * nv * 4);
+	float *cst = be->ops->alloc(be, 2 * 3 * (size_t)cd * 4), *ssm = be->ops->alloc(be, (size_t)nv * dv * dk * 4);
+	void *gout = be->ops->alloc(be, (size_t)nv * dv * be->act_size);
+	struct toast_gdn_args ga = {qkvz, NULL, ba, NULL, true, true, &cw, &Al, false, &dt, &gn, nk, nv, dk, dv, 4, 1e-6f,
+				    cst, ssm, 0, 1, gout};
+	void *gctx[2] = {be, &ga};
+	perf_row("gdn decode (32 heads, state r+w)", perf_time(be, perf_gdn_fn, gctx), 2.0 * nv * dv * dk * 4);
+	/* attention decode at several contexts */
+	int ctxs[] = {4096, 28672, 69632};
+	for (int i = 0; i < 3; i++) {
+		int n_ctx = ctxs[i], hd = 256, kvd = 2 * hd;
+		void *kc = be->ops->alloc(be, (size_t)n_ctx * kvd * be->act_size), *vc = be->ops->alloc(be, (size_t)n_ctx * kvd * be->act_size);
+		float *q = be->ops->alloc(be, 16 * 2 * hd * 4), *k = be->ops->alloc(be, kvd * 4), *v = be->ops->alloc(be, kvd * 4);
+		void *o = be->ops->alloc(be, 16 * hd * be->act_size);
+		struct toast_weight qn = synth(be, "perf.qn", 1, hd), kn = synth(be, "perf.kn", 1, hd);
+		int pos = n_ctx - 1;
+		be->ops->begin_step(be, &id0, 1, pos);
+		struct toast_attn_args aa = {q, k, v, &qn, &kn, true, 1e-6f, 16, 2, hd, 64, 1e7f, TOAST_DT_BF16, true,
+					     kc, vc, n_ctx, pos, 1, o};
+		void *actx[2] = {be, &aa};
+		char name[64];
+		snprintf(name, sizeof(name), "attention decode at %d", n_ctx);
+		perf_row(name, perf_time(be, perf_attn_fn, actx), 2.0 * n_ctx * kvd * be->act_size);
+		be->ops->release(be, kc), be->ops->release(be, vc), be->ops->release(be, q), be->ops->release(be, k);
+		be->ops->release(be, v), be->ops->release(be, o);
+	}
+	free(G.w), free(U.w), free(D.w), free(xh), free(a4);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "--perf") == 0) {
+		struct toast_backend *be;
+		struct toast_error err;
+		bool cuda = toast_backend_cuda_available();
+		if ((cuda ? toast_backend_cuda_new(&be, &err) : toast_backend_cpu_new(0, &be, &err)) != TOAST_OK) {
+			fprintf(stderr, "%s\n", err.msg);
+			return 1;
+		}
+		printf("op timings on the %s backend (Qwen3-Next-80B-A3B decode shapes)\n", be->name);
+		perf_backend(be);
+		toast_backend_free(be);
+		return test_done("test_ops --perf");
+	}
 	int threads[] = {1, 3};
 	for (int i = 0; i < 2; i++) {
 		struct toast_backend *be;

@@ -59,6 +59,18 @@ static void cu_forget_graphs(struct cuda_backend *cb)
 	}
 }
 
+size_t cu_allow_smem(struct cuda_backend *cb, const void *func)
+{
+	struct cudaFuncAttributes fa;
+	if (cu_fail(cb, cudaFuncGetAttributes(&fa, func), "kernel attributes"))
+		return 0;
+	size_t room = cb->smem_optin > fa.sharedSizeBytes ? cb->smem_optin - fa.sharedSizeBytes : 0;
+	if (cu_fail(cb, cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)room),
+		    "shared memory limit"))
+		return 0;
+	return room;
+}
+
 void *cu_scratch(struct cuda_backend *cb, size_t n)
 {
 	if (n <= cb->scratch_bytes)

@@ -72,6 +72,9 @@ bool cu_fail(struct cuda_backend *cb, cudaError_t e, const char *what);
 void cu_fail_msg(struct cuda_backend *cb, const char *fmt, ...);
 /* Check a launch (and optionally synchronise): call after every kernel launch. */
 void cu_launched(struct cuda_backend *cb, const char *op);
+/* Let kernel func use as much dynamic shared memory as the device allows beside its static
+ * shared memory; returns that many bytes (0 on error, which is then recorded). */
+size_t cu_allow_smem(struct cuda_backend *cb, const void *func);
 /* Device scratch of at least n bytes (grown when not capturing), or NULL (then failed is set). */
 void *cu_scratch(struct cuda_backend *cb, size_t n);
 

@@ -347,8 +347,13 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 	}
 	if (g.T == 1) {
 		size_t smem = (size_t)(2 * g.dk + 2 * g.dv) * sizeof(float);
-		if (smem > 48 * 1024)
-			cudaFuncSetAttribute(k_gdn_decode, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cb->smem_optin);
+		static size_t room;
+		if (!room)
+			room = cu_allow_smem(cb, (const void *)k_gdn_decode);
+		if (smem > room) {
+			cu_fail_msg(cb, "gdn: head dims %d/%d need more shared memory than the GPU has", g.dk, g.dv);
+			return;
+		}
 		k_gdn_decode<<<g.nv, GDN_DEC_THREADS, smem, cb->stream>>>(
 			g, a->qkv, a->z, a->b, a->a, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, cb->d_step,
 			(const float *)a->A_log->dev, a->a_is_neg_exp, (const float *)a->dt_bias->dev,
@@ -380,7 +385,13 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		cu_fail_msg(cb, "gdn: key head dim %d too large for shared memory", g.dk);
 		return;
 	}
-	cudaFuncSetAttribute(k_gdn_chunk, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+	static size_t chunk_room;
+	if (!chunk_room)
+		chunk_room = cu_allow_smem(cb, (const void *)k_gdn_chunk);
+	if (smem > chunk_room) {
+		cu_fail_msg(cb, "gdn: key head dim %d too large for shared memory", g.dk);
+		return;
+	}
 	k_gdn_chunk<<<grid, 256, smem, cb->stream>>>(g, C, conv, beta, gg, a->ssm_state, o);
 	cu_launched(cb, "gdn chunk");
 	dim3 ng(g.T, g.nv);

@@ -197,10 +197,12 @@ static void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, con
 template <int T>
 static void gemv_launch(struct cuda_backend *cb, const gemv_args &a, unsigned blocks, size_t smem)
 {
-	static bool attr_set;
-	if (!attr_set) {
-		cudaFuncSetAttribute(k_gemv<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cb->smem_optin);
-		attr_set = true;
+	static size_t room;
+	if (!room)
+		room = cu_allow_smem(cb, (const void *)k_gemv<T>);
+	if (smem > room) {
+		cu_fail_msg(cb, "gemv: %zu bytes of shared memory needed, %zu allowed", smem, room);
+		return;
 	}
 	k_gemv<T><<<blocks, GEMV_WARPS * 32, smem, cb->stream>>>(a);
 }
@@ -209,7 +211,7 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 	       int T)
 {
 	int64_t n_in = outs[0].W->n_in;
-	bool fast = T <= CU_GEMV_MAX_T && n_in % 8 == 0 && (size_t)T * n_in * 4 <= cb->smem_optin;
+	bool fast = T <= CU_GEMV_MAX_T && n_in % 8 == 0 && (size_t)T * n_in * 4 + 1024 <= cb->smem_optin;
 	for (int k = 0; k < n_outs; k++)
 		fast = fast && outs[k].W->dev_type == TOAST_DT_BF16 && ((uintptr_t)outs[k].W->dev & 15) == 0;
 	if (fast) {

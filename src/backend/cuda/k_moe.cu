@@ -121,17 +121,31 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		}
 	}
 	__syncthreads();
+	/* one router row per warp: many warps in flight, 16-byte loads when the rows allow */
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int e0 = (blockIdx.x * MOE_WARPS + warp) * 4;
-	for (int e = e0; e < min(d.ne, e0 + 4); e++) {
+	int e = blockIdx.x * MOE_WARPS + warp;
+	if (e < d.ne) {
 		const bf16 *w = R + (size_t)e * E;
-		for (int t = 0; t < d.T; t++) {
-			float acc = 0;
+		float acc[CU_GEMV_MAX_T] = {0};
+		if ((E & 7) == 0) {
+#pragma unroll 4
+			for (int i = lane; i < E / 8; i += 32) {
+				float f[8];
+				cu_bf16x8(__ldg((const uint4 *)w + i), f);
+				for (int t = 0; t < d.T; t++)
+#pragma unroll
+					for (int q = 0; q < 8; q++)
+						acc[t] += f[q] * hs[t * E + i * 8 + q];
+			}
+		} else {
 			for (int i = lane; i < E; i += 32)
-				acc += __bfloat162float(w[i]) * hs[t * E + i];
-			acc = cu_warp_sum(acc);
+				for (int t = 0; t < d.T; t++)
+					acc[t] += __bfloat162float(w[i]) * hs[t * E + i];
+		}
+		for (int t = 0; t < d.T; t++) {
+			float v = cu_warp_sum(acc[t]);
 			if (lane == 0)
-				logits[(size_t)t * d.ne + e] = acc;
+				logits[(size_t)t * d.ne + e] = v;
 		}
 	}
 	/* the last block to finish chooses the experts */
@@ -294,13 +308,11 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	float *wt = (float *)(sel + n_sel), *sgate = wt + n_sel;
 	const float *sgw = a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL;
 	size_t route_smem = (n_h + d.ne) * 4;
-	if (d.T <= CU_GEMV_MAX_T && route_smem <= cb->smem_optin && a->router->dev_type == TOAST_DT_BF16) {
-		static bool attr;
-		if (!attr) {
-			cudaFuncSetAttribute(k_moe_route, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cb->smem_optin);
-			attr = true;
-		}
-		k_moe_route<<<cu_blocks((size_t)d.ne, MOE_WARPS * 4), MOE_WARPS * 32, route_smem, cb->stream>>>(
+	static size_t route_room;
+	if (!route_room)
+		route_room = cu_allow_smem(cb, (const void *)k_moe_route);
+	if (d.T <= CU_GEMV_MAX_T && route_smem <= route_room && a->router->dev_type == TOAST_DT_BF16) {
+		k_moe_route<<<cu_blocks((size_t)d.ne, MOE_WARPS), MOE_WARPS * 32, route_smem, cb->stream>>>(
 			d, a->x, (const float *)a->norm_w->dev, a->eps, a->plus_one, (const bf16 *)a->router->dev, sgw, h,
 			logits, sel, wt, sgate, cb->counters);
 		cu_launched(cb, "moe route");
@@ -317,9 +329,15 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 							     d.Fs ? (const bf16 *)a->sh_up->dev : NULL, act);
 	cu_launched(cb, "moe gate/up");
 	size_t asm_ = (size_t)(d.k + 1) * d.Fmax * 4;
-	if (asm_ > 48 * 1024 || hsm > 48 * 1024) {
-		cudaFuncSetAttribute(k_moe_down, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cb->smem_optin);
-		cudaFuncSetAttribute(k_moe_gateup, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cb->smem_optin);
+	static size_t up_room, down_room;
+	if (!up_room) {
+		up_room = cu_allow_smem(cb, (const void *)k_moe_gateup);
+		down_room = cu_allow_smem(cb, (const void *)k_moe_down);
+	}
+	if (hsm > up_room || asm_ > down_room) {
+		cu_fail_msg(cb, "moe: n_embd %d or %d x %d expert rows need more shared memory than the GPU has", d.E, d.k + 1,
+			    d.Fmax);
+		return;
 	}
 	dim3 g2(cu_blocks((size_t)d.E, MOE_WARPS * 2), d.T);
 	k_moe_down<<<g2, MOE_WARPS * 32, asm_, cb->stream>>>(d, a->x, (const bf16 *)a->down->dev, sel, wt,
