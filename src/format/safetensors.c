@@ -252,13 +252,14 @@ static enum toast_status st_open_index(struct toast_safetensors *st, const char 
 		return toast_err_set(err, TOAST_ERR_FORMAT, "%s: no weight_map object%s%s", index_path,
 				     root ? "" : ": ", root ? "" : je.text);
 	}
-	/* the distinct shard names, in first-seen order */
+	/* the distinct shard names, in first-seen order (hashed: an index may name a million) */
 	size_t n_map = json_object_size(wm);
 	const char **shards = calloc(n_map ? n_map : 1, sizeof(*shards));
+	struct toast_strmap seen;
 	int n_shards = 0;
 	const char *k;
 	json_t *v;
-	rc = shards ? TOAST_OK : toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	rc = shards && toast_strmap_init(&seen, 16) == 0 ? TOAST_OK : toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	json_object_foreach(wm, k, v)
 	{
 		if (rc != TOAST_OK)
@@ -268,12 +269,15 @@ static enum toast_status st_open_index(struct toast_safetensors *st, const char 
 			rc = toast_err_set(err, TOAST_ERR_FORMAT, "%s: tensor %s: bad shard file name", index_path, k);
 			break;
 		}
-		int seen = 0;
-		for (int i = 0; i < n_shards && !seen; i++)
-			seen = strcmp(shards[i], fname) == 0;
-		if (!seen)
-			shards[n_shards++] = fname;
+		size_t len = strlen(fname);
+		if (toast_strmap_get(&seen, fname, len) >= 0)
+			continue;
+		if (toast_strmap_put(&seen, fname, len, n_shards) != 0)
+			rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+		shards[n_shards++] = fname;
 	}
+	if (shards)
+		toast_strmap_deinit(&seen);
 	if (rc == TOAST_OK && n_shards == 0)
 		rc = toast_err_set(err, TOAST_ERR_FORMAT, "%s: weight_map names no tensors", index_path);
 	if (rc == TOAST_OK)
