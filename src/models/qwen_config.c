@@ -77,17 +77,21 @@ static bool cfg_bool(struct cfg *c, const char *key, bool def)
 	return json_is_true(v);
 }
 
+/* token ids outside the vocabulary are ignored: the model can never produce them */
+static bool cfg_token_ok(json_t *v, int n_vocab)
+{
+	return json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < n_vocab;
+}
+
 static void cfg_token_ids(struct cfg *c, const char *key, struct toast_hparams *hp)
 {
 	json_t *v = cfg_get(c, key);
-	if (!v)
-		return;
-	if (json_is_integer(v) && hp->n_eos < TOAST_MAX_EOS) {
+	if (cfg_token_ok(v, hp->n_vocab) && hp->n_eos < TOAST_MAX_EOS) {
 		hp->eos[hp->n_eos++] = (int32_t)json_integer_value(v);
 	} else if (json_is_array(v)) {
 		size_t i;
 		json_t *e;
-		json_array_foreach(v, i, e) if (json_is_integer(e) && hp->n_eos < TOAST_MAX_EOS) hp->eos[hp->n_eos++] =
+		json_array_foreach(v, i, e) if (cfg_token_ok(e, hp->n_vocab) && hp->n_eos < TOAST_MAX_EOS) hp->eos[hp->n_eos++] =
 			(int32_t)json_integer_value(e);
 	}
 }
@@ -319,7 +323,7 @@ enum toast_status toast_hparams_parse(struct toast_hparams *hp, const char *json
 	}
 	hp->bos = -1;
 	json_t *bos = cfg_get(&c, "bos_token_id");
-	if (json_is_integer(bos))
+	if (cfg_token_ok(bos, hp->n_vocab))
 		hp->bos = (int32_t)json_integer_value(bos);
 	cfg_token_ids(&c, "eos_token_id", hp);
 	enum toast_status rc = c.rc;
