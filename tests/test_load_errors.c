@@ -87,22 +87,27 @@ static void write_good(void)
 	write_st("model.safetensors", good_hdr, good_data, good_n, -1);
 }
 
-/* Open the directory; the status must be `want` and the message must contain `name`. */
-static void expect(enum toast_status want, const char *name, const char *what)
+/* Open the directory with options o; the status must be `want` and the message must contain `name`. */
+static void expect_opts(const struct toast_engine_opts *o, enum toast_status want, const char *name, const char *what)
 {
-	struct toast_engine_opts o;
-	toast_engine_opts_init(&o);
-	o.backend = "cpu";
-	o.n_threads = 1;
 	struct toast_engine *e = NULL;
 	struct toast_error err = {0};
-	enum toast_status st = toast_engine_open(dir, &o, &e, &err);
+	enum toast_status st = toast_engine_open(dir, o, &e, &err);
 	CHECK(st == want, "%s: status %s (want %s): %s", what, toast_status_name(st), toast_status_name(want), err.msg);
 	CHECK(want == TOAST_OK || (!e && err.code == st), "%s: error without a cleared engine or a code", what);
 	CHECK(!name || strstr(err.msg, name), "%s: message \"%s\" does not name %s", what, err.msg, name);
 	if (want != TOAST_OK)
 		CHECK(strlen(err.msg) > 10, "%s: no message", what);
 	toast_engine_close(e);
+}
+
+static void expect(enum toast_status want, const char *name, const char *what)
+{
+	struct toast_engine_opts o;
+	toast_engine_opts_init(&o);
+	o.backend = "cpu";
+	o.n_threads = 1;
+	expect_opts(&o, want, name, what);
 }
 
 static json_t *entry(json_t *hdr, const char *tensor)
@@ -330,6 +335,21 @@ static void test_sharded(void)
 	json_decref(write_shards(true));
 	expect(TOAST_ERR_FORMAT, "appears twice", "a tensor in two shards");
 
+	/* an index naming many shards must not take quadratic time to list them */
+	dir_clear();
+	write_json("config.json", good_cfg);
+	json_t *wm = json_object();
+	for (int i = 0; i < 100000; i++) {
+		char k[32], v[48];
+		snprintf(k, sizeof(k), "t%d", i);
+		snprintf(v, sizeof(v), "model-%06d-of-100000.safetensors", i);
+		json_object_set_new(wm, k, json_string(v));
+	}
+	json_t *index = json_pack("{s:o}", "weight_map", wm);
+	write_json("model.safetensors.index.json", index);
+	json_decref(index);
+	expect(TOAST_ERR_IO, "model-000000-of-100000.safetensors", "100000 shards, none there");
+
 	static const char *bad_index[] = {"not json", "[]", "{\"weight_map\": []}", "{\"weight_map\": {}}",
 					  "{\"weight_map\": {\"x\": 3}}", "{}"};
 	for (size_t i = 0; i < sizeof(bad_index) / sizeof(bad_index[0]); i++) {
@@ -382,6 +402,27 @@ static void test_missing_files(void)
 	snprintf(dir, sizeof(dir), "%s/model.safetensors", saved);
 	expect(TOAST_ERR_IO, "model.safetensors/config.json", "a file for the directory");
 	snprintf(dir, sizeof(dir), "%s", saved);
+}
+
+static void test_bad_options(void)
+{
+	static const struct {
+		const char *backend;
+		int n_threads, chunk;
+		const char *name;
+	} cases[] = {
+		{"gpu", 1, 0, "gpu"}, {"cpu", -1, 0, "thread"}, {"cpu", 100000, 0, "thread"},
+		{"cpu", 1, -1, "chunk"}, {"cpu", 1, 100000, "chunk"},
+	};
+	write_good();
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct toast_engine_opts o;
+		toast_engine_opts_init(&o);
+		o.backend = cases[i].backend;
+		o.n_threads = cases[i].n_threads;
+		o.chunk = cases[i].chunk;
+		expect_opts(&o, TOAST_ERR_INVALID, cases[i].name, cases[i].name);
+	}
 }
 
 /* ---- config.json ---- */
@@ -568,6 +609,7 @@ int main(void)
 	if (load_fixture()) {
 		write_good();
 		expect(TOAST_OK, NULL, "the rewritten fixture");
+		test_bad_options();
 		test_missing_files();
 		test_truncated();
 		test_bad_header();
