@@ -158,7 +158,7 @@ static void test_model(const char *model)
 			break;
 		int V = toast_engine_info(e)->n_vocab, L = toast_engine_info(e)->n_layer;
 		for (int n = 0; n < 2; n++) {
-			char nm[16];
+			char nm[32];
 			snprintf(nm, sizeof(nm), "ids%d", n);
 			const struct toast_st_tensor *ids = toast_st_find(&ref, nm);
 			snprintf(nm, sizeof(nm), "logits%d", n);

@@ -5,8 +5,9 @@
 
 writes OUT_DIR/NAME/{config.json, model.safetensors.xz, reference.safetensors.xz,
 reference.json} for each fixture below (all of them when no NAME is given), the layout of
-tests/data/models. Not run in CI (it needs torch and transformers 5.17); the fixtures it made
-are committed. Same procedure as the shared references (../shared/README.md):
+tests/data/models (`make-reference.py tests/data/models` rebuilds the committed fixtures byte
+for byte). Not run in CI (it needs torch and transformers 5.17); the fixtures it made are
+committed. Same procedure as the shared references (../shared/README.md):
 
  1. random init from the config (initializer_range 0.08), then perturb every norm weight,
     A_log and dt_bias so that a wrong norm variant or a dropped bias shows up;

@@ -219,8 +219,9 @@ static enum toast_status cfg_layers(struct cfg *c, struct toast_hparams *hp)
 
 /* Variants the reference computes and the engine does not: refuse them rather than compute
  * another model. */
-static void cfg_unsupported(struct cfg *c, enum toast_arch A)
+static void cfg_unsupported(struct cfg *c, const struct toast_hparams *hp)
 {
+	enum toast_arch A = hp->arch;
 	json_t *act = cfg_get(c, "hidden_act");
 	if (c->rc == TOAST_OK && act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0))
 		c->rc = toast_err_set(c->err, TOAST_ERR_UNSUPPORTED, "config.json: hidden_act \"%s\" is not supported (silu)",
@@ -232,8 +233,7 @@ static void cfg_unsupported(struct cfg *c, enum toast_arch A)
 	bool sliding = (A == TOAST_ARCH_QWEN3 || A == TOAST_ARCH_QWEN3_MOE) && cfg_bool(c, "use_sliding_window", false) &&
 		       cfg_get(c, "sliding_window");
 	if (sliding && A == TOAST_ARCH_QWEN3)
-		sliding = !cfg_get(c, "layer_types") && cfg_int(c, "max_window_layers", 28, 0, 1 << 20) <
-								 cfg_int(c, "num_hidden_layers", 1, 1, 4096);
+		sliding = !cfg_get(c, "layer_types") && cfg_int(c, "max_window_layers", 28, 0, 1 << 20) < hp->n_layer;
 	if (c->rc == TOAST_OK && sliding)
 		c->rc = toast_err_set(c->err, TOAST_ERR_UNSUPPORTED, "config.json: sliding-window attention is not supported");
 }
@@ -299,7 +299,7 @@ enum toast_status toast_hparams_parse(struct toast_hparams *hp, const char *json
 	hp->norm_eps = (float)cfg_num(&c, c.root, "rms_norm_eps", 1e-6, NULL);
 	hp->tie_embd = cfg_bool(&c, "tie_word_embeddings", false);
 	hp->norm_plus_one = hybrid;
-	cfg_unsupported(&c, A);
+	cfg_unsupported(&c, hp);
 	hp->attn_gated = hybrid && cfg_bool(&c, "attn_output_gate", true);
 	/* intermediate_size is used by dense layers only (checked when a dense layer is bound) */
 	hp->n_ff = cfg_int(&c, "intermediate_size", moe ? 0 : -1, moe ? 0 : 1, CFG_MAX_DIM);
