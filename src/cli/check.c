@@ -16,6 +16,8 @@
 #include "format/safetensors.h"
 #include "util/fs.h"
 
+#define CHECK_MAX_TOKENS (1 << 20)
+
 struct check_opts {
 	const char *model, *reference;
 	struct toast_engine_opts eo;
@@ -64,7 +66,7 @@ static int check_sequences(struct toast_engine *e, const struct toast_safetensor
 		snprintf(name, sizeof(name), "logits%d", n);
 		const struct toast_st_tensor *lg = toast_st_find(ref, name);
 		if (ids->dtype != TOAST_DT_I32 || ids->n_dims != 1 || !lg || lg->dtype != TOAST_DT_F32 || lg->n_dims != 2 ||
-		    lg->shape[0] != ids->shape[0] || lg->shape[1] != V || ids->shape[0] < 1 || ids->shape[0] > (1 << 20)) {
+		    lg->shape[0] != ids->shape[0] || lg->shape[1] != V || ids->shape[0] < 1 || ids->shape[0] > CHECK_MAX_TOKENS) {
 			fprintf(stderr, "toasted check: ids%d/logits%d: expected I32 [n] and F32 [n][%d]\n", n, n, V);
 			return 2;
 		}
@@ -72,7 +74,8 @@ static int check_sequences(struct toast_engine *e, const struct toast_safetensor
 		struct toast_error err = {0};
 		struct toast_session *s = NULL;
 		float *out = malloc((size_t)len * V * sizeof(float));
-		enum toast_status st = out ? toast_session_new(e, len, &s, &err) : TOAST_ERR_NOMEM;
+		enum toast_status st = out ? toast_session_new(e, len, &s, &err)
+					   : toast_err_set(&err, TOAST_ERR_NOMEM, "out of memory for %d x %d logits", len, V);
 		if (st == TOAST_OK)
 			st = toast_session_feed(s, ids->data, len, out, &err);
 		if (st != TOAST_OK) {
@@ -144,8 +147,13 @@ static int check_greedy(struct toast_engine *e, const struct toast_safetensors *
 	json_t *greedy = json_object_get(doc, "greedy");
 	const char *from = json_string_value(json_object_get(doc, "greedy_from"));
 	const struct toast_st_tensor *ids = toast_st_find(ref, from ? from : "ids0");
-	if (!json_is_array(greedy) || !ids || ids->dtype != TOAST_DT_I32 || ids->n_dims != 1) {
-		fprintf(stderr, "toasted check: %s: needs a \"greedy\" list continuing %s\n", json_path, from ? from : "ids0");
+	bool ok = json_is_array(greedy) && json_array_size(greedy) <= CHECK_MAX_TOKENS && ids &&
+		  ids->dtype == TOAST_DT_I32 && ids->n_dims == 1 && ids->shape[0] >= 1 && ids->shape[0] <= CHECK_MAX_TOKENS;
+	for (size_t i = 0; ok && i < json_array_size(greedy); i++)
+		ok = json_is_integer(json_array_get(greedy, i));
+	if (!ok) {
+		fprintf(stderr, "toasted check: %s: needs a \"greedy\" list of token ids continuing %s (I32 [n])\n",
+			json_path, from ? from : "ids0");
 		json_decref(doc);
 		return 2;
 	}

@@ -15,6 +15,7 @@
 
 #define ENGINE_DEFAULT_CHUNK 64
 #define ENGINE_MAX_CHUNK 4096
+#define ENGINE_MAX_THREADS 1024
 
 void toast_engine_opts_init(struct toast_engine_opts *o)
 {
@@ -45,6 +46,9 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	}
 	if (opts->chunk < 0 || opts->chunk > ENGINE_MAX_CHUNK)
 		return toast_err_set(err, TOAST_ERR_INVALID, "chunk size %d outside [1, %d]", opts->chunk, ENGINE_MAX_CHUNK);
+	if (opts->n_threads < 0 || opts->n_threads > ENGINE_MAX_THREADS)
+		return toast_err_set(err, TOAST_ERR_INVALID, "thread count %d outside [1, %d]", opts->n_threads,
+				     ENGINE_MAX_THREADS);
 	struct toast_engine *e = calloc(1, sizeof(*e));
 	if (!e)
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");

@@ -302,6 +302,8 @@ enum toast_status toast_model_load(struct toast_model *m, const char *dir, struc
 	if (rc == TOAST_OK) {
 		rc = toast_hparams_parse(&m->hp, text, err);
 		free(text);
+		if (rc != TOAST_OK)
+			toast_err_prefix(err, "%s/", dir); /* "DIR/config.json: ..." */
 	}
 	if (rc == TOAST_OK)
 		rc = toast_st_open_dir(&m->st, dir, err);
@@ -476,7 +478,7 @@ void toast_model_state_zero(const struct toast_model *m, struct toast_state *s)
 
 void toast_model_work_free(const struct toast_model *m, struct toast_work *w)
 {
-	if (!w || !m)
+	if (!w || !m || !m->be) /* no backend: the model failed to load and w was never allocated */
 		return;
 	struct toast_backend *be = m->be;
 	void *bufs[] = {w->x, w->h, w->q, w->k, w->v, w->o, w->qkv, w->z, w->b, w->a, w->g_out, w->ff_g, w->ff_u,
