@@ -39,10 +39,18 @@ check() { # check DESCRIPTION COMMAND... : the command must succeed
 t() {
 	"$BIN" "$@" >"$T/out" 2>"$T/err"
 	rc=$?
+	sanitizer_clean
 }
 te() {
 	env "$@" >"$T/out" 2>"$T/err"
 	rc=$?
+	sanitizer_clean
+}
+# under a sanitizer build (TOASTED_BIN=build-debug) an error path must not leak or misbehave either
+sanitizer_clean() {
+	if grep -q "Sanitizer" "$T/err"; then
+		fail "sanitizer report: $(grep -m3 Sanitizer "$T/err")"
+	fi
 }
 expect_ok() {
 	checks=$((checks + 1))

@@ -59,20 +59,23 @@ static void pull_draw(void *ud, const struct toast_pull_progress *p)
 	if (now - m->t_draw < 0.1 && p->percent < 100)
 		return;
 	m->t_draw = now;
-	char bar[21], done[16], total[16], rate[16], eta[48] = "";
+	char bar[21], done[16], total[16], rate[24] = "", eta[48] = "";
 	int fill = p->percent * 20 / 100;
 	for (int i = 0; i < 20; i++)
 		bar[i] = i < fill ? '#' : '.';
 	bar[20] = 0;
 	toast_pull_format_bytes(done, sizeof(done), (double)p->done_bytes);
 	toast_pull_format_bytes(total, sizeof(total), (double)p->total_bytes);
-	toast_pull_format_bytes(rate, sizeof(rate), m->rate);
+	if (m->rate > 0) {
+		toast_pull_format_bytes(rate, sizeof(rate) - 4, m->rate);
+		strcat(rate, "/s");
+	}
 	if (m->rate > 0 && p->total_bytes > p->done_bytes) {
 		long s = (long)((double)(p->total_bytes - p->done_bytes) / m->rate);
 		snprintf(eta, sizeof(eta), "  ETA %ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
 	}
 	char line[512];
-	int n = snprintf(line, sizeof(line), "%s [%s] %3d%%  %s / %s%s  %s/s%s  ",
+	int n = snprintf(line, sizeof(line), "%s [%s] %3d%%  %s / %s%s  %s%s  ",
 			 p->phase == TOAST_PULL_FETCH ? "pulling  " : "verifying", bar, p->percent, done,
 			 p->phase == TOAST_PULL_FETCH ? "~" : "", p->total_bytes ? total : "?", rate, eta);
 	struct winsize ws;
@@ -151,10 +154,11 @@ int cli_pull(int argc, char **argv)
 		fprintf(stderr, "toasted pull: %s\n", err.msg);
 		return cli_status_exit(st) ? cli_status_exit(st) : 1;
 	}
-	printf("%s: %d files (%llu bytes) verified against SHA256SUMS; received %llu bytes, transferred %d files "
+	printf("%s: %d files (%llu bytes) verified against SHA256SUMS; received %llu bytes, transferred %d file%s "
 	       "(%llu bytes new, %llu bytes reused)\n",
 	       res.dest, res.n_files, (unsigned long long)res.total_bytes, (unsigned long long)res.received_bytes,
-	       res.n_transferred, (unsigned long long)res.literal_bytes, (unsigned long long)res.matched_bytes);
+	       res.n_transferred, res.n_transferred == 1 ? "" : "s", (unsigned long long)res.literal_bytes,
+	       (unsigned long long)res.matched_bytes);
 	return 0;
 }
 

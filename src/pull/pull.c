@@ -402,7 +402,7 @@ static void pull_fetch_progress(void *ud, const struct toast_rsync_progress *rp)
 static enum toast_status pull_fetch_files(const struct toast_pull_opts *o, enum toast_pull_kind kind,
 					  const char *dest, struct toast_pull_result *res, struct toast_error *err)
 {
-	char src[PULL_MAX_SOURCE + 8], dst[PULL_MAX_DEST + 8];
+	char src[PULL_MAX_SOURCE + 8], dst[sizeof(res->dest) + 2];
 	enum toast_status rc = pull_source_join(src, sizeof(src), o->source, "", err);
 	if (rc != TOAST_OK)
 		return rc;
@@ -513,7 +513,8 @@ static void pull_report_unlisted(const struct toast_manifest *m, const char *des
 
 /* The steps after DEST is marked incomplete; every failure leaves the marker. */
 static enum toast_status pull_into(const struct toast_pull_opts *o, enum toast_pull_kind kind, const char *dest,
-				   struct toast_manifest *m, struct toast_pull_result *res, struct toast_error *err)
+				   int lock, struct toast_manifest *m, struct toast_pull_result *res,
+				   struct toast_error *err)
 {
 	char tmp[PULL_MAX_DEST + 64], final[PULL_MAX_DEST + 64];
 	toast_path_join(tmp, sizeof(tmp), dest, PULL_TMP_MANIFEST);
@@ -530,6 +531,9 @@ static enum toast_status pull_into(const struct toast_pull_opts *o, enum toast_p
 		rc = pull_fetch_files(o, kind, dest, res, err);
 	if (rc == TOAST_OK)
 		rc = pull_verify(m, dest, o, res, err);
+	/* rsync does not flush what it wrote: the files must be on disk before the marker goes */
+	if (rc == TOAST_OK && syncfs(lock) != 0)
+		rc = toast_err_set(err, TOAST_ERR_IO, "%s: sync: %s", dest, strerror(errno));
 	if (rc == TOAST_OK) {
 		pull_report_unlisted(m, dest, res);
 		toast_path_join(tmp, sizeof(tmp), dest, TOAST_PULL_PARTIAL_DIR);
@@ -583,7 +587,7 @@ enum toast_status toast_pull(const struct toast_pull_opts *o, struct toast_pull_
 		if (created)
 			rmdir(dest);
 	} else {
-		rc = pull_into(o, kind, dest, &m, res, err);
+		rc = pull_into(o, kind, dest, lock, &m, res, err);
 		if (rc != TOAST_OK && err) {
 			char hint[1200];
 			size_t len = strlen(err->msg);
