@@ -82,6 +82,19 @@ wait_for_bytes() {
 	return 1
 }
 
+# resume_and_check WHAT DIR KEPT: pull big into DIR again, which held KEPT bytes of weights.bin;
+# rsync must receive about what was missing: all of it, and not much more
+resume_and_check() {
+	t pull "$URL/big" "$2"
+	expect_ok "$1: resumed pull"
+	missing=$((SHARD - $3))
+	got=$(received)
+	check "$1: received $got bytes for $missing missing" \
+		test "$got" -ge "$missing" -a "$got" -le $((missing + missing / 20 + 16384))
+	check "$1: files differ" same_tree "$SRC/big" "$2"
+	check "$1: not complete" complete "$2"
+}
+
 for f in config.json model.safetensors reference.json reference.safetensors; do
 	[ -f "$FIXTURE/$f" ] || { echo "pull.sh: FAIL: fixture $FIXTURE/$f missing (make testdata)" >&2; exit 1; }
 done
@@ -169,6 +182,14 @@ check "fresh pull: output on stderr without a terminal" test ! -s "$T/err"
 t check "$D"
 expect_ok "toasted check of the pulled model"
 
+# --- on a terminal (script(1) gives it one): a progress line with bytes, rate and file ---------
+script -qec "'$BIN' pull --bwlimit 4000 '$URL/big' '$T/dst/tty'" /dev/null >"$T/tty" 2>&1
+rc=$?
+expect_ok "pull on a terminal"
+check "no progress line on a terminal: $(tr '\r' '\n' <"$T/tty" | tail -3)" \
+	grep -q "pulling   \[#*\.*\] *[0-9]*%  [0-9.]* [kM]*B / ~[0-9.]* [kM]*B  [0-9.]* [kM]*B/s.*weights.bin" "$T/tty"
+check "no verification progress on a terminal" grep -q "verifying \[####################\] 100%" "$T/tty"
+
 # --- by NAME from TOASTED_PULL_SOURCE into the default DEST; then a pull with nothing to do ------
 mkdir -p "$T/home"
 te HOME="$T/home" TOASTED_PULL_SOURCE="$URL" "$BIN" pull big
@@ -197,14 +218,7 @@ if wait_for_bytes "$R" '.weights.bin.*' 1000000 >/dev/null; then
 	P_BYTES=$(fsize "$part" 2>/dev/null || echo 0)
 	t check "$R" --reference "$FIXTURE/reference.safetensors"
 	expect_err "toasted check of an interrupted pull" "$R is an incomplete pull; resume with: toasted pull $URL/big $R"
-	t pull "$URL/big" "$R"
-	expect_ok "resumed pull"
-	missing=$((SHARD - P_BYTES))
-	got=$(received)
-	check "resume: received $got bytes for $missing missing" \
-		test "$got" -ge "$missing" -a "$got" -le $((missing + missing / 20 + 16384))
-	check "resumed pull: files differ" same_tree "$SRC/big" "$R"
-	check "resumed pull: not complete" complete "$R"
+	resume_and_check "after SIGTERM" "$R" "$P_BYTES"
 else
 	fail "the throttled pull never wrote 1 MB"
 	kill $P 2>/dev/null
@@ -222,14 +236,8 @@ if wait_for_bytes "$R" '.weights.bin.*' 1000000 >/dev/null; then
 	sleep 0.2
 	tmpf=$(wait_for_bytes "$R" '.weights.bin.*' 1)
 	K_BYTES=$(fsize "$tmpf")
-	t pull "$URL/big" "$R"
-	expect_ok "pull after SIGKILL"
-	missing=$((SHARD - K_BYTES))
-	got=$(received)
-	check "resume after SIGKILL: received $got bytes for $missing missing" \
-		test "$got" -ge "$missing" -a "$got" -le $((missing + missing / 20 + 16384))
-	check "pull after SIGKILL: files differ" same_tree "$SRC/big" "$R"
-	check "pull after SIGKILL: temporary file left" sh -c "! ls -a '$R' | grep -q '^\.weights'"
+	resume_and_check "after SIGKILL" "$R" "$K_BYTES"
+	check "after SIGKILL: temporary file left" sh -c "! ls -a '$R' | grep -q '^\.weights'"
 else
 	fail "the throttled pull never wrote 1 MB"
 	perl -e 'kill "KILL", -$ARGV[0]' "$(cat "$T/pgid")"

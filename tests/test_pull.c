@@ -255,6 +255,9 @@ static void test_source_parse(void)
 		{"host::", -1, ""},
 		{":path", -1, ""},
 		{"a\nb", -1, ""},
+		{"host:-x", -1, ""},
+		{"rsync://host/-m/x", -1, ""},
+		{"host::-m", -1, ""},
 	};
 	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
 		enum toast_pull_kind kind;

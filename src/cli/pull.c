@@ -77,7 +77,7 @@ static void pull_draw(void *ud, const struct toast_pull_progress *p)
 	char line[512];
 	int n = snprintf(line, sizeof(line), "%s [%s] %3d%%  %s / %s%s  %s%s  ",
 			 p->phase == TOAST_PULL_FETCH ? "pulling  " : "verifying", bar, p->percent, done,
-			 p->phase == TOAST_PULL_FETCH ? "~" : "", p->total_bytes ? total : "?", rate, eta);
+			 p->phase == TOAST_PULL_FETCH && p->total_bytes ? "~" : "", p->total_bytes ? total : "?", rate, eta);
 	struct winsize ws;
 	int width = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 20 ? ws.ws_col : 80;
 	if (n > 0 && n < width - 1 && p->file)

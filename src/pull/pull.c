@@ -95,6 +95,9 @@ enum toast_status toast_pull_source_parse(const char *source, enum toast_pull_ki
 			path = source;
 		}
 	}
+	/* an rsync older than 3.2.4 hands a remote path to the remote rsync's option parser */
+	if (*kind != TOAST_PULL_LOCAL && path[0] == '-')
+		return toast_err_set(err, TOAST_ERR_INVALID, "%s: a remote path may not begin with '-'", source);
 	size_t e = strlen(path), b;
 	while (e > 0 && path[e - 1] == '/')
 		e--;
@@ -465,9 +468,11 @@ static enum toast_status pull_verify(struct toast_manifest *m, const char *dest,
 	enum toast_status rc = pull_hash(m, dest, o->n_threads, o->cancel, o->progress, o->progress_ud, err);
 	if (rc != TOAST_OK)
 		return rc;
-	char list[360] = "", path[PULL_MAX_DEST + TOAST_MANIFEST_MAX_NAME + 8];
+	/* the first bad files by name, short enough that the resume hint still fits the message */
+	char list[200] = "", path[PULL_MAX_DEST + TOAST_MANIFEST_MAX_NAME + 8];
 	size_t used = 0;
 	int n_bad = 0;
+	bool cut = false;
 	for (int i = 0; i < m->n_files; i++) {
 		struct toast_manifest_file *f = &m->files[i];
 		const char *why = f->hash_errno == ENOENT ? "missing"
@@ -479,12 +484,14 @@ static enum toast_status pull_verify(struct toast_manifest *m, const char *dest,
 			res->total_bytes += f->size_bytes;
 			continue;
 		}
-		if (n_bad++ == 0 || used + strlen(f->name) + strlen(why) + 8 < sizeof(list))
-			used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%.200s (%s)", n_bad > 1 ? ", " : "",
-						 f->name, why);
-		else if (!strstr(list, ", ..."))
-			used += (size_t)snprintf(list + used, sizeof(list) - used, ", ...");
-		used = used < sizeof(list) ? used : sizeof(list) - 1;
+		n_bad++;
+		size_t need = strlen(f->name) + strlen(why) + 5; /* ", NAME (WHY)" */
+		if (!cut && used + need + 6 < sizeof(list)) {
+			used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s (%s)", used ? ", " : "", f->name, why);
+		} else if (!cut) {
+			cut = true;
+			snprintf(list + used, sizeof(list) - used, "%s...", used ? ", " : "");
+		}
 		const struct timespec t[2] = {{.tv_nsec = UTIME_OMIT}, {0, 0}};
 		if (f->hash_errno == 0 && toast_path_join(path, sizeof(path), dest, f->name))
 			utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW);
