@@ -12,7 +12,7 @@ SAN      ?=
 CPPFLAGS += -Iinclude -Isrc -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -MMD -MP
 CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wpointer-arith -pthread $(SAN)
 LDFLAGS  += -pthread $(SAN)
-LDLIBS   += -ljansson -lpcre2-8 -lutf8proc -lm
+LDLIBS   += -ljansson -lpcre2-8 -lutf8proc -lnettle -lm
 
 LIB_DIRS  := src/util src/format src/backend src/backend/cpu src/models src/engine src/tokenizer src/server src/pull
 LIB_SRCS  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))

@@ -69,7 +69,9 @@ struct toast_model_info {
 	size_t kv_bytes_per_tok; /* KV cache bytes per token of context */
 };
 
-/* Load the model in directory `path` (config.json + safetensors). */
+/* Load the model in directory `path` (config.json + safetensors). A directory that `toasted pull`
+ * left incomplete (see src/format/modeldir.h) is refused with TOAST_ERR_INVALID and a message
+ * saying how to resume. */
 enum toast_status toast_engine_open(const char *path, const struct toast_engine_opts *opts,
 				    struct toast_engine **out, struct toast_error *err);
 void toast_engine_close(struct toast_engine *e);

@@ -71,6 +71,8 @@ static const struct {
 	const char *help;
 } commands[] = {
 	{"check", cli_check, "check MODEL_DIR [--reference FILE] [--threads N] [--chunk N] [--backend B]: compare with reference logits"},
+	{"pull", cli_pull, "pull [--bwlimit KBPS] [--threads N] [--quiet] SOURCE [DEST]: copy a model with rsync (resumable) and verify its SHA256SUMS"},
+	{"publish", cli_publish, "publish [--threads N] DIR: write DIR/SHA256SUMS so that DIR can be served to toasted pull"},
 	{"bench", cli_bench, "bench (MODEL_DIR | --synthetic SHAPE) [--backend B] [--threads N]: prefill and decode speed"},
 };
 

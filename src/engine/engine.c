@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/modeldir.h"
 #include "util/mem.h"
 #include "util/timeutil.h"
 
@@ -44,6 +45,10 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 		toast_engine_opts_init(&defaults);
 		opts = &defaults;
 	}
+	/* a directory that `toasted pull` left incomplete must not be served, whatever it holds */
+	enum toast_status rc = opts->synthetic ? TOAST_OK : toast_modeldir_check(path, err);
+	if (rc != TOAST_OK)
+		return rc;
 	if (opts->chunk < 0 || opts->chunk > ENGINE_MAX_CHUNK)
 		return toast_err_set(err, TOAST_ERR_INVALID, "chunk size %d outside [1, %d]", opts->chunk, ENGINE_MAX_CHUNK);
 	if (opts->n_threads < 0 || opts->n_threads > ENGINE_MAX_THREADS)
@@ -53,7 +58,7 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	if (!e)
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	e->chunk = opts->chunk ? opts->chunk : ENGINE_DEFAULT_CHUNK;
-	enum toast_status rc = engine_backend(opts, &e->be, err);
+	rc = engine_backend(opts, &e->be, err);
 	if (rc == TOAST_OK && opts->synthetic) {
 		const char *cfg = toast_model_preset(opts->synthetic);
 		rc = cfg ? toast_model_load_synthetic(&e->model, cfg, opts->synthetic_layers, e->be, err)
