@@ -34,6 +34,9 @@ for m in qwen3-tiny qwen3moe-tiny qwen35-tiny qwen35moe-tiny qwen3next-tiny qwen
 		summary+=("check $m chunk $c: rc=$rc $(grep -E '^ids|^greedy|^toasted' "$OUT/check.tmp" | tr '\n' ' ')")
 	done
 done
+# 3a. each op alone at the real decode shapes (clocks ramped by sustained load, unlike ncu)
+timeout 200 $B/test_ops --perf >"$OUT/ops-perf.log" 2>&1
+cat "$OUT/ops-perf.log"
 # 3. timing at the real Qwen3-Next shape, 12 of 48 layers in bf16
 if [ "$MODE" = full ]; then
 	timeout 400 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 1024 \
