@@ -153,10 +153,18 @@ struct toast_chat_opts {
 	int enable_thinking;        /* -1: template default (undefined), 0: false, 1: true */
 };
 
-/* Render messages into the prompt text the model was trained on (its tokenizer_config.json
- * chat_template, or built-in ChatML when it has none). *out is malloc'd. */
+/* Render messages into the prompt text the model was trained on (its chat_template.jinja or
+ * tokenizer_config.json chat_template, run as transformers' apply_chat_template runs it; built-in
+ * ChatML when it has none). *out is malloc'd. opts NULL: a generation prompt, thinking default.
+ * TOAST_ERR_INVALID when the template raises (raise_exception) or fails, with its message;
+ * TOAST_ERR_UNSUPPORTED when the template uses what the interpreter does not support. */
 enum toast_status toast_chat_render(const struct toast_tokenizer *tok, const struct toast_chat_msg *msgs, int n_msgs,
 				    const struct toast_chat_opts *opts, char **out, struct toast_error *err);
+/* The same from an OpenAI-style JSON messages array (content may be a list of parts, tool_calls,
+ * reasoning_content, ... whatever the template reads), and an optional JSON array of tools. */
+enum toast_status toast_chat_render_json(const struct toast_tokenizer *tok, const char *messages_json,
+					 const char *tools_json, const struct toast_chat_opts *opts, char **out,
+					 struct toast_error *err);
 
 /* ---- sampling and generation (src/engine/) ------------------------------------------------ */
 

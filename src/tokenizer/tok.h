@@ -100,6 +100,8 @@ struct toast_tokenizer {
 
 	uint8_t *eog; /* [n_vocab] nonzero: ends generation */
 	char *chat_template;                 /* NULL: none (ChatML fallback) */
+	struct jinja_template *chat_tmpl;    /* chat_template parsed, or NULL */
+	char *chat_tmpl_error;               /* why it did not parse, or NULL */
 	char *bos_token, *eos_token, *pad_token, *unk_token; /* NULL when unset */
 	size_t max_piece;                    /* longest piece in bytes */
 };

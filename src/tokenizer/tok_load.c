@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer/jinja.h"
 #include "tokenizer/tok.h"
 #include "util/err.h"
 #include "util/fs.h"
@@ -537,6 +538,12 @@ static enum toast_status load_config(struct toast_tokenizer *tok, const char *di
 	json_decref(cfg);
 	if (rc != TOAST_OK)
 		return rc;
+	if (tok->chat_template) { /* a template we cannot run fails at render time, not here */
+		struct toast_error perr = {0};
+		if (jinja_parse(tok->chat_template, &tok->chat_tmpl, &perr) != TOAST_OK &&
+		    !(tok->chat_tmpl_error = toast_strdup(perr.msg)))
+			return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	}
 
 	/* end of generation: what the model's files say, plus the usual end-of-turn tokens */
 	json_t *gen = load_json(dir, "generation_config.json", false, err, &rc);
@@ -620,6 +627,8 @@ void toast_tok_free(struct toast_tokenizer *tok)
 	free(tok->piece_len);
 	free(tok->eog);
 	free(tok->chat_template);
+	jinja_free(tok->chat_tmpl);
+	free(tok->chat_tmpl_error);
 	free(tok->bos_token);
 	free(tok->eos_token);
 	free(tok->pad_token);

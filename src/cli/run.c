@@ -1,0 +1,3 @@
+/* run.c - placeholder until written */
+#include "cli/cli.h"
+int cli_run(int argc, char **argv) { return 2; }
