@@ -206,7 +206,7 @@ static void roundtrip(const struct toast_tokenizer *tok, const char *what, const
 		CHECK(len == n_expect && memcmp(dec, expect, len) == 0, "%s: %zu bytes decode to %zu bytes, want %zu", what, n,
 		      len, n_expect);
 	if (st == TOAST_OK)
-		CHECK(tok_utf8_valid(dec, len), "%s: decoded text is not valid UTF-8", what);
+		CHECK(toast_utf8_valid(dec, len), "%s: decoded text is not valid UTF-8", what);
 	free(ids);
 	free(dec);
 }
@@ -229,7 +229,7 @@ static void test_fuzz(void)
 						      r % 4 == 2 ? (uint32_t)"<|>'s \n"[r >> 8 & 7] : 'a' + (r >> 8) % 26));
 		}
 		size_t cn;
-		char *clean = tok_utf8_sanitize(buf, n, &cn);
+		char *clean = toast_utf8_sanitize(buf, n, &cn);
 		roundtrip(tiny, "random bytes (tiny-bpe)", buf, n, clean, cn); /* no normaliser: exact */
 		roundtrip(qwen, "random bytes (qwen3)", buf, n, NULL, 0);
 		free(clean);
@@ -246,7 +246,7 @@ static void test_fuzz(void)
 		char what[64];
 		snprintf(what, sizeof(what), "1 MiB of \"%s\"", units[u]);
 		size_t cn;
-		char *clean = tok_utf8_sanitize(buf, n, &cn);
+		char *clean = toast_utf8_sanitize(buf, n, &cn);
 		roundtrip(tiny, what, buf, n, clean, cn);
 		/* Qwen normalises to NFC: e + combining acute becomes é */
 		roundtrip(qwen, what, buf, n, u == 4 ? NULL : clean, cn);
@@ -285,7 +285,7 @@ static void test_detok(void)
 		bool whole = true;
 		for (int i = 0; i < n; i++) {
 			size_t k = toast_detok_push(&d, tok, ids[i], out, cap);
-			whole = whole && tok_utf8_valid(out, k);
+			whole = whole && toast_utf8_valid(out, k);
 			memcpy(stream + sn, out, k);
 			sn += k;
 		}

@@ -60,7 +60,8 @@ int cli_status_exit(enum toast_status st)
 	case TOAST_ERR_IO:
 	case TOAST_ERR_FORMAT:
 	case TOAST_ERR_INVALID:
-	case TOAST_ERR_UNSUPPORTED: return 2;
+	case TOAST_ERR_UNSUPPORTED:
+	case TOAST_ERR_CTX_FULL: return 2;
 	default: return 1;
 	}
 }

@@ -93,7 +93,8 @@ void toast_engine_close(struct toast_engine *e)
 		return;
 	toast_tok_free(e->tok);
 	if (e->be) {
-		toast_model_work_free(&e->model, &e->work);
+		if (e->model.be) /* a model that failed to load has already been unloaded */
+			toast_model_work_free(&e->model, &e->work);
 		toast_model_unload(&e->model);
 		toast_backend_free(e->be);
 	}

@@ -64,7 +64,7 @@ static bool need_str(struct jctx *c, int line, struct jv v, const char *what)
 
 static uint32_t cp_at(struct jstr s, size_t i, int *l)
 {
-	return tok_utf8_next(s.p + i, s.n - i, l);
+	return toast_utf8_next(s.p + i, s.n - i, l);
 }
 
 static void put_cp(struct jbuf *b, uint32_t cp)

@@ -120,7 +120,7 @@ static size_t *str_cps(struct jctx *c, struct jstr s, size_t *n_cp)
 		return NULL;
 	for (size_t i = 0; i < s.n;) {
 		int l;
-		tok_utf8_next(s.p + i, s.n - i, &l);
+		toast_utf8_next(s.p + i, s.n - i, &l);
 		off[k++] = i;
 		i += (size_t)l;
 	}
@@ -652,7 +652,7 @@ static bool exec_for(struct jctx *c, const struct jnode *n)
 	} else if (it.k == JV_STR) {
 		for (size_t i = 0; i < it.s.n;) {
 			int l;
-			tok_utf8_next(it.s.p + i, it.s.n - i, &l);
+			toast_utf8_next(it.s.p + i, it.s.n - i, &l);
 			if (!jlist_push(c->ar, items, jv_strv((struct jstr){it.s.p + i, (size_t)l})))
 				return nomem(c, n->line);
 			i += (size_t)l;

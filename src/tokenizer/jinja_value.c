@@ -353,7 +353,7 @@ static void jv_str_repr(struct jbuf *b, struct jstr s)
 	jbuf_put(b, &q, 1);
 	for (size_t i = 0; i < s.n;) {
 		int l;
-		uint32_t cp = tok_utf8_next(s.p + i, s.n - i, &l);
+		uint32_t cp = toast_utf8_next(s.p + i, s.n - i, &l);
 		char esc[16];
 		if (cp == '\\' || cp == (uint32_t)q) {
 			esc[0] = '\\';

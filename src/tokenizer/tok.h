@@ -23,6 +23,7 @@
 
 #include "toasted.h"
 #include "util/strmap.h"
+#include "util/utf8.h"
 
 #define TOK_MAX_VOCAB (1 << 22)      /* ids beyond this are refused */
 #define TOK_MAX_INPUT ((size_t)1 << 30) /* bytes one encode call accepts */
@@ -136,12 +137,6 @@ enum toast_status tok_bpe_piece(const struct toast_tokenizer *tok, struct tok_bp
 enum toast_status tok_regex_compile(const char *pattern, pcre2_code **out, struct toast_error *err);
 /* The regex of a ByteLevel pre-tokenizer with use_regex (GPT-2's). */
 extern const char tok_gpt2_pattern[];
-/* true if [p, p+n) is valid UTF-8 (no surrogates, no overlongs, <= U+10FFFF). */
-bool tok_utf8_valid(const char *p, size_t n);
-/* Copy with each maximal invalid subsequence replaced by U+FFFD (malloc'd, *out_n bytes). */
-char *tok_utf8_sanitize(const char *p, size_t n, size_t *out_n);
-/* Decode one code point of valid UTF-8 at p (n > 0 bytes left); *len gets its length. */
-uint32_t tok_utf8_next(const char *p, size_t n, int *len);
 /* Unicode White_Space (Rust's char::is_whitespace, Oniguruma's \s). */
 bool tok_is_space(uint32_t cp);
 /* Apply the normaliser steps to valid UTF-8; *out is p itself when nothing changed, else malloc'd. */

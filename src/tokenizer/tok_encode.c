@@ -92,7 +92,7 @@ static uint32_t enc_last_cp(const char *p, size_t n)
 	while (i > 0 && ((unsigned char)p[i] & 0xC0) == 0x80)
 		i--;
 	int l;
-	return tok_utf8_next(p + i, n - i, &l);
+	return toast_utf8_next(p + i, n - i, &l);
 }
 
 /* Longest added token of trie t starting at p[0]; its index into tok->added, or -1. */
@@ -144,7 +144,7 @@ static enum toast_status enc_split_added(struct tok_enc *c, const struct tok_tri
 		if (ad->single_word) {
 			bool before = start > 0 && enc_is_word(enc_last_cp(p, start));
 			int l;
-			bool after = stop < n && enc_is_word(tok_utf8_next(p + stop, n - stop, &l));
+			bool after = stop < n && enc_is_word(toast_utf8_next(p + stop, n - stop, &l));
 			if (before || after)
 				continue;
 		}
@@ -154,7 +154,7 @@ static enum toast_status enc_split_added(struct tok_enc *c, const struct tok_tri
 				while (k > 0 && (u[k] & 0xC0) == 0x80)
 					k--;
 				int l;
-				if (!tok_is_space(tok_utf8_next(p + k, n - k, &l)))
+				if (!tok_is_space(toast_utf8_next(p + k, n - k, &l)))
 					break;
 				start = k;
 			}
@@ -162,7 +162,7 @@ static enum toast_status enc_split_added(struct tok_enc *c, const struct tok_tri
 		if (ad->rstrip) {
 			while (stop < n) {
 				int l;
-				if (!tok_is_space(tok_utf8_next(p + stop, n - stop, &l)))
+				if (!tok_is_space(toast_utf8_next(p + stop, n - stop, &l)))
 					break;
 				stop += (size_t)l;
 			}
@@ -240,9 +240,9 @@ enum toast_status toast_tok_encode(const struct toast_tokenizer *tok, const char
 	pcre2_jit_stack_assign(c.mctx, NULL, c.jit_stack);
 	/* bounded work per match, whatever the pattern a tokenizer file brings */
 	pcre2_set_match_limit(c.mctx, 50 * 1000 * 1000);
-	if (!tok_utf8_valid(text, n)) {
+	if (!toast_utf8_valid(text, n)) {
 		size_t cn;
-		clean = tok_utf8_sanitize(text, n, &cn);
+		clean = toast_utf8_sanitize(text, n, &cn);
 		if (!clean) {
 			rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 			goto out;

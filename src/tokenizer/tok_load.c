@@ -90,7 +90,7 @@ static size_t load_token_bytes(const char *s, size_t n, char *out, bool *mapped)
 	*mapped = true;
 	while (i < n) {
 		int l;
-		uint32_t cp = tok_utf8_next(s + i, n - i, &l);
+		uint32_t cp = toast_utf8_next(s + i, n - i, &l);
 		if (cp >= 324 || load_cp_byte[cp] < 0) {
 			*mapped = false;
 			memcpy(out, s, n);
