@@ -10,9 +10,7 @@
  */
 #include "backend/cuda/cuda_common.cuh"
 
-#define ATTN_WARPS 4
-#define ATTN_MAX_REP 8  /* query heads handled per pass over the keys */
-#define ATTN_MAX_DPL 8  /* head_dim <= 256 */
+#define ATTN_MAX_DPL 8 /* head_dim <= 256 */
 
 __global__ void k_attn_prep(const float *q, const float *k, const float *v, const float *qn, const float *kn,
 			    int plus_one, float eps, int n_head, int n_kv, int hd, int n_rot, float theta, int freq_type,
@@ -59,93 +57,107 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 	}
 }
 
-/* partial results: per (t, kv head, split, rep) hd accumulators then m and l */
-template <int DPL>
-__global__ void __launch_bounds__(ATTN_WARPS * 32)
-	k_attn_split(const float *qf, const bf16 *kc, const bf16 *vc, float *part, int n_head, int n_kv, int hd,
-		     int n_split, const int32_t *step)
+/*
+ * The split-K pass. A block serves one KV head, one split of the keys and qt query tokens:
+ * R = qt * n_rep query rows (row = token * n_rep + rep). Keys come in tiles of 32, one key per
+ * lane: K and V are staged in shared memory as f32, each warp owns rows warp, warp + 8, ...,
+ * a lane scores its key against the warp's row, the warp keeps that row's online softmax and
+ * accumulates P·V with lanes over dims. Partial results per (token, kv head, split, rep):
+ * hd accumulators, then the running max m and sum l.
+ */
+#define AT_WARPS 8
+#define AT_TK 32
+
+template <int RPW, int DPL>
+__global__ void __launch_bounds__(AT_WARPS * 32)
+	k_attn_tile(const float *qf, const bf16 *kc, const bf16 *vc, float *part, int n_head, int n_kv, int hd, int n_split,
+		    int qt, int T, const int32_t *step)
 {
-	__shared__ float sm[ATTN_WARPS][ATTN_MAX_REP][ATTN_MAX_DPL * 32 + 2];
-	int kvh = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+	extern __shared__ float sm[];
+	int kvh = blockIdx.x, split = blockIdx.y, t0 = blockIdx.z * qt;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int n_rep = n_head / n_kv, kvd = n_kv * hd;
-	int L = step[0] + t + 1; /* keys this query sees */
+	int n_rep = n_head / n_kv, kvd = n_kv * hd, hdp = hd + 1;
+	int ntok = min(qt, T - t0), R = ntok * n_rep;
+	float *Ks = sm, *Vs = Ks + AT_TK * hdp, *Qs = Vs + AT_TK * hd;
+	int pos0 = step[0];
+	int L = pos0 + t0 + ntok; /* keys the last query of the block sees */
 	int chunk = (L + n_split - 1) / n_split;
 	int j0 = split * chunk, j1 = min(L, j0 + chunk);
 	float scale = rsqrtf((float)hd);
-	for (int r0 = 0; r0 < n_rep; r0 += ATTN_MAX_REP) {
-		int nr = min(ATTN_MAX_REP, n_rep - r0);
-		float qv[ATTN_MAX_REP][DPL], acc[ATTN_MAX_REP][DPL], m[ATTN_MAX_REP], l[ATTN_MAX_REP];
+	for (int x = threadIdx.x; x < R * hd; x += blockDim.x) {
+		int row = x / hd, d = x % hd;
+		Qs[x] = qf[((size_t)(t0 + row / n_rep) * n_head + kvh * n_rep + row % n_rep) * hd + d] * scale;
+	}
+	float m[RPW], l[RPW], acc[RPW][DPL];
 #pragma unroll
-		for (int r = 0; r < ATTN_MAX_REP; r++) {
-			m[r] = -INFINITY;
-			l[r] = 0;
+	for (int i = 0; i < RPW; i++) {
+		m[i] = -INFINITY;
+		l[i] = 0;
 #pragma unroll
-			for (int i = 0; i < DPL; i++) {
-				int d = lane * DPL + i;
-				acc[r][i] = 0;
-				qv[r][i] = r < nr && d < hd ? qf[((size_t)t * n_head + kvh * n_rep + r0 + r) * hd + d] * scale : 0.0f;
-			}
+		for (int k = 0; k < DPL; k++)
+			acc[i][k] = 0;
+	}
+	for (int jt = j0; jt < j1; jt += AT_TK) {
+		__syncthreads();
+		int nk = min(AT_TK, j1 - jt);
+		for (int x = threadIdx.x; x < AT_TK * hd; x += blockDim.x) {
+			int j = x / hd, d = x % hd;
+			bool in = j < nk;
+			Ks[j * hdp + d] = in ? __bfloat162float(kc[(size_t)(jt + j) * kvd + kvh * hd + d]) : 0.0f;
+			Vs[j * hd + d] = in ? __bfloat162float(vc[(size_t)(jt + j) * kvd + kvh * hd + d]) : 0.0f;
 		}
-		for (int j = j0 + warp; j < j1; j += ATTN_WARPS) {
-			const bf16 *kr = kc + (size_t)j * kvd + kvh * hd, *vr = vc + (size_t)j * kvd + kvh * hd;
-			float kf[DPL], vf[DPL];
-			if (DPL * 32 == hd && DPL == 8) {
-				cu_bf16x8(*(const uint4 *)(kr + lane * 8), kf);
-				cu_bf16x8(*(const uint4 *)(vr + lane * 8), vf);
-			} else {
+		__syncthreads();
 #pragma unroll
-				for (int i = 0; i < DPL; i++) {
-					int d = lane * DPL + i;
-					kf[i] = d < hd ? __bfloat162float(kr[d]) : 0.0f;
-					vf[i] = d < hd ? __bfloat162float(vr[d]) : 0.0f;
+		for (int i = 0; i < RPW; i++) {
+			int row = warp + AT_WARPS * i;
+			if (row >= R)
+				break;
+			int qpos = pos0 + t0 + row / n_rep, j = jt + lane;
+			float s = -INFINITY;
+			if (lane < nk && j <= qpos) {
+				const float *q = Qs + row * hd, *k = Ks + lane * hdp;
+				float v = 0;
+				for (int d = 0; d < hd; d++)
+					v = fmaf(q[d], k[d], v);
+				s = v;
+			}
+			float mt = cu_warp_max(s), mn = fmaxf(m[i], mt);
+			if (mn == -INFINITY)
+				continue; /* nothing visible yet for this row */
+			float corr = __expf(m[i] - mn), p = __expf(s - mn);
+			l[i] = l[i] * corr + cu_warp_sum(p);
+#pragma unroll
+			for (int k = 0; k < DPL; k++)
+				acc[i][k] *= corr;
+			for (int jj = 0; jj < nk; jj++) {
+				float pj = __shfl_sync(0xffffffffu, p, jj);
+#pragma unroll
+				for (int k = 0; k < DPL; k++) {
+					int d = lane + 32 * k;
+					if (d < hd)
+						acc[i][k] = fmaf(pj, Vs[jj * hd + d], acc[i][k]);
 				}
 			}
-#pragma unroll
-			for (int r = 0; r < ATTN_MAX_REP; r++) {
-				if (r >= nr)
-					break;
-				float s = 0;
-#pragma unroll
-				for (int i = 0; i < DPL; i++)
-					s = fmaf(qv[r][i], kf[i], s);
-				s = cu_warp_sum(s);
-				float mn = fmaxf(m[r], s), corr = __expf(m[r] - mn), p = __expf(s - mn);
-				l[r] = l[r] * corr + p;
-#pragma unroll
-				for (int i = 0; i < DPL; i++)
-					acc[r][i] = acc[r][i] * corr + p * vf[i];
-				m[r] = mn;
-			}
+			m[i] = mn;
 		}
-		/* merge the warps of the block */
-		for (int r = 0; r < nr; r++) {
+	}
 #pragma unroll
-			for (int i = 0; i < DPL; i++)
-				sm[warp][r][lane * DPL + i] = acc[r][i];
-			if (lane == 0) {
-				sm[warp][r][ATTN_MAX_DPL * 32] = m[r];
-				sm[warp][r][ATTN_MAX_DPL * 32 + 1] = l[r];
-			}
+	for (int i = 0; i < RPW; i++) {
+		int row = warp + AT_WARPS * i;
+		if (row >= R)
+			break;
+		int t = t0 + row / n_rep, r = row % n_rep;
+		float *dst = part + ((((size_t)t * n_kv + kvh) * n_split + split) * n_rep + r) * (hd + 2);
+#pragma unroll
+		for (int k = 0; k < DPL; k++) {
+			int d = lane + 32 * k;
+			if (d < hd)
+				dst[d] = acc[i][k];
 		}
-		__syncthreads();
-		for (int idx = threadIdx.x; idx < nr * (hd + 2); idx += blockDim.x) {
-			int r = idx / (hd + 2), d = idx % (hd + 2);
-			float mt = -INFINITY;
-			for (int w = 0; w < ATTN_WARPS; w++)
-				mt = fmaxf(mt, sm[w][r][ATTN_MAX_DPL * 32]);
-			float v = 0;
-			for (int w = 0; w < ATTN_WARPS; w++) {
-				float mw = sm[w][r][ATTN_MAX_DPL * 32];
-				float f = mw == -INFINITY ? 0.0f : __expf(mw - mt);
-				v += f * (d < hd ? sm[w][r][d] : d == hd ? 0.0f : sm[w][r][ATTN_MAX_DPL * 32 + 1]);
-			}
-			if (d == hd)
-				v = mt;
-			size_t base = ((((size_t)t * n_kv + kvh) * n_split + split) * n_rep + r0 + r) * (hd + 2);
-			part[base + d] = v;
+		if (lane == 0) {
+			dst[hd] = m[i];
+			dst[hd + 1] = l[i];
 		}
-		__syncthreads();
 	}
 }
 
@@ -203,17 +215,38 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 		a->k_norm ? (const float *)a->k_norm->dev : NULL, a->norm_plus_one, a->eps, a->n_head, a->n_head_kv, hd,
 		a->n_rot, a->rope_theta, a->rope_freq_type, a->gated, (bf16 *)a->k_cache, (bf16 *)a->v_cache, qf, cb->d_step);
 	cu_launched(cb, "attention prep");
-	dim3 sg(a->n_head_kv, n_split, T);
+	/* decode: one token per block; prefill: 64 / n_rep tokens per block share each K/V tile */
+	int rpw = (n_rep + AT_WARPS - 1) / AT_WARPS, qt = 1;
+	if (T > 1 && n_rep <= AT_WARPS * 8) {
+		qt = (AT_WARPS * 8) / n_rep;
+		rpw = 8;
+	}
+	rpw = rpw <= 1 ? 1 : rpw <= 2 ? 2 : rpw <= 4 ? 4 : 8;
+	if (n_rep > AT_WARPS * 8) {
+		cu_fail_msg(cb, "attention: %d query heads per KV head is not supported (max %d)", n_rep, AT_WARPS * 8);
+		return;
+	}
 	int dpl = (hd + 31) / 32;
-	if (dpl <= 2)
-		k_attn_split<2><<<sg, ATTN_WARPS * 32, 0, cb->stream>>>(qf, (const bf16 *)a->k_cache, (const bf16 *)a->v_cache,
-									  part, a->n_head, a->n_head_kv, hd, n_split, cb->d_step);
-	else if (dpl <= 4)
-		k_attn_split<4><<<sg, ATTN_WARPS * 32, 0, cb->stream>>>(qf, (const bf16 *)a->k_cache, (const bf16 *)a->v_cache,
-									  part, a->n_head, a->n_head_kv, hd, n_split, cb->d_step);
-	else
-		k_attn_split<8><<<sg, ATTN_WARPS * 32, 0, cb->stream>>>(qf, (const bf16 *)a->k_cache, (const bf16 *)a->v_cache,
-									  part, a->n_head, a->n_head_kv, hd, n_split, cb->d_step);
+	dpl = dpl <= 2 ? 2 : dpl <= 4 ? 4 : 8;
+	size_t smem = ((size_t)AT_TK * (hd + 1) + (size_t)AT_TK * hd + (size_t)qt * n_rep * hd) * sizeof(float);
+	dim3 sg(a->n_head_kv, n_split, (T + qt - 1) / qt);
+	const void *fn = NULL;
+#define AT_PICK(R, D) if (rpw == R && dpl == D) fn = (const void *)k_attn_tile<R, D>;
+	AT_PICK(1, 2) AT_PICK(1, 4) AT_PICK(1, 8) AT_PICK(2, 2) AT_PICK(2, 4) AT_PICK(2, 8)
+	AT_PICK(4, 2) AT_PICK(4, 4) AT_PICK(4, 8) AT_PICK(8, 2) AT_PICK(8, 4) AT_PICK(8, 8)
+#undef AT_PICK
+	static size_t room[4][4];
+	int ri = rpw == 1 ? 0 : rpw == 2 ? 1 : rpw == 4 ? 2 : 3, di = dpl == 2 ? 0 : dpl == 4 ? 1 : 2;
+	if (!room[ri][di])
+		room[ri][di] = cu_allow_smem(cb, fn);
+	if (smem > room[ri][di]) {
+		cu_fail_msg(cb, "attention: head_dim %d needs more shared memory than the GPU has", hd);
+		return;
+	}
+	const bf16 *kcp = (const bf16 *)a->k_cache, *vcp = (const bf16 *)a->v_cache;
+	void *args[] = {(void *)&qf, (void *)&kcp, (void *)&vcp, (void *)&part, (void *)&a->n_head, (void *)&a->n_head_kv,
+			(void *)&hd, (void *)&n_split, (void *)&qt, (void *)&T, (void *)&cb->d_step};
+	cu_fail(cb, cudaLaunchKernel(fn, sg, dim3(AT_WARPS * 32), args, smem, cb->stream), "attention launch");
 	cu_launched(cb, "attention");
 	dim3 cg(T, a->n_head);
 	k_attn_combine<<<cg, threads, 0, cb->stream>>>(part, a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd,

@@ -106,6 +106,8 @@ __global__ void k_gdn_prep(gdn_dims g, float *conv, const float *b, const float 
  * smem: q[dk], k[dk], v[dv], o[dv].
  */
 #define GDN_DEC_THREADS 512
+/* DPL > 0: dk == 32 * DPL and dv <= 16 * RPW, the state rows of a warp live in registers */
+template <int DPL, int RPW>
 __global__ void __launch_bounds__(GDN_DEC_THREADS)
 	k_gdn_decode(gdn_dims g, const float *qkv, const float *z, const float *b, const float *a, const void *cw, int cwt,
 		     float *conv_state, const int32_t *step, const float *A, int a_neg_exp, const float *dtb,
@@ -166,21 +168,73 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS)
 	__syncthreads();
 	int warp = tid >> 5, lane = tid & 31, nwarp = blockDim.x >> 5;
 	float alpha = gate_alpha, beta = gate_beta;
-	for (int j = warp; j < dv; j += nwarp) {
-		float *Sj = S + ((size_t)h * dv + j) * dk;
-		float m = 0;
-		for (int i = lane; i < dk; i += 32)
-			m += (Sj[i] * alpha) * ks[i];
-		m = cu_warp_sum(m);
-		float delta = beta * (vs[j] - m), o = 0;
-		for (int i = lane; i < dk; i += 32) {
-			float sv = Sj[i] * alpha + ks[i] * delta;
-			Sj[i] = sv;
-			o += sv * qs[i];
+	if (DPL > 0) {
+		/* the warp's rows are held in registers: every load is issued before any reduction */
+		float Sr[RPW][DPL > 0 ? DPL : 1], kr[DPL > 0 ? DPL : 1], qr[DPL > 0 ? DPL : 1];
+#pragma unroll
+		for (int k = 0; k < DPL; k++) {
+			kr[k] = ks[lane + 32 * k];
+			qr[k] = qs[lane + 32 * k];
 		}
-		o = cu_warp_sum(o);
-		if (lane == 0)
-			os[j] = o;
+#pragma unroll
+		for (int i = 0; i < RPW; i++) {
+			int j = warp * RPW + i;
+#pragma unroll
+			for (int k = 0; k < DPL; k++)
+				Sr[i][k] = j < dv ? S[((size_t)h * dv + j) * dk + lane + 32 * k] * alpha : 0.0f;
+		}
+		float m[RPW];
+#pragma unroll
+		for (int i = 0; i < RPW; i++) {
+			m[i] = 0;
+#pragma unroll
+			for (int k = 0; k < DPL; k++)
+				m[i] += Sr[i][k] * kr[k];
+		}
+#pragma unroll
+		for (int i = 0; i < RPW; i++)
+			m[i] = cu_warp_sum(m[i]);
+		float o[RPW];
+#pragma unroll
+		for (int i = 0; i < RPW; i++) {
+			int j = warp * RPW + i;
+			float delta = j < dv ? beta * (vs[j] - m[i]) : 0.0f;
+			o[i] = 0;
+#pragma unroll
+			for (int k = 0; k < DPL; k++) {
+				Sr[i][k] += kr[k] * delta;
+				o[i] += Sr[i][k] * qr[k];
+			}
+		}
+#pragma unroll
+		for (int i = 0; i < RPW; i++) {
+			int j = warp * RPW + i;
+			o[i] = cu_warp_sum(o[i]);
+			if (j < dv) {
+#pragma unroll
+				for (int k = 0; k < DPL; k++)
+					S[((size_t)h * dv + j) * dk + lane + 32 * k] = Sr[i][k];
+				if (lane == 0)
+					os[j] = o[i];
+			}
+		}
+	} else {
+		for (int j = warp; j < dv; j += nwarp) {
+			float *Sj = S + ((size_t)h * dv + j) * dk;
+			float m = 0;
+			for (int i = lane; i < dk; i += 32)
+				m += (Sj[i] * alpha) * ks[i];
+			m = cu_warp_sum(m);
+			float delta = beta * (vs[j] - m), o = 0;
+			for (int i = lane; i < dk; i += 32) {
+				float sv = Sj[i] * alpha + ks[i] * delta;
+				Sj[i] = sv;
+				o += sv * qs[i];
+			}
+			o = cu_warp_sum(o);
+			if (lane == 0)
+				os[j] = o;
+		}
 	}
 	__syncthreads();
 	float ss = 0;
@@ -347,17 +401,29 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 	}
 	if (g.T == 1) {
 		size_t smem = (size_t)(2 * g.dk + 2 * g.dv) * sizeof(float);
-		static size_t room;
-		if (!room)
-			room = cu_allow_smem(cb, (const void *)k_gdn_decode);
-		if (smem > room) {
-			cu_fail_msg(cb, "gdn: head dims %d/%d need more shared memory than the GPU has", g.dk, g.dv);
+		if (smem > 48 * 1024) {
+			cu_fail_msg(cb, "gdn: head dims %d/%d are too large", g.dk, g.dv);
 			return;
 		}
-		k_gdn_decode<<<g.nv, GDN_DEC_THREADS, smem, cb->stream>>>(
-			g, a->qkv, a->z, a->b, a->a, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, cb->d_step,
-			(const float *)a->A_log->dev, a->a_is_neg_exp, (const float *)a->dt_bias->dev,
-			(const float *)a->norm_w->dev, a->eps, a->ssm_state, (bf16 *)a->out);
+		const int warps = GDN_DEC_THREADS / 32;
+		bool regs = g.dv <= warps * 8 && (g.dk == 32 || g.dk == 64 || g.dk == 128 || g.dk == 256);
+		int rpw = (g.dv + warps - 1) / warps;
+#define GDN_DEC(D, R)                                                                                               \
+	k_gdn_decode<D, R><<<g.nv, GDN_DEC_THREADS, smem, cb->stream>>>(                                              \
+		g, a->qkv, a->z, a->b, a->a, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, cb->d_step,          \
+		(const float *)a->A_log->dev, a->a_is_neg_exp, (const float *)a->dt_bias->dev,                        \
+		(const float *)a->norm_w->dev, a->eps, a->ssm_state, (bf16 *)a->out)
+		if (!regs)
+			GDN_DEC(0, 1);
+		else if (g.dk == 128 && rpw <= 8)
+			GDN_DEC(4, 8);
+		else if (g.dk == 64)
+			GDN_DEC(2, 8);
+		else if (g.dk == 32)
+			GDN_DEC(1, 8);
+		else
+			GDN_DEC(8, 8);
+#undef GDN_DEC
 		cu_launched(cb, "gdn decode");
 		return;
 	}

@@ -11,8 +11,6 @@
 #include "backend/cuda/cuda_common.cuh"
 
 #define GEMV_WARPS 8
-#define GEMV_ROWS 4 /* rows per warp */
-#define GEMV_BLOCK_ROWS (GEMV_WARPS * GEMV_ROWS)
 
 struct gemv_job {
 	void *out;
@@ -72,10 +70,11 @@ __device__ __forceinline__ void gemv_stage(const gemv_args &a, float *xs)
 	__syncthreads();
 }
 
-/* requires n_in % 8 == 0 and 16-byte aligned weight rows */
-template <int T>
+/* requires n_in % 8 == 0 and 16-byte aligned weight rows; ROWS rows per warp */
+template <int T, int ROWS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 {
+	const int GEMV_ROWS = ROWS, GEMV_BLOCK_ROWS = GEMV_WARPS * ROWS;
 	extern __shared__ float xs[];
 	gemv_stage<T>(a, xs);
 	int j = 0;
@@ -194,17 +193,38 @@ static void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, con
 	cu_launched(cb, "matmul (cublas)");
 }
 
-template <int T>
+template <int T, int ROWS>
 static void gemv_launch(struct cuda_backend *cb, const gemv_args &a, unsigned blocks, size_t smem)
 {
 	static size_t room;
 	if (!room)
-		room = cu_allow_smem(cb, (const void *)k_gemv<T>);
+		room = cu_allow_smem(cb, (const void *)k_gemv<T, ROWS>);
 	if (smem > room) {
 		cu_fail_msg(cb, "gemv: %zu bytes of shared memory needed, %zu allowed", smem, room);
 		return;
 	}
-	k_gemv<T><<<blocks, GEMV_WARPS * 32, smem, cb->stream>>>(a);
+	k_gemv<T, ROWS><<<blocks, GEMV_WARPS * 32, smem, cb->stream>>>(a);
+}
+
+template <int T>
+static void gemv_launch_rows(struct cuda_backend *cb, gemv_args &a, const struct toast_mm_out *outs, int n_outs,
+			     size_t smem)
+{
+	/* four rows a warp stream more bytes per load batch; one row a warp gives small matrices
+	 * enough blocks to fill the GPU */
+	int64_t rows = 0;
+	for (int k = 0; k < n_outs; k++)
+		rows += outs[k].W->n_out;
+	int per_warp = rows >= (int64_t)cb->n_sm * GEMV_WARPS * 4 * 2 ? 4 : 1;
+	int64_t blocks = 0;
+	for (int k = 0; k < n_outs; k++) {
+		a.job[k].first_block = blocks;
+		blocks += (outs[k].W->n_out + GEMV_WARPS * per_warp - 1) / (GEMV_WARPS * per_warp);
+	}
+	if (per_warp == 4)
+		gemv_launch<T, 4>(cb, a, (unsigned)blocks, smem);
+	else
+		gemv_launch<T, 1>(cb, a, (unsigned)blocks, smem);
 }
 
 void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const struct toast_mm_out *outs, int n_outs,
@@ -216,11 +236,8 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 		fast = fast && outs[k].W->dev_type == TOAST_DT_BF16 && ((uintptr_t)outs[k].W->dev & 15) == 0;
 	if (fast) {
 		gemv_args a = {};
-		int64_t blocks = 0;
-		for (int k = 0; k < n_outs; k++) {
-			a.job[k] = {outs[k].out, (const bf16 *)outs[k].W->dev, (int)outs[k].mode, outs[k].W->n_out, blocks};
-			blocks += (outs[k].W->n_out + GEMV_BLOCK_ROWS - 1) / GEMV_BLOCK_ROWS;
-		}
+		for (int k = 0; k < n_outs; k++)
+			a.job[k] = {outs[k].out, (const bf16 *)outs[k].W->dev, (int)outs[k].mode, outs[k].W->n_out, 0};
 		a.n_jobs = n_outs;
 		a.n_in = n_in;
 		a.act = (const bf16 *)in->act;
@@ -231,14 +248,14 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 		a.norm_out = (bf16 *)in->norm_out;
 		size_t smem = (size_t)T * n_in * 4;
 		switch (T) {
-		case 1: gemv_launch<1>(cb, a, (unsigned)blocks, smem); break;
-		case 2: gemv_launch<2>(cb, a, (unsigned)blocks, smem); break;
-		case 3: gemv_launch<3>(cb, a, (unsigned)blocks, smem); break;
-		case 4: gemv_launch<4>(cb, a, (unsigned)blocks, smem); break;
-		case 5: gemv_launch<5>(cb, a, (unsigned)blocks, smem); break;
-		case 6: gemv_launch<6>(cb, a, (unsigned)blocks, smem); break;
-		case 7: gemv_launch<7>(cb, a, (unsigned)blocks, smem); break;
-		default: gemv_launch<8>(cb, a, (unsigned)blocks, smem); break;
+		case 1: gemv_launch_rows<1>(cb, a, outs, n_outs, smem); break;
+		case 2: gemv_launch_rows<2>(cb, a, outs, n_outs, smem); break;
+		case 3: gemv_launch_rows<3>(cb, a, outs, n_outs, smem); break;
+		case 4: gemv_launch_rows<4>(cb, a, outs, n_outs, smem); break;
+		case 5: gemv_launch_rows<5>(cb, a, outs, n_outs, smem); break;
+		case 6: gemv_launch_rows<6>(cb, a, outs, n_outs, smem); break;
+		case 7: gemv_launch_rows<7>(cb, a, outs, n_outs, smem); break;
+		default: gemv_launch_rows<8>(cb, a, outs, n_outs, smem); break;
 		}
 		cu_launched(cb, "gemv");
 		return;

@@ -87,6 +87,59 @@ __device__ void moe_topk_block(const moe_dims &d, const float *logits, float *s,
 	__syncthreads();
 }
 
+/* the same by one warp with the logits in registers (ne <= 32 * MOE_WARP_TOPK): no block barriers */
+#define MOE_WARP_TOPK 32
+__device__ void moe_topk_warp(const moe_dims &d, const float *logits, int32_t *sel, float *wt)
+{
+	int lane = threadIdx.x & 31;
+	float v[MOE_WARP_TOPK];
+	float mx = -INFINITY;
+#pragma unroll
+	for (int i = 0; i < MOE_WARP_TOPK; i++) {
+		int e = lane + 32 * i;
+		v[i] = e < d.ne ? logits[e] : -INFINITY;
+		mx = fmaxf(mx, v[i]);
+	}
+	mx = cu_warp_max(mx);
+	float sum = 0;
+#pragma unroll
+	for (int i = 0; i < MOE_WARP_TOPK; i++)
+		sum += lane + 32 * i < d.ne ? __expf(v[i] - mx) : 0.0f;
+	sum = cu_warp_sum(sum);
+	float tot = 0;
+	for (int j = 0; j < d.k; j++) {
+		float bv = -INFINITY;
+		int bi = 1 << 30;
+#pragma unroll
+		for (int i = 0; i < MOE_WARP_TOPK; i++)
+			if (v[i] > bv) { /* increasing index within the lane: the first maximum wins */
+				bv = v[i];
+				bi = lane + 32 * i;
+			}
+		for (int o = 16; o > 0; o >>= 1) {
+			float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+			int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+			if (ov > bv || (ov == bv && oi < bi)) {
+				bv = ov;
+				bi = oi;
+			}
+		}
+#pragma unroll
+		for (int i = 0; i < MOE_WARP_TOPK; i++)
+			if (bi == lane + 32 * i)
+				v[i] = -INFINITY;
+		float p = __expf(bv - mx) / sum;
+		tot += p;
+		if (lane == 0) {
+			sel[j] = bi;
+			wt[j] = p;
+		}
+	}
+	if (d.norm_topk && lane == 0)
+		for (int j = 0; j < d.k; j++)
+			wt[j] /= tot;
+}
+
 /* h · sh_gate_inp for one token, by the whole block */
 __device__ float moe_sgate(const float *h, const float *sgw, int E)
 {
@@ -158,7 +211,12 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		return;
 	__threadfence();
 	for (int t = 0; t < d.T; t++) {
-		moe_topk_block(d, logits + (size_t)t * d.ne, hs + d.T * E, sel + (size_t)t * d.k, wt + (size_t)t * d.k);
+		if (d.ne <= 32 * MOE_WARP_TOPK) {
+			if (threadIdx.x < 32)
+				moe_topk_warp(d, logits + (size_t)t * d.ne, sel + (size_t)t * d.k, wt + (size_t)t * d.k);
+		} else {
+			moe_topk_block(d, logits + (size_t)t * d.ne, hs + d.T * E, sel + (size_t)t * d.k, wt + (size_t)t * d.k);
+		}
 		if (sgw) {
 			float g = moe_sgate(hs + t * E, sgw, E);
 			if (threadIdx.x == 0)
@@ -183,7 +241,7 @@ __global__ void k_moe_topk(moe_dims d, const float *h, const float *logits, cons
 	}
 }
 
-/* act[t][slot][r] = SiLU(gate·h) * (up·h), two rows r per warp; slot k is the shared expert */
+/* act[t][slot][r] = SiLU(gate·h) * (up·h), one r per warp; slot k is the shared expert */
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_gateup(moe_dims d, const float *h, const bf16 *gate, const bf16 *up, const int32_t *sel, const bf16 *sg,
 		     const bf16 *su, float *act)
@@ -196,97 +254,85 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	bool shared = slot == d.k;
 	int n = shared ? d.Fs : d.F;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int r0 = (blockIdx.x * MOE_WARPS + warp) * 2;
-	if (r0 >= n)
+	int r = blockIdx.x * MOE_WARPS + warp;
+	if (r >= n)
 		return;
-	int r1 = min(r0 + 1, n - 1);
-	const bf16 *G = shared ? sg : gate + (size_t)sel[(size_t)t * d.k + slot] * d.F * E;
-	const bf16 *U = shared ? su : up + (size_t)sel[(size_t)t * d.k + slot] * d.F * E;
-	const bf16 *g0 = G + (size_t)r0 * E, *g1 = G + (size_t)r1 * E, *u0 = U + (size_t)r0 * E, *u1 = U + (size_t)r1 * E;
-	float a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+	size_t e = shared ? 0 : (size_t)sel[(size_t)t * d.k + slot];
+	const bf16 *g = (shared ? sg : gate + e * d.F * E) + (size_t)r * E;
+	const bf16 *u = (shared ? su : up + e * d.F * E) + (size_t)r * E;
+	float a = 0, b = 0;
 	if ((E & 7) == 0) {
-#pragma unroll 2
+#pragma unroll 4
 		for (int i = lane; i < E / 8; i += 32) {
-			uint4 wg0 = __ldg((const uint4 *)g0 + i), wg1 = __ldg((const uint4 *)g1 + i);
-			uint4 wu0 = __ldg((const uint4 *)u0 + i), wu1 = __ldg((const uint4 *)u1 + i);
-			float fg0[8], fg1[8], fu0[8], fu1[8];
-			cu_bf16x8(wg0, fg0), cu_bf16x8(wg1, fg1), cu_bf16x8(wu0, fu0), cu_bf16x8(wu1, fu1);
-			const float *xv = hs + i * 8;
-#pragma unroll
-			for (int q = 0; q < 8; q++) {
-				a0 += fg0[q] * xv[q];
-				a1 += fg1[q] * xv[q];
-				b0 += fu0[q] * xv[q];
-				b1 += fu1[q] * xv[q];
-			}
+			float fg[8], fu[8];
+			cu_bf16x8(__ldg((const uint4 *)g + i), fg);
+			cu_bf16x8(__ldg((const uint4 *)u + i), fu);
+			const float4 *xv = (const float4 *)(hs + i * 8);
+			float4 x0 = xv[0], x1 = xv[1];
+			a += fg[0] * x0.x + fg[1] * x0.y + fg[2] * x0.z + fg[3] * x0.w + fg[4] * x1.x + fg[5] * x1.y + fg[6] * x1.z +
+			     fg[7] * x1.w;
+			b += fu[0] * x0.x + fu[1] * x0.y + fu[2] * x0.z + fu[3] * x0.w + fu[4] * x1.x + fu[5] * x1.y + fu[6] * x1.z +
+			     fu[7] * x1.w;
 		}
 	} else {
 		for (int i = lane; i < E; i += 32) {
-			a0 += __bfloat162float(g0[i]) * hs[i];
-			a1 += __bfloat162float(g1[i]) * hs[i];
-			b0 += __bfloat162float(u0[i]) * hs[i];
-			b1 += __bfloat162float(u1[i]) * hs[i];
+			a += __bfloat162float(g[i]) * hs[i];
+			b += __bfloat162float(u[i]) * hs[i];
 		}
 	}
-	a0 = cu_warp_sum(a0), a1 = cu_warp_sum(a1), b0 = cu_warp_sum(b0), b1 = cu_warp_sum(b1);
-	if (lane == 0) {
-		float *o = act + ((size_t)t * (d.k + 1) + slot) * d.Fmax;
-		o[r0] = cu_silu(a0) * b0;
-		if (r1 != r0)
-			o[r1] = cu_silu(a1) * b1;
-	}
+	a = cu_warp_sum(a), b = cu_warp_sum(b);
+	if (lane == 0)
+		act[((size_t)t * (d.k + 1) + slot) * d.Fmax + r] = cu_silu(a) * b;
 }
 
-/* x[t][i] += sum over slots of weight * down_slot[i] · act[t][slot], two rows i per warp */
+/* x[t][i] += sum over slots of weight * down_slot[i] · act[t][slot], one row i per warp, the
+ * slots' loads issued together */
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_down(moe_dims d, float *x, const bf16 *down, const int32_t *sel, const float *wt, const bf16 *sd,
 		   const float *sgate, const float *act)
 {
 	extern __shared__ float as[];
+	__shared__ const bf16 *rows_base[MOE_MAX_K + 1];
+	__shared__ float wts[MOE_MAX_K + 1];
 	int t = blockIdx.y, E = d.E, nslot = d.k + (sd ? 1 : 0);
 	for (int i = threadIdx.x; i < nslot * d.Fmax; i += blockDim.x)
 		as[i] = act[(size_t)t * (d.k + 1) * d.Fmax + i];
+	for (int s = threadIdx.x; s < nslot; s += blockDim.x) {
+		bool shared = s == d.k;
+		rows_base[s] = shared ? sd : down + (size_t)sel[(size_t)t * d.k + s] * E * d.F;
+		wts[s] = shared ? (sgate ? sgate[t] : 1.0f) : wt[(size_t)t * d.k + s];
+	}
 	__syncthreads();
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int i0 = (blockIdx.x * MOE_WARPS + warp) * 2;
-	if (i0 >= E)
+	int i = blockIdx.x * MOE_WARPS + warp;
+	if (i >= E)
 		return;
-	int i1 = min(i0 + 1, E - 1);
-	float acc0 = 0, acc1 = 0;
+	float acc = 0;
+	bool vec = (d.F & 7) == 0 && (d.Fs & 7) == 0;
+#pragma unroll 4
 	for (int s = 0; s < nslot; s++) {
-		bool shared = s == d.k;
-		int F = shared ? d.Fs : d.F;
-		const bf16 *D = shared ? sd : down + (size_t)sel[(size_t)t * d.k + s] * E * d.F;
-		float wgt = shared ? (sgate ? sgate[t] : 1.0f) : wt[(size_t)t * d.k + s];
-		const bf16 *w0 = D + (size_t)i0 * F, *w1 = D + (size_t)i1 * F;
+		int F = s == d.k ? d.Fs : d.F;
+		const bf16 *w = rows_base[s] + (size_t)i * F;
 		const float *a = as + s * d.Fmax;
-		float p0 = 0, p1 = 0;
-		if ((F & 7) == 0) {
-			for (int i = lane; i < F / 8; i += 32) {
-				float f0[8], f1[8];
-				cu_bf16x8(__ldg((const uint4 *)w0 + i), f0);
-				cu_bf16x8(__ldg((const uint4 *)w1 + i), f1);
-#pragma unroll
-				for (int q = 0; q < 8; q++) {
-					p0 += f0[q] * a[i * 8 + q];
-					p1 += f1[q] * a[i * 8 + q];
-				}
+		float p = 0;
+		if (vec) {
+			for (int q8 = lane; q8 < F / 8; q8 += 32) {
+				float f[8];
+				cu_bf16x8(__ldg((const uint4 *)w + q8), f);
+				const float4 *av = (const float4 *)(a + q8 * 8);
+				float4 a0 = av[0], a1 = av[1];
+				p += f[0] * a0.x + f[1] * a0.y + f[2] * a0.z + f[3] * a0.w + f[4] * a1.x + f[5] * a1.y + f[6] * a1.z +
+				     f[7] * a1.w;
 			}
 		} else {
-			for (int i = lane; i < F; i += 32) {
-				p0 += __bfloat162float(w0[i]) * a[i];
-				p1 += __bfloat162float(w1[i]) * a[i];
-			}
+			for (int q = lane; q < F; q += 32)
+				p += __bfloat162float(w[q]) * a[q];
 		}
-		acc0 += wgt * p0;
-		acc1 += wgt * p1;
+		acc += wts[s] * p;
 	}
-	acc0 = cu_warp_sum(acc0), acc1 = cu_warp_sum(acc1);
-	if (lane == 0) {
-		x[(size_t)t * E + i0] += acc0;
-		if (i1 != i0)
-			x[(size_t)t * E + i1] += acc1;
-	}
+	acc = cu_warp_sum(acc);
+	if (lane == 0)
+		x[(size_t)t * E + i] += acc;
 }
 
 void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
@@ -323,7 +369,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		cu_launched(cb, "moe top-k");
 	}
 	size_t hsm = (size_t)d.E * 4;
-	dim3 g1(cu_blocks((size_t)d.Fmax, MOE_WARPS * 2), d.k + (d.Fs ? 1 : 0), d.T);
+	dim3 g1(cu_blocks((size_t)d.Fmax, MOE_WARPS), d.k + (d.Fs ? 1 : 0), d.T);
 	k_moe_gateup<<<g1, MOE_WARPS * 32, hsm, cb->stream>>>(d, h, (const bf16 *)a->gate->dev, (const bf16 *)a->up->dev,
 							     sel, d.Fs ? (const bf16 *)a->sh_gate->dev : NULL,
 							     d.Fs ? (const bf16 *)a->sh_up->dev : NULL, act);
@@ -339,7 +385,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 			    d.Fmax);
 		return;
 	}
-	dim3 g2(cu_blocks((size_t)d.E, MOE_WARPS * 2), d.T);
+	dim3 g2(cu_blocks((size_t)d.E, MOE_WARPS), d.T);
 	k_moe_down<<<g2, MOE_WARPS * 32, asm_, cb->stream>>>(d, a->x, (const bf16 *)a->down->dev, sel, wt,
 							      d.Fs ? (const bf16 *)a->sh_down->dev : NULL,
 							      a->sh_gate_inp ? sgate : NULL, act);
