@@ -40,10 +40,50 @@ void cu_fail_msg(struct cuda_backend *cb, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* fold the events recorded since the last sync into the per-kernel table */
+static void cu_prof_flush(struct cuda_backend *cb)
+{
+	for (int i = 1; i < cb->prof_n; i++) {
+		float ms = 0;
+		cudaEventElapsedTime(&ms, cb->prof_ev[i - 1], cb->prof_ev[i]);
+		int r = 0;
+		while (r < cb->prof_rows_n && strcmp(cb->prof_rows[r].op, cb->prof_op[i]) != 0)
+			r++;
+		if (r == cb->prof_rows_n && r < 64)
+			cb->prof_rows[cb->prof_rows_n++] = {cb->prof_op[i], 0, 0};
+		if (r < 64) {
+			cb->prof_rows[r].ms += ms;
+			cb->prof_rows[r].calls++;
+		}
+	}
+	cb->prof_n = 0;
+	cudaEventRecord(cb->prof_ev[cb->prof_n], cb->stream);
+	cb->prof_op[cb->prof_n++] = "idle";
+}
+
+static void cu_prof_print(struct cuda_backend *cb)
+{
+	double tot = 0;
+	for (int r = 0; r < cb->prof_rows_n; r++)
+		tot += cb->prof_rows[r].ms;
+	fprintf(stderr, "cuda profile (TOASTED_CUDA_PROFILE): kernel, calls, total ms, us/call, share\n");
+	for (int r = 0; r < cb->prof_rows_n; r++) {
+		const struct cuda_backend::cu_prof_row *p = &cb->prof_rows[r];
+		fprintf(stderr, "  %-28s %8ld %10.3f %9.2f %5.1f%%\n", p->op, p->calls, p->ms, 1e3 * p->ms / p->calls,
+			100 * p->ms / tot);
+	}
+}
+
 void cu_launched(struct cuda_backend *cb, const char *op)
 {
 	if (cu_fail(cb, cudaGetLastError(), op))
 		return;
+	if (cb->prof && !cb->capturing) {
+		if (cb->prof_n == 1024)
+			cu_prof_flush(cb); /* waits: only in profiling runs */
+		cudaEventRecord(cb->prof_ev[cb->prof_n], cb->stream);
+		cb->prof_op[cb->prof_n++] = op;
+	}
 	if (cb->debug_sync && !cb->capturing)
 		cu_fail(cb, cudaStreamSynchronize(cb->stream), op);
 }
@@ -130,6 +170,8 @@ static enum toast_status cuda_sync(struct toast_backend *be, struct toast_error 
 	if (cb->failed)
 		return toast_err_set(err, TOAST_ERR_BACKEND, "%s (the CUDA context is unusable: reopen the engine)",
 				     cb->fail_msg);
+	if (cb->prof)
+		cu_prof_flush(cb);
 	return TOAST_OK;
 }
 
@@ -298,6 +340,8 @@ static bool cuda_graph_begin(struct toast_backend *be, uint64_t key)
 	struct cuda_backend *cb = cu_of(be);
 	if (cb->failed)
 		return true; /* nothing will run: sync reports the error */
+	if (cb->prof)
+		return false; /* profiling times each kernel: no recording */
 	struct cu_graph *slot = NULL, *lru = &cb->graphs[0];
 	for (int i = 0; i < CU_MAX_GRAPHS; i++) {
 		if (cb->graphs[i].key == key)
@@ -393,6 +437,12 @@ static void cuda_free(struct toast_backend *be)
 {
 	struct cuda_backend *cb = cu_of(be);
 	cudaStreamSynchronize(cb->stream);
+	if (cb->prof) {
+		cu_prof_flush(cb);
+		cu_prof_print(cb);
+		for (int i = 0; i < 1024; i++)
+			cudaEventDestroy(cb->prof_ev[i]);
+	}
 	for (int i = 0; i < CU_MAX_GRAPHS; i++)
 		if (cb->graphs[i].exec)
 			cudaGraphExecDestroy(cb->graphs[i].exec);
@@ -474,6 +524,13 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 		cudaError_t le = cudaGetLastError();
 		cuda_free(&cb->base);
 		return toast_err_set(err, TOAST_ERR_BACKEND, "cannot initialise CUDA device 0: %s", cudaGetErrorString(le));
+	}
+	const char *prof = getenv("TOASTED_CUDA_PROFILE");
+	if (prof && *prof == '1') {
+		cb->prof = true;
+		for (int i = 0; i < 1024; i++)
+			cudaEventCreate(&cb->prof_ev[i]);
+		cu_prof_flush(cb);
 	}
 	cb->n_sm = prop.multiProcessorCount;
 	cb->smem_optin = prop.sharedMemPerBlockOptin;

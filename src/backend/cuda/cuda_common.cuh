@@ -55,6 +55,18 @@ struct cuda_backend {
 	/* weights uploaded by prepare_weight/prepare_experts, freed with the backend */
 	void **owned;
 	size_t n_owned, cap_owned;
+	/* TOASTED_CUDA_PROFILE=1: an event after every launch, time per kernel name, printed at exit
+	 * (steps are then not recorded as graphs, so each kernel is timed on its own) */
+	bool prof;
+	int prof_n;
+	cudaEvent_t prof_ev[1024];
+	const char *prof_op[1024];
+	struct cu_prof_row {
+		const char *op;
+		double ms;
+		long calls;
+	} prof_rows[64];
+	int prof_rows_n;
 	/* decode-step graphs */
 	bool capturing;
 	uint64_t capture_key, graph_clock;
