@@ -50,7 +50,7 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	e->chunk = opts->chunk ? opts->chunk : ENGINE_DEFAULT_CHUNK;
 	enum toast_status rc = engine_backend(opts, &e->be, err);
 	if (rc == TOAST_OK)
-		rc = toast_model_load(&e->model, path, e->be, err);
+		rc = toast_model_load(&e->model, path, e->be, opts->progress, opts->progress_ud, err);
 	if (rc == TOAST_OK)
 		rc = toast_model_work_new(&e->model, e->chunk, &e->work, err);
 	if (rc != TOAST_OK) {

@@ -97,8 +97,10 @@ struct toast_work {
  * decoder layer il-1 for il < n_layer, and n_layer after the final norm. */
 typedef void (*toast_layer_hook)(void *ud, int index, const float *x, int T, int n_embd);
 
+/* Load and bind the model in dir; progress (may be NULL) is called after each layer's weights are
+ * prepared on the backend and may cancel the load (TOAST_ERR_CANCELLED). */
 enum toast_status toast_model_load(struct toast_model *m, const char *dir, struct toast_backend *be,
-				   struct toast_error *err);
+				   toast_progress_cb progress, void *progress_ud, struct toast_error *err);
 void toast_model_unload(struct toast_model *m);
 /* Parse config.json text into hp (exposed for tests). */
 enum toast_status toast_hparams_parse(struct toast_hparams *hp, const char *json_text, struct toast_error *err);

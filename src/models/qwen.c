@@ -238,9 +238,11 @@ static size_t weight_decode_bytes(const struct toast_model *m)
 	return n + (size_t)toast_dtypes[m->tok_embd.type].type_size * (size_t)hp->n_embd; /* one embedding row */
 }
 
-static enum toast_status model_prepare(struct toast_model *m, struct toast_error *err)
+static enum toast_status model_prepare(struct toast_model *m, toast_progress_cb progress, void *progress_ud,
+				       struct toast_error *err)
 {
 	struct toast_backend *be = m->be;
+	size_t done = 0;
 	enum toast_status rc = be->ops->prepare_weight(be, &m->tok_embd, err);
 	if (rc == TOAST_OK)
 		rc = be->ops->prepare_weight(be, &m->output_norm, err);
@@ -248,6 +250,7 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 		rc = be->ops->prepare_weight(be, &m->output, err);
 	else if (rc == TOAST_OK)
 		m->output.dev = m->tok_embd.dev;
+	done += m->tok_embd.n_bytes + m->output_norm.n_bytes + (m->output.data != m->tok_embd.data ? m->output.n_bytes : 0);
 	for (int il = 0; il < m->hp.n_layer && rc == TOAST_OK; il++) {
 		struct toast_layer *l = &m->layers[il];
 		struct toast_weight *ws[] = {&l->attn_norm, &l->ffn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
@@ -255,20 +258,24 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 					     &l->ssm_A, &l->ssm_dt, &l->ssm_norm, &l->ssm_out, &l->ffn_gate, &l->ffn_up,
 					     &l->ffn_down, &l->router, &l->sh_gate, &l->sh_up, &l->sh_down, &l->sh_gate_inp};
 		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]) && rc == TOAST_OK; i++)
-			if (ws[i]->data)
+			if (ws[i]->data) {
 				rc = be->ops->prepare_weight(be, ws[i], err);
-		if (l->is_moe && rc == TOAST_OK)
-			rc = be->ops->prepare_experts(be, &l->gate_exps, err);
-		if (l->is_moe && rc == TOAST_OK)
-			rc = be->ops->prepare_experts(be, &l->up_exps, err);
-		if (l->is_moe && rc == TOAST_OK)
-			rc = be->ops->prepare_experts(be, &l->down_exps, err);
+				done += ws[i]->n_bytes;
+			}
+		struct toast_experts *xs[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
+		for (int i = 0; i < 3 && l->is_moe && rc == TOAST_OK; i++) {
+			rc = be->ops->prepare_experts(be, xs[i], err);
+			done += (size_t)xs[i]->n_expert * xs[i]->w[0].n_bytes;
+		}
+		if (rc == TOAST_OK && progress && progress(progress_ud, done < m->weight_bytes ? done : m->weight_bytes,
+							   m->weight_bytes))
+			rc = toast_err_set(err, TOAST_ERR_CANCELLED, "loading cancelled");
 	}
 	return rc;
 }
 
 enum toast_status toast_model_load(struct toast_model *m, const char *dir, struct toast_backend *be,
-				   struct toast_error *err)
+				   toast_progress_cb progress, void *progress_ud, struct toast_error *err)
 {
 	memset(m, 0, sizeof(*m));
 	m->be = be;
@@ -304,7 +311,7 @@ enum toast_status toast_model_load(struct toast_model *m, const char *dir, struc
 	rc = b.rc;
 	if (rc == TOAST_OK) {
 		m->decode_bytes = weight_decode_bytes(m);
-		rc = model_prepare(m, err);
+		rc = model_prepare(m, progress, progress_ud, err);
 	}
 	if (rc != TOAST_OK) {
 		toast_err_prefix(err, "%s: ", dir);
