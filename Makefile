@@ -62,7 +62,7 @@ $(BUILD)/libtoastproto.a: $(PROTO_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/toast: $(TOAST_OBJS) $(BUILD)/libtoastproto.a
-	$(CC) $(LDFLAGS) -o $@ $(TOAST_OBJS) $(BUILD)/libtoastproto.a -ljansson -ldl
+	$(CC) $(LDFLAGS) -o $@ $(TOAST_OBJS) $(BUILD)/libtoastproto.a -ljansson -ldl -lm
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libtoasted.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libtoasted.a $(LDLIBS) -lcurl

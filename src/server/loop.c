@@ -801,6 +801,7 @@ enum toast_status toast_server_new(const struct toast_server_opts *o, struct toa
 		return rc;
 	}
 	toast_log_set_json(true);
+	toast_log_set_level(o->debug ? TOAST_LOG_DEBUG : TOAST_LOG_INFO);
 	if (s->log)
 		toast_log_set_file(s->log);
 	*out = s;
