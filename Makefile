@@ -64,6 +64,10 @@ $(BUILD)/libtoastproto.a: $(PROTO_OBJS)
 $(BUILD)/toast: $(TOAST_OBJS) $(BUILD)/libtoastproto.a
 	$(CC) $(LDFLAGS) -o $@ $(TOAST_OBJS) $(BUILD)/libtoastproto.a -ljansson -ldl -lm
 
+# the client's history file is tested with the protocol
+$(BUILD)/tests/test_proto: $(BUILD)/tests/test_proto.o $(BUILD)/src/client/history.o $(BUILD)/libtoasted.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libtoasted.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libtoasted.a $(LDLIBS) -lcurl
 
