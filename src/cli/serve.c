@@ -26,6 +26,7 @@
 #include "proto/conn.h"
 #include "server/server.h"
 #include "util/buf.h"
+#include "util/fs.h"
 #include "util/timeutil.h"
 
 #define START_USAGE                                                                                         \
@@ -224,25 +225,12 @@ static char *serve_default_log(void)
 	struct toast_buf b;
 	toast_buf_init(&b);
 	if (xdg && xdg[0] == '/')
-		toast_buf_printf(&b, "%s/toasted", xdg);
+		toast_buf_printf(&b, "%s/toasted/toasted.log", xdg);
 	else if (home && home[0] == '/')
-		toast_buf_printf(&b, "%s/.local/state/toasted", home);
-	else
-		return NULL;
-	if (b.data && strstr(b.data, "/.local/state/")) {
-		char *parent = strndup(b.data, strlen(b.data) - strlen("/toasted"));
-		if (parent) {
-			char *local = strndup(parent, strlen(parent) - strlen("/state"));
-			if (local)
-				mkdir(local, 0700);
-			mkdir(parent, 0700);
-			free(local);
-			free(parent);
-		}
-	}
-	mkdir(b.data, 0700);
-	toast_buf_puts(&b, "/toasted.log");
-	return toast_buf_steal(&b);
+		toast_buf_printf(&b, "%s/.local/state/toasted/toasted.log", home);
+	if (b.data)
+		toast_mkdirs_for(b.data, 0700);
+	return b.data ? toast_buf_steal(&b) : NULL;
 }
 
 int cli_start(int argc, char **argv)

@@ -12,18 +12,6 @@
 #include "util/fs.h"
 #include "util/mem.h"
 
-static void history_mkdirs(char *path)
-{
-	/* create each missing directory of path's parent, 0700 */
-	for (char *p = path + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		mkdir(path, 0700);
-		*p = '/';
-	}
-}
-
 char *toast_history_path(void)
 {
 	const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
@@ -122,7 +110,7 @@ enum toast_status toast_history_save(const struct toast_history *h, const char *
 		rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	history_mkdirs(tmp.data);
+	toast_mkdirs_for(tmp.data, 0700);
 	int fd = open(tmp.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	size_t off = 0;
 	while (fd >= 0 && off < b.len) {

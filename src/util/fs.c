@@ -100,3 +100,21 @@ int toast_file_exists(const char *path)
 	struct stat st;
 	return stat(path, &st) == 0;
 }
+
+bool toast_mkdirs_for(const char *path, unsigned mode)
+{
+	char buf[4096];
+	size_t n = strlen(path);
+	if (n >= sizeof(buf))
+		return false;
+	memcpy(buf, path, n + 1);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(buf, (mode_t)mode) != 0 && errno != EEXIST)
+			return false;
+		*p = '/';
+	}
+	return true;
+}
