@@ -56,6 +56,25 @@ def test_errors(d):
     C.check("done" in ev[-1] and len(ev[-1]["done"]["tokens"]) >= 2, f"tokenize: {ev}")
 
 
+def test_quick_requests(d):
+    """Requests that finish before the loop looks again must still be delivered (a lost
+    wake-up once left every later answer undelivered)."""
+    for i in range(1500):
+        s = d.connect(5)
+        s.sendall(b'junk\n{"v":1,"id":"t","type":"tokenize","text":"abc"}\n')
+        if i % 2:
+            s.shutdown(socket.SHUT_WR)
+        f = s.makefile("rb")
+        try:
+            ev = [json.loads(f.readline()), json.loads(f.readline())]
+        except (OSError, ValueError) as e:
+            ev = [str(e)]
+        f.close()
+        s.close()
+        if not C.check(len(ev) == 2 and "error" in ev[0] and "done" in ev[1], f"quick request {i}: {ev}"):
+            break
+
+
 def test_big_line(d):
     s = d.connect(60)
     sent = [0]
@@ -322,6 +341,7 @@ def test_audit():
 def main():
     with Daemon() as d:
         test_errors(d)
+        test_quick_requests(d)
         test_big_line(d)
         test_half_sent(d)
         test_thousand(d, 64)

@@ -698,10 +698,13 @@ int toast_server_run(struct toast_server *s)
 		if (pfd[0].revents)
 			srv_signals(s);
 		if (pfd[1].revents) {
-			atomic_store(&s->w.wake_pending, false);
+			/* read, then clear: a wake-up between the two then leaves the eventfd
+			 * readable; the other order could leave wake_pending set with nothing
+			 * to read, and no wake-up would ever come again */
 			uint64_t v;
 			while (read(s->wake_fd, &v, sizeof(v)) < 0 && errno == EINTR)
 				;
+			atomic_store(&s->w.wake_pending, false);
 			for (int i = 0; i < s->n_conns; i++)
 				if (!s->conns[i]->dead && s->conns[i]->job)
 					conn_drain(s, s->conns[i]);

@@ -214,6 +214,11 @@ static void worker_chat(struct srv_worker *w, struct srv_job *j, struct srv_audi
 	}
 	a->prompt_tokens = n_ids;
 	int n_ctx = toast_session_n_ctx(w->sess);
+	if (n_ids == 0) {
+		code = TOAST_PROTO_BAD_REQUEST;
+		snprintf(err.msg, sizeof(err.msg), "the conversation renders to an empty prompt");
+		goto out;
+	}
 	if (n_ids >= n_ctx || (r->p.max_tokens > 0 && n_ids + r->p.max_tokens > n_ctx)) {
 		code = TOAST_PROTO_CONTEXT;
 		if (r->p.max_tokens > 0)
