@@ -60,7 +60,8 @@ int cli_status_exit(enum toast_status st)
 	case TOAST_ERR_IO:
 	case TOAST_ERR_FORMAT:
 	case TOAST_ERR_INVALID:
-	case TOAST_ERR_UNSUPPORTED: return 2;
+	case TOAST_ERR_UNSUPPORTED:
+	case TOAST_ERR_CTX_FULL: return 2;
 	default: return 1;
 	}
 }
@@ -71,6 +72,9 @@ static const struct {
 	const char *help;
 } commands[] = {
 	{"check", cli_check, "check MODEL_DIR [--reference FILE] [--threads N] [--chunk N] [--backend B]: compare with reference logits"},
+	{"run", cli_run, "run MODEL_DIR [PROMPT] [--system TEXT] [--messages FILE.json] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed N] [--stop STR] [--no-think] [--ignore-eos] [--print-ids] [--stats] [--ctx-size N] [--backend B] [--threads N]: generate a reply (stdin is appended to PROMPT)"},
+	{"tokenize", cli_tokenize, "tokenize MODEL_DIR [TEXT] [--jsonl]: print token ids (stdin when no TEXT)"},
+	{"detokenize", cli_detokenize, "detokenize MODEL_DIR ID...: print the text of token ids"},
 	{"start", cli_start, "start MODEL_DIR [--socket PATH] [--foreground] [--log FILE] [--debug] [--http 127.0.0.1:PORT] [--ctx-size N] ...: serve a model"},
 	{"stop", cli_stop, "stop [--socket PATH] [--timeout S]: stop the daemon (SIGTERM) and wait for it"},
 	{"status", cli_status, "status [--socket PATH] [--json]: what the daemon serves, requests, memory, cache"},

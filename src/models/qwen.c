@@ -429,7 +429,7 @@ void toast_model_state_zero(const struct toast_model *m, struct toast_state *s)
 
 void toast_model_work_free(const struct toast_model *m, struct toast_work *w)
 {
-	if (!w || !m || !m->be) /* a model that failed to load has no work buffers */
+	if (!w || !m)
 		return;
 	struct toast_backend *be = m->be;
 	void *bufs[] = {w->x, w->h, w->q, w->k, w->v, w->o, w->qkv, w->z, w->b, w->a, w->g_out, w->ff_g, w->ff_u, w->logits};
