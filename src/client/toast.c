@@ -26,7 +26,8 @@
 	"  -c, --continue       continue the last conversation\n"                                                  \
 	"  -i, --interactive    chat: one turn per line of input\n"                                                \
 	"      --new            forget the last conversation first\n"                                              \
-	"      --temperature X  --top-p X  --top-k N  --min-p X  --seed N  --max-tokens N\n"                       \
+	"      --temperature X  --top-p X  --top-k N  --min-p X  --repeat-penalty X  --seed N\n"            \
+	"      --max-tokens N   (defaults as in `toasted run`: 0.7, 0.8, 20, 0, 1; a random seed)\n"                       \
 	"      --stop TEXT      stop string (repeatable)   --no-think / --think\n"                                 \
 	"      --socket PATH    the daemon's socket (default: $TOASTED_SOCKET, $XDG_RUNTIME_DIR/toasted.sock,\n"  \
 	"                       /tmp/toasted-$UID/toasted.sock)\n"                                                 \
@@ -93,15 +94,19 @@ static bool toast_parse(int argc, char **argv, struct toast_opts *o, int *exit_c
 				return false;
 			i++;
 		} else if (strcmp(a, "--top-p") == 0) {
-			if (!opt_num(a, v, 0, 1, &o->p.top_p))
+			if (!opt_num(a, v, 1e-6, 1, &o->p.top_p))
 				return false;
 			i++;
 		} else if (strcmp(a, "--min-p") == 0) {
 			if (!opt_num(a, v, 0, 1, &o->p.min_p))
 				return false;
 			i++;
+		} else if (strcmp(a, "--repeat-penalty") == 0) {
+			if (!opt_num(a, v, 0.01, 100, &o->p.repeat_penalty))
+				return false;
+			i++;
 		} else if (strcmp(a, "--top-k") == 0) {
-			if (!opt_num(a, v, 0, 1 << 20, &x) || x != floor(x))
+			if (!opt_num(a, v, 0, 1 << 24, &x) || x != floor(x))
 				return false;
 			o->p.top_k = (int)x;
 			i++;
@@ -226,8 +231,8 @@ static bool turn(const struct toast_opts *o, const char *sock, struct toast_hist
 	enum toast_status rc = ask(o, sock, h, &ans, &err);
 	if (rc == TOAST_OK && !toast_history_add(h, "assistant", ans.text.data ? ans.text.data : "", ans.text.len))
 		rc = toast_err_set(&err, TOAST_ERR_NOMEM, "out of memory");
-	/* end the output with a newline (not part of the answer kept in the history) */
-	if (rc == TOAST_OK && (!ans.text.len || ans.text.data[ans.text.len - 1] != '\n') && write(1, "\n", 1) != 1)
+	/* on a terminal, end the answer with a newline (as `toasted run` does; not kept in the history) */
+	if (rc == TOAST_OK && ans.text.len && ans.text.data[ans.text.len - 1] != '\n' && isatty(1) && write(1, "\n", 1) != 1)
 		rc = toast_err_set(&err, TOAST_ERR_IO, "writing the answer: %s", strerror(errno));
 	if (rc != TOAST_OK) {
 		if (ans.wrote)

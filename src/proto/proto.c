@@ -14,6 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/utf8.h"
+
 const char *toast_proto_code_name(enum toast_proto_code c)
 {
 	switch (c) {
@@ -78,7 +80,7 @@ int toast_proto_line(const struct toast_buf *b, size_t *scan, size_t max, size_t
 void toast_proto_params_init(struct toast_proto_params *p)
 {
 	memset(p, 0, sizeof(*p));
-	p->temperature = p->top_p = p->min_p = NAN;
+	p->temperature = p->top_p = p->min_p = p->repeat_penalty = NAN;
 	p->top_k = -1;
 	p->stream = true;
 	p->enable_thinking = -1;
@@ -256,7 +258,8 @@ bool toast_proto_chat_parse(json_t *obj, struct toast_proto_req *r, struct toast
 	    !proto_int(obj, "max_completion_tokens", 1, TOAST_PROTO_MAX_TOKENS, &max_tokens, NULL, f) ||
 	    !proto_num(obj, "temperature", 0, 100, &p->temperature, f) ||
 	    !proto_num(obj, "top_p", 0, 1, &p->top_p, f) || !proto_num(obj, "min_p", 0, 1, &p->min_p, f) ||
-	    !proto_int(obj, "top_k", 0, 1 << 20, &top_k, NULL, f) ||
+	    !proto_num(obj, "repeat_penalty", 0.01, 100, &p->repeat_penalty, f) ||
+	    !proto_int(obj, "top_k", 0, 1 << 24, &top_k, NULL, f) ||
 	    !proto_int(obj, "seed", INT64_MIN, INT64_MAX, &seed, &p->has_seed, f) || !proto_stop(obj, p, f) ||
 	    !proto_bool(obj, "stream", &stream, f) || !proto_bool(obj, "enable_thinking", &p->enable_thinking, f))
 		return false;
@@ -349,6 +352,8 @@ bool toast_proto_chat_write(struct toast_buf *b, const char *id, const struct to
 		ok = toast_buf_printf(b, ",\"top_p\":%.9g", p->top_p);
 	if (ok && !isnan(p->min_p))
 		ok = toast_buf_printf(b, ",\"min_p\":%.9g", p->min_p);
+	if (ok && !isnan(p->repeat_penalty))
+		ok = toast_buf_printf(b, ",\"repeat_penalty\":%.9g", p->repeat_penalty);
 	if (ok && p->top_k >= 0)
 		ok = toast_buf_printf(b, ",\"top_k\":%d", p->top_k);
 	if (ok && p->has_seed)
@@ -482,15 +487,16 @@ bool toast_proto_default_socket(char *buf, size_t n)
 
 bool toast_compose_user(struct toast_buf *out, const char *instruction, const char *material, size_t material_len)
 {
-	bool has_ins = instruction && *instruction, has_mat = material && material_len;
-	bool ok = true;
-	if (has_ins)
-		ok = toast_buf_puts(out, instruction);
-	if (ok && has_ins && has_mat)
-		ok = toast_buf_puts(out, "\n\n");
-	if (ok && has_mat)
-		ok = toast_buf_append(out, material, material_len);
-	if (ok && !out->data)
-		ok = toast_buf_append(out, "", 0);
+	size_t pl = instruction ? strlen(instruction) : 0;
+	struct toast_buf raw;
+	toast_buf_init(&raw);
+	bool ok = toast_buf_append(&raw, instruction ? instruction : "", pl) &&
+		  (!pl || !material_len || toast_buf_append(&raw, "\n\n", 2)) &&
+		  toast_buf_append(&raw, material ? material : "", material_len);
+	size_t n = 0;
+	char *clean = ok ? toast_utf8_sanitize(raw.data, raw.len, &n) : NULL;
+	ok = clean && toast_buf_append(out, clean, n);
+	free(clean);
+	toast_buf_deinit(&raw);
 	return ok;
 }

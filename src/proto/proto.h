@@ -63,6 +63,7 @@ enum toast_proto_type { TOAST_REQ_CHAT, TOAST_REQ_STATUS, TOAST_REQ_TOKENIZE };
 struct toast_proto_params {
 	int max_tokens;                       /* 0: unset (until the context is full) */
 	double temperature, top_p, min_p;     /* NAN: unset */
+	double repeat_penalty;                /* NAN: unset */
 	int top_k;                            /* -1: unset */
 	bool has_seed;
 	uint64_t seed;
@@ -142,8 +143,9 @@ bool toast_proto_default_socket(char *buf, size_t n);
 
 /*
  * The one user message that `toast PROMPT` and `toasted run PROMPT` send: the instruction, then
- * the material read from standard input, separated by a blank line; either may be absent.
- * Appends to out; false when out of memory.
+ * the material read from standard input, separated by a blank line ("\n\n"); either may be
+ * absent (an empty stdin counts as none). Invalid UTF-8 is repaired (U+FFFD), as the tokenizer
+ * would. Appends to out; false when out of memory.
  */
 bool toast_compose_user(struct toast_buf *out, const char *instruction, const char *material, size_t material_len);
 

@@ -772,7 +772,8 @@ enum toast_status toast_server_new(const struct toast_server_opts *o, struct toa
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	enum toast_status rc = srv_worker_init(&s->w, e, o->n_ctx, s->o.queue_depth, o->debug, err);
+	int n_ctx = o->n_ctx ? o->n_ctx : s->info.n_ctx_train < TOAST_SERVER_CTX ? s->info.n_ctx_train : TOAST_SERVER_CTX;
+	enum toast_status rc = srv_worker_init(&s->w, e, n_ctx, s->o.queue_depth, o->debug, err);
 	if (rc == TOAST_OK) {
 		s->worker_ok = true;
 		s->n_ctx = toast_session_n_ctx(s->w.sess);

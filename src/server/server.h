@@ -18,13 +18,14 @@
 
 #define TOAST_SERVER_MAX_CLIENTS 64  /* default open connections (Unix + HTTP) */
 #define TOAST_SERVER_QUEUE_DEPTH 16  /* default requests waiting for the worker */
+#define TOAST_SERVER_CTX 32768       /* default context: min(this, the model's) */
 
 struct toast_server_opts {
 	const char *model_dir;   /* reported by status; its last component names the model over HTTP */
 	const char *socket_path; /* absolute path of the Unix socket */
 	const char *http_addr;   /* "127.0.0.1:PORT" (loopback only; port 0: any free port) or NULL */
 	const char *log_path;    /* the log file, reopened on SIGHUP; NULL: stderr */
-	int n_ctx;               /* context of the worker's session; 0: the engine's default */
+	int n_ctx;               /* context of the worker's session; 0: min(TOAST_SERVER_CTX, the model's) */
 	int max_clients;         /* 0: TOAST_SERVER_MAX_CLIENTS */
 	int queue_depth;         /* 0: TOAST_SERVER_QUEUE_DEPTH */
 	bool debug;              /* the audit log also records prompts and answers */

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "server/srv.h"
@@ -179,8 +180,13 @@ static void worker_gen_opts(const struct toast_proto_params *p, struct toast_gen
 		go->sampling.min_p = (float)p->min_p;
 	if (p->top_k >= 0)
 		go->sampling.top_k = p->top_k;
+	if (!isnan(p->repeat_penalty))
+		go->sampling.repeat_penalty = (float)p->repeat_penalty;
+	/* no seed: a random one, as `toasted run` does */
 	if (p->has_seed)
 		go->sampling.seed = p->seed;
+	else if (getrandom(&go->sampling.seed, sizeof(go->sampling.seed), 0) != (ssize_t)sizeof(go->sampling.seed))
+		go->sampling.seed = (uint64_t)(toast_now() * 1e9);
 	go->max_tokens = p->max_tokens;
 	go->stop = p->stop;
 	go->n_stop = p->n_stop;
