@@ -14,7 +14,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemonlib import BIN, VOCAB_MODEL, Checks, Daemon, read_events, run, text_of  # noqa: E402
+from daemonlib import BIN, VOCAB_MODEL, Checks, Daemon, exchange, read_events, run, text_of  # noqa: E402
 
 C = Checks("daemon_test")
 USER = [{"role": "user", "content": "Tell me a long story about toast."}]
@@ -26,11 +26,7 @@ def error_code(events):
 
 def raw_exchange(d, data, timeout=10):
     """Send raw bytes (then half-close) and return every event line the daemon sends back."""
-    s = d.connect(timeout)
-    s.sendall(data)
-    s.shutdown(socket.SHUT_WR)
-    out = s.makefile("rb").read()
-    s.close()
+    out = exchange(d.connect(timeout), data)
     return [json.loads(l) for l in out.splitlines() if l.strip()]
 
 

@@ -155,6 +155,25 @@ def read_events(s):
     return events
 
 
+def exchange(s, data, shut=True):
+    """Send data (then half-close) on socket s and read until the peer closes; a reset ends it."""
+    out = b""
+    try:
+        s.sendall(data)
+        if shut:
+            s.shutdown(socket.SHUT_WR)
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except ConnectionResetError:
+        pass
+    finally:
+        s.close()
+    return out
+
+
 def text_of(events):
     out = "".join(e.get("delta", "") for e in events)
     if events and "done" in events[-1] and "text" in events[-1]["done"]:

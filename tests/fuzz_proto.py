@@ -12,7 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemonlib import Checks, Daemon  # noqa: E402
+from daemonlib import Checks, Daemon, exchange  # noqa: E402
 
 C = Checks("fuzz_proto")
 SEEDS = [
@@ -92,21 +92,11 @@ def fuzz_unix(d, rng, deadline):
     while time.time() < deadline:
         lines = [one_line(rng) for _ in range(rng.randint(1, 4))]
         payload = b"\n".join(lines) + (b"\n" if rng.random() < 0.9 else b"")
-        s = d.connect(20)
         try:
-            s.sendall(payload)
-            s.shutdown(socket.SHUT_WR)
-            out = b""
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                out += b
+            out = exchange(d.connect(20), payload)
         except OSError as e:
-            C.check(False, f"unix case {n}: {e} for {payload[:200]!r}; got {out[:300]!r}; status {d.status()}; "
-                           f"audit {d.audit()[-3:]}")
-        finally:
-            s.close()
+            C.check(False, f"unix case {n}: {e} for {payload[:200]!r}; status {d.status()}; audit {d.audit()[-3:]}")
+            break
         if not check_events(out, payload.count(b"\n") + 1, f"unix case {n} ({payload[:120]!r})"):
             break
         n += 1
@@ -121,23 +111,10 @@ def fuzz_http(d, port, rng, deadline):
     while time.time() < deadline:
         req = mutate_bytes(rng, base) if rng.random() < 0.8 else base.replace(body, mutate_json(rng))
         try:
-            s = socket.create_connection(("127.0.0.1", port), timeout=20)
+            out = exchange(socket.create_connection(("127.0.0.1", port), timeout=20), req)
         except OSError as e:
-            C.check(False, f"http case {n}: connect: {e}")
+            C.check(False, f"http case {n}: {e}")
             break
-        try:
-            s.sendall(req)
-            s.shutdown(socket.SHUT_WR)
-            out = b""
-            while True:
-                b = s.recv(65536)
-                if not b:
-                    break
-                out += b
-        except OSError as e:
-            out = b"" if isinstance(e, ConnectionResetError) else out
-        finally:
-            s.close()
         if not C.check(out == b"" or out.startswith(b"HTTP/1.1 "), f"http case {n}: {out[:200]!r} for {req[:200]!r}"):
             break
         n += 1

@@ -10,7 +10,7 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from daemonlib import Checks, Daemon, text_of  # noqa: E402
+from daemonlib import Checks, Daemon, exchange, text_of  # noqa: E402
 
 C = Checks("openai_test")
 try:
@@ -22,19 +22,7 @@ except ImportError:
 
 
 def raw(port, data):
-    s = socket.create_connection(("127.0.0.1", port), timeout=20)
-    try:
-        s.sendall(data)
-        out = b""
-        while True:
-            b = s.recv(65536)
-            if not b:
-                return out
-            out += b
-    except ConnectionResetError:
-        return out
-    finally:
-        s.close()
+    return exchange(socket.create_connection(("127.0.0.1", port), timeout=20), data, shut=False)
 
 
 def main():

@@ -34,15 +34,17 @@
 	"         [--http 127.0.0.1:PORT] [--ctx-size N] [--threads N] [--chunk N] [--backend cpu|cuda]\n"  \
 	"         [--max-clients N] [--queue-depth N]\n"
 
-/* The socket path: --socket (made absolute), else the default. */
+/* The socket path: --socket (made absolute), else the default; false (said) when too long. */
 static bool serve_socket(const char *opt, char *buf, size_t n)
 {
-	if (!opt)
-		return toast_proto_default_socket(buf, n);
 	char cwd[PATH_MAX];
-	int len = opt[0] == '/' || !getcwd(cwd, sizeof(cwd)) ? snprintf(buf, n, "%s", opt)
-							      : snprintf(buf, n, "%s/%s", cwd, opt);
-	return len > 0 && (size_t)len < n;
+	int len = !opt ? (toast_proto_default_socket(buf, n) ? 1 : -1)
+	      : opt[0] == '/' || !getcwd(cwd, sizeof(cwd)) ? snprintf(buf, n, "%s", opt)
+							  : snprintf(buf, n, "%s/%s", cwd, opt);
+	if (len > 0 && (size_t)len < n)
+		return true;
+	fprintf(stderr, "toasted: the socket path is longer than %zu bytes\n", n - 1);
+	return false;
 }
 
 static bool serve_sock_arg(int argc, char **argv, int *i, const char **sock)
@@ -221,16 +223,10 @@ static char *serve_abs(const char *p)
 /* The daemon's default log: $XDG_STATE_HOME/toasted/toasted.log (~/.local/state/...). */
 static char *serve_default_log(void)
 {
-	const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
-	struct toast_buf b;
-	toast_buf_init(&b);
-	if (xdg && xdg[0] == '/')
-		toast_buf_printf(&b, "%s/toasted/toasted.log", xdg);
-	else if (home && home[0] == '/')
-		toast_buf_printf(&b, "%s/.local/state/toasted/toasted.log", home);
-	if (b.data)
-		toast_mkdirs_for(b.data, 0700);
-	return b.data ? toast_buf_steal(&b) : NULL;
+	char *p = toast_state_path("toasted/toasted.log");
+	if (p)
+		toast_mkdirs_for(p, 0700);
+	return p;
 }
 
 int cli_start(int argc, char **argv)
@@ -241,10 +237,8 @@ int cli_start(int argc, char **argv)
 		return 2;
 	}
 	char sock[108];
-	if (!serve_socket(o.sock, sock, sizeof(sock))) {
-		fprintf(stderr, "toasted: the socket path is longer than %zu bytes\n", sizeof(sock) - 1);
+	if (!serve_socket(o.sock, sock, sizeof(sock)))
 		return 2;
-	}
 	char *log = o.log ? serve_abs(o.log) : o.foreground ? NULL : serve_default_log();
 	char *model = realpath(o.model, NULL);
 	struct toast_error err = {0};
@@ -260,13 +254,7 @@ int cli_start(int argc, char **argv)
 		fprintf(stderr, "toasted: %s\n", err.msg);
 		goto out;
 	}
-	/* blocked in every thread from here on: the loop takes them through a signalfd */
-	sigset_t mask;
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+	toast_daemon_block_signals(NULL); /* in every thread from here on */
 	if (!o.foreground) {
 		int p[2];
 		if (pipe2(p, O_CLOEXEC) != 0) {
@@ -376,10 +364,8 @@ int cli_stop(int argc, char **argv)
 		return 2;
 	}
 	char sock[108];
-	if (!serve_socket(sock_opt, sock, sizeof(sock))) {
-		fprintf(stderr, "toasted: the socket path is too long\n");
+	if (!serve_socket(sock_opt, sock, sizeof(sock)))
 		return 2;
-	}
 	pid_t pid = toast_daemon_running(sock);
 	if (pid <= 0) {
 		fprintf(stderr, "toasted: no daemon is running on %s\n", sock);
@@ -470,10 +456,8 @@ int cli_status(int argc, char **argv)
 		return 2;
 	}
 	char sock[108];
-	if (!serve_socket(sock_opt, sock, sizeof(sock))) {
-		fprintf(stderr, "toasted: the socket path is too long\n");
+	if (!serve_socket(sock_opt, sock, sizeof(sock)))
 		return 2;
-	}
 	struct toast_conn c;
 	struct toast_error err = {0};
 	struct toast_proto_event ev = {0};

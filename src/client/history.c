@@ -14,14 +14,7 @@
 
 char *toast_history_path(void)
 {
-	const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
-	struct toast_buf b;
-	toast_buf_init(&b);
-	if (xdg && xdg[0] == '/')
-		toast_buf_printf(&b, "%s/toast/conversation.jsonl", xdg);
-	else if (home && home[0] == '/')
-		toast_buf_printf(&b, "%s/.local/state/toast/conversation.jsonl", home);
-	return b.data ? toast_buf_steal(&b) : NULL;
+	return toast_state_path("toast/conversation.jsonl");
 }
 
 bool toast_history_add(struct toast_history *h, const char *role, const char *content, size_t len)

@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,19 @@
 
 #include "server/server.h"
 #include "util/err.h"
+
+void toast_daemon_block_signals(sigset_t *mask)
+{
+	sigset_t m;
+	sigemptyset(&m);
+	sigaddset(&m, SIGTERM);
+	sigaddset(&m, SIGINT);
+	sigaddset(&m, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &m, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	if (mask)
+		*mask = m;
+}
 
 enum toast_status toast_daemon_prepare_dir(const char *sock_path, struct toast_error *err)
 {

@@ -765,12 +765,7 @@ enum toast_status toast_server_new(const struct toast_server_opts *o, struct toa
 	snprintf(s->model_name, sizeof(s->model_name), "%.*s", (int)(dir + dl - base), base);
 
 	sigset_t mask;
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &mask, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	toast_daemon_block_signals(&mask);
 
 	int n_ctx = o->n_ctx ? o->n_ctx : s->info.n_ctx_train < TOAST_SERVER_CTX ? s->info.n_ctx_train : TOAST_SERVER_CTX;
 	enum toast_status rc = srv_worker_init(&s->w, e, n_ctx, s->o.queue_depth, o->debug, err);

@@ -11,6 +11,7 @@
 #define TOAST_SERVER_SERVER_H
 
 #include <stdbool.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -46,6 +47,10 @@ int toast_server_run(struct toast_server *s);
 void toast_server_free(struct toast_server *s);
 
 /* ---- process plumbing (daemon.c) ------------------------------------------------------------ */
+
+/* Block SIGTERM, SIGINT and SIGHUP in the calling thread (and the threads it creates later) and
+ * ignore SIGPIPE; mask (may be NULL) receives the blocked set, for a signalfd. */
+void toast_daemon_block_signals(sigset_t *mask);
 
 /* Create the socket's directory (0700) when it is missing; refuse a default /tmp/toasted-UID
  * directory that is not ours or not 0700. */

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/mem.h"
+
 enum toast_status toast_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
 				  struct toast_error *err)
 {
@@ -117,4 +119,16 @@ bool toast_mkdirs_for(const char *path, unsigned mode)
 		*p = '/';
 	}
 	return true;
+}
+
+char *toast_state_path(const char *rel)
+{
+	const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+	char buf[4096];
+	int n = -1;
+	if (xdg && xdg[0] == '/')
+		n = snprintf(buf, sizeof(buf), "%s/%s", xdg, rel);
+	else if (home && home[0] == '/')
+		n = snprintf(buf, sizeof(buf), "%s/.local/state/%s", home, rel);
+	return n > 0 && (size_t)n < sizeof(buf) ? toast_strdup(buf) : NULL;
 }
