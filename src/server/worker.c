@@ -125,7 +125,13 @@ static void worker_finish(struct srv_worker *w, struct srv_job *j, enum toast_pr
 	worker_wake(w);
 }
 
-/* How much of the prompt the session already holds (tokens to skip); fills the cache fields. */
+/*
+ * Make the session ready for a prompt of n tokens and return how many of them it already holds
+ * (the prefix toast_generate() then skips); *hit tells whether that came from a saved state.
+ * Today: no cache, the session is reset (a miss). The session cache (issue 5) replaces this
+ * body: find the snapshot whose tokens are the longest prefix of ids, restore it, return its
+ * length; the callers already account hits, reused tokens and bytes held.
+ */
 static int worker_session_prepare(struct srv_worker *w, const int32_t *ids, int n, bool *hit)
 {
 	(void)ids;
@@ -244,7 +250,8 @@ static void worker_chat(struct srv_worker *w, struct srv_job *j, struct srv_audi
 	struct toast_gen_opts go;
 	worker_gen_opts(&r->p, &go);
 	struct toast_gen_result res = {0};
-	rc = toast_generate(w->sess, w->tok, ids, n_ids, &go, worker_on_token, &g, &res, &err);
+	/* the session already holds ids[0, n_keep): feed the rest */
+	rc = toast_generate(w->sess, w->tok, ids + n_keep, n_ids - n_keep, &go, worker_on_token, &g, &res, &err);
 	a->cached_tokens = res.n_prompt - res.n_prefilled;
 	a->completion_tokens = res.n_generated;
 	if (rc == TOAST_OK && g.oom) {
