@@ -12,7 +12,7 @@ SAN      ?=
 CPPFLAGS += -Iinclude -Isrc -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -MMD -MP
 CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wpointer-arith -pthread $(SAN)
 LDFLAGS  += -pthread $(SAN)
-LDLIBS   += -ljansson -lpcre2-8 -lutf8proc -lm
+LDLIBS   += -ljansson -lpcre2-8 -lutf8proc -lnettle -lm
 
 LIB_DIRS  := src/util src/proto src/format src/backend src/backend/cpu src/models src/engine src/tokenizer src/server src/pull
 LIB_SRCS  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
@@ -50,9 +50,15 @@ help:
 	@echo "make debug      the same build with -fsanitize=address,undefined into build-debug/"
 	@echo "make CUDA=0     build without the CUDA backend"
 
+# objects differ with and without CUDA (backend.c): switching rebuilds everything
+CUDA_STAMP := $(BUILD)/.cuda$(CUDA)
+$(CUDA_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.cuda0 $(BUILD)/.cuda1 && touch $@
+
 $(BUILD)/libtoasted.a: $(LIB_OBJS)
 	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $(LIB_OBJS)
 
 $(BUILD)/toasted: $(CLI_OBJS) $(BUILD)/libtoasted.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(BUILD)/libtoasted.a $(LDLIBS)
@@ -74,11 +80,11 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libtoasted.a
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libtoasted.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libtoasted.a $(LDLIBS)
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(CUDA_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu $(CUDA_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 

@@ -13,6 +13,8 @@
 
 int cli_check(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_pull(int argc, char **argv);
+int cli_publish(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_detokenize(int argc, char **argv);

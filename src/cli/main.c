@@ -72,6 +72,8 @@ static const struct {
 	const char *help;
 } commands[] = {
 	{"check", cli_check, "check MODEL_DIR [--reference FILE] [--threads N] [--chunk N] [--backend B]: compare with reference logits"},
+	{"pull", cli_pull, "pull [--bwlimit KBPS] [--threads N] [--quiet] SOURCE [DEST]: copy a model with rsync (resumable) and verify its SHA256SUMS"},
+	{"publish", cli_publish, "publish [--threads N] DIR: write DIR/SHA256SUMS so that DIR can be served to toasted pull"},
 	{"run", cli_run, "run MODEL_DIR [PROMPT] [--system TEXT] [--messages FILE.json] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed N] [--stop STR] [--no-think] [--ignore-eos] [--print-ids] [--stats] [--ctx-size N] [--backend B] [--threads N]: generate a reply (stdin is appended to PROMPT)"},
 	{"tokenize", cli_tokenize, "tokenize MODEL_DIR [TEXT] [--jsonl]: print token ids (stdin when no TEXT)"},
 	{"detokenize", cli_detokenize, "detokenize MODEL_DIR ID...: print the text of token ids"},

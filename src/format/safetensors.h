@@ -3,7 +3,8 @@
  *
  * Files are mmapped; tensor data pointers point into the mappings and stay valid until
  * toast_st_close(). Every header entry is validated on open (known size for its dtype, offsets
- * inside the file, byte count equal to the shape's), so a tensor found here is safe to read.
+ * inside the file, byte count equal to the shape's, data aligned to its elements, no two tensors
+ * sharing bytes), so a tensor found here is safe to read.
  */
 #ifndef TOAST_FORMAT_SAFETENSORS_H
 #define TOAST_FORMAT_SAFETENSORS_H
@@ -23,6 +24,7 @@ struct toast_st_tensor {
 	int64_t shape[TOAST_ST_MAX_DIMS]; /* outermost first, as in the file */
 	int64_t n_elems;
 	const void *data;
+	size_t offset; /* of data in the file's data section */
 	size_t n_bytes;
 	int file; /* index of the shard */
 };
