@@ -285,6 +285,9 @@ static void test_history(const char *dir)
 	      "set_system puts the system message first");
 	CHECK(toast_history_set_system(&h, "sys2") && h.n == 3 && strcmp(h.msgs[0].content, "sys2") == 0,
 	      "set_system replaces it");
+	toast_history_add(&h, "user", "unanswered", 10);
+	toast_history_pop(&h);
+	CHECK(h.n == 3, "pop drops the last message");
 	struct toast_error err = {0};
 	CHECK(toast_history_save(&h, path, &err) == TOAST_OK, "save: %s", err.msg);
 	struct stat st;

@@ -39,6 +39,15 @@ bool toast_history_add(struct toast_history *h, const char *role, const char *co
 	return true;
 }
 
+void toast_history_pop(struct toast_history *h)
+{
+	if (!h->n)
+		return;
+	h->n--;
+	free((char *)h->msgs[h->n].role);
+	free((char *)h->msgs[h->n].content);
+}
+
 bool toast_history_set_system(struct toast_history *h, const char *content)
 {
 	if (h->n && strcmp(h->msgs[0].role, "system") == 0) {

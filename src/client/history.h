@@ -18,6 +18,8 @@ struct toast_history {
 /* The history file's path (malloc'd); NULL when neither XDG_STATE_HOME nor HOME is set. */
 char *toast_history_path(void);
 bool toast_history_add(struct toast_history *h, const char *role, const char *content, size_t len);
+/* Drop the last message. */
+void toast_history_pop(struct toast_history *h);
 /* Put a system message first (replacing one already there). */
 bool toast_history_set_system(struct toast_history *h, const char *content);
 /* Load path; a missing file is an empty history. */

@@ -292,7 +292,7 @@ static int interactive(const struct toast_opts *o, const char *sock, struct toas
 			break;
 		if (!turn(o, sock, h)) {
 			rc = 1;
-			h->n--; /* drop the unanswered question, keep chatting */
+			toast_history_pop(h); /* drop the unanswered question, keep chatting */
 			continue;
 		}
 		if (hist_path)
