@@ -25,7 +25,7 @@ summary+=("test_ops (cpu + cuda ops vs reference): rc=$rc, $(grep -c 'failed' "$
 grep -E "failed|cuda" "$OUT/test_ops.log" | head -40
 rm -f "$OUT/checks.log"
 # 2. every shared model against its reference on the GPU
-for m in qwen3-tiny qwen3moe-tiny qwen35-tiny qwen35moe-tiny qwen3next-tiny qwen3next-tiny-hubcfg; do
+for m in qwen3-tiny qwen3moe-tiny qwen35-tiny qwen35moe-tiny qwen3next-tiny qwen3next-tiny-hubcfg qwen3-odd qwen3moe-odd qwen35moe-odd qwen3next-odd; do
 	for c in 64 1 7; do
 		echo "== $m chunk $c" >>"$OUT/checks.log"
 		timeout 120 $B/toasted check build/testdata/models/$m --backend cuda --chunk $c >"$OUT/check.tmp" 2>&1
@@ -46,6 +46,26 @@ if [ "$MODE" = full ]; then
 fi
 rm -f "$OUT/check.tmp"
 grep -h "per-layer" "$OUT/checks.log" | sort -u | head -20
+# 3b. what the slow kernels do (ncu metrics on the op timings: achieved DRAM bytes, occupancy)
+if [ "$MODE" = full ] && command -v ncu >/dev/null; then
+	timeout 200 ncu --csv --print-units base -k regex:'k_moe|k_attn_tile|k_gdn_decode' --launch-count 8 \
+		--metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread \
+		$B/test_ops --perf >"$OUT/ncu-ops.csv" 2>&1
+	python3 - "$OUT/ncu-ops.csv" <<'PY'
+import csv, sys, collections
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+h = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+if h is None:
+    print("ncu: no rows"); sys.exit()
+c = rows[h]; ki, mi, vi, ii = c.index("Kernel Name"), c.index("Metric Name"), c.index("Metric Value"), c.index("ID")
+d = collections.OrderedDict()
+for r in rows[h + 1:]:
+    if len(r) > vi:
+        d.setdefault((r[ii], r[ki].split("(")[0][:40]), {})[r[mi]] = r[vi]
+for (i, k), m in d.items():
+    print(k, {a.split("__")[1][:18]: b for a, b in m.items()})
+PY
+fi
 # 4. where a decode step's time goes (kernel durations, ncu)
 if [ "$MODE" = full ] && command -v ncu >/dev/null; then
 	timeout 300 ncu --csv --metrics gpu__time_duration.sum --print-units base -k regex:'^k_[^f]' \

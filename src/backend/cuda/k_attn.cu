@@ -68,6 +68,21 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 #define AT_WARPS 8
 #define AT_TK 32
 
+/* the K and V rows of a tile, 8 bf16 per uint4; hd % 8 == 0; at most AT_VEC per thread */
+#define AT_VEC 4
+__device__ __forceinline__ void at_fetch(const bf16 *kc, const bf16 *vc, int kvd, int kvh, int hd, int jt, int nk,
+					 uint4 *kr, uint4 *vr)
+{
+	int per = hd / 8;
+#pragma unroll
+	for (int u = 0; u < AT_VEC; u++) {
+		int x = threadIdx.x + u * blockDim.x, j = x / per, c = x % per;
+		bool in = j < nk;
+		kr[u] = in ? __ldg((const uint4 *)(kc + (size_t)(jt + j) * kvd + kvh * hd) + c) : make_uint4(0, 0, 0, 0);
+		vr[u] = in ? __ldg((const uint4 *)(vc + (size_t)(jt + j) * kvd + kvh * hd) + c) : make_uint4(0, 0, 0, 0);
+	}
+}
+
 template <int RPW, int DPL>
 __global__ void __launch_bounds__(AT_WARPS * 32)
 	k_attn_tile(const float *qf, const bf16 *kc, const bf16 *vc, float *part, int n_head, int n_kv, int hd, int n_split,
@@ -76,7 +91,7 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 	extern __shared__ float sm[];
 	int kvh = blockIdx.x, split = blockIdx.y, t0 = blockIdx.z * qt;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int n_rep = n_head / n_kv, kvd = n_kv * hd, hdp = hd + 1;
+	int n_rep = n_head / n_kv, kvd = n_kv * hd, hdp = hd + 4; /* K rows padded: float4 reads without bank conflicts */
 	int ntok = min(qt, T - t0), R = ntok * n_rep;
 	float *Ks = sm, *Vs = Ks + AT_TK * hdp, *Qs = Vs + AT_TK * hd;
 	int pos0 = step[0];
@@ -97,16 +112,39 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 		for (int k = 0; k < DPL; k++)
 			acc[i][k] = 0;
 	}
+	bool vec = hd % 8 == 0; /* 16-byte loads and a prefetched next tile; else plain loads */
+	uint4 kr[AT_VEC], vr[AT_VEC];
+	if (vec && j0 < j1)
+		at_fetch(kc, vc, kvd, kvh, hd, j0, min(AT_TK, j1 - j0), kr, vr);
+	int per = hd / 8;
 	for (int jt = j0; jt < j1; jt += AT_TK) {
-		__syncthreads();
 		int nk = min(AT_TK, j1 - jt);
-		for (int x = threadIdx.x; x < AT_TK * hd; x += blockDim.x) {
-			int j = x / hd, d = x % hd;
-			bool in = j < nk;
-			Ks[j * hdp + d] = in ? __bfloat162float(kc[(size_t)(jt + j) * kvd + kvh * hd + d]) : 0.0f;
-			Vs[j * hd + d] = in ? __bfloat162float(vc[(size_t)(jt + j) * kvd + kvh * hd + d]) : 0.0f;
+		__syncthreads(); /* the previous tile is no longer read */
+		if (!vec)
+			for (int x = threadIdx.x; x < AT_TK * hd; x += blockDim.x) {
+				int j = x / hd, d = x % hd;
+				bool in = j < nk;
+				Ks[j * hdp + d] = in ? __bfloat162float(kc[(size_t)(jt + j) * kvd + kvh * hd + d]) : 0.0f;
+				Vs[j * hd + d] = in ? __bfloat162float(vc[(size_t)(jt + j) * kvd + kvh * hd + d]) : 0.0f;
+			}
+#pragma unroll
+		for (int u = 0; u < AT_VEC && vec; u++) {
+			int x = threadIdx.x + u * blockDim.x, j = x / per, c = x % per;
+			if (j < AT_TK) {
+				float f[8];
+				cu_bf16x8(kr[u], f);
+				float4 *kd = (float4 *)(Ks + j * hdp + c * 8);
+				kd[0] = make_float4(f[0], f[1], f[2], f[3]);
+				kd[1] = make_float4(f[4], f[5], f[6], f[7]);
+				cu_bf16x8(vr[u], f);
+				float4 *vd = (float4 *)(Vs + j * hd + c * 8);
+				vd[0] = make_float4(f[0], f[1], f[2], f[3]);
+				vd[1] = make_float4(f[4], f[5], f[6], f[7]);
+			}
 		}
 		__syncthreads();
+		if (vec && jt + AT_TK < j1) /* the next tile's loads fly while this one is computed */
+			at_fetch(kc, vc, kvd, kvh, hd, jt + AT_TK, min(AT_TK, j1 - jt - AT_TK), kr, vr);
 #pragma unroll
 		for (int i = 0; i < RPW; i++) {
 			int row = warp + AT_WARPS * i;
@@ -115,10 +153,17 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 			int qpos = pos0 + t0 + row / n_rep, j = jt + lane;
 			float s = -INFINITY;
 			if (lane < nk && j <= qpos) {
-				const float *q = Qs + row * hd, *k = Ks + lane * hdp;
 				float v = 0;
-				for (int d = 0; d < hd; d++)
-					v = fmaf(q[d], k[d], v);
+				if (hd % 4 == 0) {
+					const float4 *q = (const float4 *)(Qs + row * hd), *k = (const float4 *)(Ks + lane * hdp);
+					for (int d = 0; d < hd / 4; d++) {
+						float4 a = q[d], b = k[d];
+						v += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+					}
+				} else {
+					for (int d = 0; d < hd; d++)
+						v = fmaf(Qs[row * hd + d], Ks[lane * hdp + d], v);
+				}
 				s = v;
 			}
 			float mt = cu_warp_max(s), mn = fmaxf(m[i], mt);
@@ -228,7 +273,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	}
 	int dpl = (hd + 31) / 32;
 	dpl = dpl <= 2 ? 2 : dpl <= 4 ? 4 : 8;
-	size_t smem = ((size_t)AT_TK * (hd + 1) + (size_t)AT_TK * hd + (size_t)qt * n_rep * hd) * sizeof(float);
+	size_t smem = ((size_t)AT_TK * (hd + 4) + (size_t)AT_TK * hd + (size_t)qt * n_rep * hd) * sizeof(float);
 	dim3 sg(a->n_head_kv, n_split, (T + qt - 1) / qt);
 	const void *fn = NULL;
 #define AT_PICK(R, D) if (rpw == R && dpl == D) fn = (const void *)k_attn_tile<R, D>;
