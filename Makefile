@@ -14,16 +14,19 @@ CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wpointer-ari
 LDFLAGS  += -pthread $(SAN)
 LDLIBS   += -ljansson -lpcre2-8 -lutf8proc -lnettle -lm
 
-LIB_DIRS  := src/util src/format src/backend src/backend/cpu src/models src/engine src/tokenizer src/server src/pull
+LIB_DIRS  := src/util src/proto src/format src/backend src/backend/cpu src/models src/engine src/tokenizer src/server src/pull
 LIB_SRCS  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 CLI_SRCS  := $(wildcard src/cli/*.c)
 TOAST_SRCS:= $(wildcard src/client/*.c)
+# toast links util + proto only (libtoastproto.a), never the engine: tests/toast_link.sh checks it
+PROTO_SRCS:= $(wildcard src/util/*.c src/proto/*.c)
 TEST_SRCS := $(wildcard tests/test_*.c)
 BENCH_SRCS:= $(wildcard bench/*.c)
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 TOAST_OBJS:= $(TOAST_SRCS:%.c=$(BUILD)/%.o)
+PROTO_OBJS:= $(PROTO_SRCS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
 ifeq ($(CUDA),1)
@@ -60,8 +63,16 @@ $(BUILD)/libtoasted.a: $(LIB_OBJS)
 $(BUILD)/toasted: $(CLI_OBJS) $(BUILD)/libtoasted.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(BUILD)/libtoasted.a $(LDLIBS)
 
-$(BUILD)/toast: $(TOAST_OBJS) $(BUILD)/libtoasted.a
-	$(CC) $(LDFLAGS) -o $@ $(TOAST_OBJS) $(BUILD)/libtoasted.a $(LDLIBS) -lcurl
+$(BUILD)/libtoastproto.a: $(PROTO_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/toast: $(TOAST_OBJS) $(BUILD)/libtoastproto.a
+	$(CC) $(LDFLAGS) -o $@ $(TOAST_OBJS) $(BUILD)/libtoastproto.a -ljansson -ldl -lm
+
+# the client's history file is tested with the protocol
+$(BUILD)/tests/test_proto: $(BUILD)/tests/test_proto.o $(BUILD)/src/client/history.o $(BUILD)/libtoasted.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libtoasted.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libtoasted.a $(LDLIBS) -lcurl

@@ -47,10 +47,16 @@ const char *toast_status_name(enum toast_status st);
 struct toast_engine;
 struct toast_session;
 
+/* Load progress: bytes of weights made ready so far, of total. Return nonzero to cancel the load
+ * (toast_engine_open then fails with TOAST_ERR_CANCELLED). */
+typedef int (*toast_progress_cb)(void *ud, size_t done_bytes, size_t total_bytes);
+
 struct toast_engine_opts {
 	const char *backend; /* "cpu", "cuda", or NULL: cuda when a GPU is usable, else cpu */
 	int n_threads;       /* CPU threads; 0: all online cores */
 	int chunk;           /* tokens per prefill forward pass; 0: the default (64) */
+	toast_progress_cb progress; /* NULL: none; called from the loading thread, once per layer */
+	void *progress_ud;
 	const char *synthetic; /* a preset shape ("qwen3-next-80b-a3b"): random weights, no files; path is ignored */
 	int synthetic_layers;  /* with synthetic: use only the first N layers (0: all) */
 };

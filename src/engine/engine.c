@@ -67,7 +67,7 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 			 : toast_err_set(err, TOAST_ERR_INVALID, "unknown synthetic shape \"%s\" (qwen3-next-80b-a3b, qwen3.5-35b-a3b)",
 					 opts->synthetic);
 	} else if (rc == TOAST_OK) {
-		rc = toast_model_load(&e->model, path, e->be, err);
+		rc = toast_model_load(&e->model, path, e->be, opts->progress, opts->progress_ud, err);
 	}
 	if (rc == TOAST_OK)
 		rc = toast_model_work_new(&e->model, e->chunk, &e->work, err);

@@ -75,6 +75,8 @@ struct toast_model {
 	bool synthetic;      /* weights made by the backend, no files (benchmarks) */
 	char **synth_names;  /* names of synthetic weights, owned */
 	size_t n_synth_names;
+	toast_progress_cb progress; /* while loading: after each layer is prepared (may be NULL) */
+	void *progress_ud;
 };
 
 /* Per-session state: KV caches of attention layers, conv and recurrent states of GDN layers. */
@@ -104,8 +106,10 @@ struct toast_work {
 /* the per-layer callback of toast_session_feed_layers() (toasted.h) */
 typedef toast_layer_cb toast_layer_hook;
 
+/* Load and bind the model in dir; progress (may be NULL) is called after each layer's weights are
+ * prepared on the backend and may cancel the load (TOAST_ERR_CANCELLED). */
 enum toast_status toast_model_load(struct toast_model *m, const char *dir, struct toast_backend *be,
-				   struct toast_error *err);
+				   toast_progress_cb progress, void *progress_ud, struct toast_error *err);
 void toast_model_unload(struct toast_model *m);
 /* A model of the shape described by config_json (a config.json text) with synthetic weights
  * (backend.h): for benchmarks at real shapes. n_layer > 0 overrides the layer count. */

@@ -269,6 +269,7 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 		m->output = m->tok_embd;
 	else if (rc == TOAST_OK)
 		rc = be->ops->prepare_weight(be, &m->output, err);
+	size_t done = m->tok_embd.n_bytes + m->output_norm.n_bytes + (m->output_tied ? 0 : m->output.n_bytes);
 	for (int il = 0; il < m->hp.n_layer && rc == TOAST_OK; il++) {
 		struct toast_layer *l = &m->layers[il];
 		struct toast_weight *ws[] = {&l->attn_norm, &l->ffn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
@@ -276,14 +277,18 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 					     &l->ssm_A, &l->ssm_dt, &l->ssm_norm, &l->ssm_out, &l->ffn_gate, &l->ffn_up,
 					     &l->ffn_down, &l->router, &l->sh_gate, &l->sh_up, &l->sh_down, &l->sh_gate_inp};
 		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]) && rc == TOAST_OK; i++)
-			if (ws[i]->n_out > 0) /* bound (synthetic weights have no data yet) */
+			if (ws[i]->n_out > 0) { /* bound (synthetic weights have no data yet) */
 				rc = be->ops->prepare_weight(be, ws[i], err);
-		if (l->is_moe && rc == TOAST_OK)
-			rc = be->ops->prepare_experts(be, &l->gate_exps, err);
-		if (l->is_moe && rc == TOAST_OK)
-			rc = be->ops->prepare_experts(be, &l->up_exps, err);
-		if (l->is_moe && rc == TOAST_OK)
-			rc = be->ops->prepare_experts(be, &l->down_exps, err);
+				done += ws[i]->n_bytes;
+			}
+		struct toast_experts *xs[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
+		for (int i = 0; i < 3 && l->is_moe && rc == TOAST_OK; i++) {
+			rc = be->ops->prepare_experts(be, xs[i], err);
+			done += (size_t)xs[i]->n_expert * xs[i]->w[0].n_bytes;
+		}
+		if (rc == TOAST_OK && m->progress &&
+		    m->progress(m->progress_ud, done < m->weight_bytes ? done : m->weight_bytes, m->weight_bytes))
+			rc = toast_err_set(err, TOAST_ERR_CANCELLED, "loading cancelled");
 	}
 	return rc;
 }
@@ -291,10 +296,12 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 static enum toast_status model_bind(struct toast_model *m, struct toast_error *err);
 
 enum toast_status toast_model_load(struct toast_model *m, const char *dir, struct toast_backend *be,
-				   struct toast_error *err)
+				   toast_progress_cb progress, void *progress_ud, struct toast_error *err)
 {
 	memset(m, 0, sizeof(*m));
 	m->be = be;
+	m->progress = progress;
+	m->progress_ud = progress_ud;
 	char path[4096], *text = NULL;
 	if (!toast_path_join(path, sizeof(path), dir, "config.json"))
 		return toast_err_set(err, TOAST_ERR_INVALID, "%s: path too long", dir);
