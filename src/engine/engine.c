@@ -141,10 +141,12 @@ enum toast_status toast_session_new(struct toast_engine *e, int n_ctx, struct to
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	s->e = e;
 	s->logits = malloc((size_t)e->model.hp.n_vocab * sizeof(float));
-	enum toast_status rc = s->logits ? toast_model_state_new(&e->model, n_ctx, &s->state, err)
-					 : toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	s->tokens = calloc((size_t)n_ctx, sizeof(int32_t));
+	enum toast_status rc = s->logits && s->tokens ? toast_model_state_new(&e->model, n_ctx, &s->state, err)
+						      : toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	if (rc != TOAST_OK) {
 		free(s->logits);
+		free(s->tokens);
 		free(s);
 		return rc;
 	}
@@ -158,6 +160,7 @@ void toast_session_free(struct toast_session *s)
 		return;
 	toast_model_state_free(&s->e->model, &s->state);
 	free(s->logits);
+	free(s->tokens);
 	free(s);
 }
 
@@ -201,6 +204,11 @@ int toast_session_n_past(const struct toast_session *s)
 	return s->n_past;
 }
 
+const int32_t *toast_session_tokens(const struct toast_session *s)
+{
+	return s->tokens;
+}
+
 int toast_session_n_ctx(const struct toast_session *s)
 {
 	return s->state.n_ctx;
@@ -237,6 +245,7 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 			toast_session_reset(s);
 			return rc;
 		}
+		memcpy(s->tokens + s->n_past, ids + i, (size_t)T * sizeof(int32_t));
 		s->n_past += T;
 		s->have_logits = true;
 	}

@@ -134,6 +134,9 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	rc = toast_sampler_new(&opts->sampling, s->e->model.hp.n_vocab, &sp, err);
 	if (rc != TOAST_OK)
 		goto out;
+	/* the penalty window sees what the session held before, as it would after a full prefill */
+	for (int i = n_keep > opts->sampling.repeat_last_n ? n_keep - opts->sampling.repeat_last_n : 0; i < n_keep; i++)
+		toast_sampler_accept(sp, s->tokens[i]);
 	for (int i = 0; i < n_prompt; i++)
 		toast_sampler_accept(sp, prompt[i]);
 	if (n_prompt > 0) {
@@ -141,6 +144,8 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 		if (rc != TOAST_OK)
 			goto out;
 	}
+	if (opts->on_prompt)
+		opts->on_prompt(opts->on_prompt_ud, s);
 	double t_prefilled = toast_now(), t_first = 0;
 	res->t_prefill = t_prefilled - t0;
 	struct toast_detok dt;
