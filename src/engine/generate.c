@@ -62,6 +62,8 @@ static size_t gen_safe_prefix(const struct gen_text *t, const struct toast_gen_o
 
 static bool gen_hold(struct gen_text *t, const char *s, size_t n)
 {
+	if (n == 0) /* nothing held yet may mean no buffer yet: memcpy must not see NULL */
+		return true;
 	if (t->n_hold + n > t->cap_hold) {
 		size_t cap = (t->n_hold + n) * 2 + 64;
 		char *h = realloc(t->hold, cap);
@@ -78,6 +80,8 @@ static bool gen_hold(struct gen_text *t, const char *s, size_t n)
 /* Move the first n held bytes into out (room ensured by the caller); returns n. */
 static size_t gen_take(struct gen_text *t, size_t n)
 {
+	if (t->n_hold == 0)
+		return 0;
 	memcpy(t->out, t->hold, n);
 	memmove(t->hold, t->hold + n, t->n_hold - n);
 	t->n_hold -= n;
