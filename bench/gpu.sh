@@ -2,7 +2,7 @@
 # One GPU session's work in one call: correctness of every CUDA op and model against the CPU
 # oracle, then timing. Run on the device machine from the repository root, with carry/gpu
 # (made here by tools/gpu-bundle.sh) carried. Full logs go to $OUT; a short table is printed last.
-# Usage: bench/gpu.sh [quick|full]
+# Usage: bench/gpu.sh [quick|full|cache]   (cache: only the session cache's checks and benchmark)
 set -u
 MODE=${1:-full}
 OUT=${OUT:-/tmp/gpu-out}
@@ -18,6 +18,21 @@ export LD_LIBRARY_PATH=$PWD/carry/gpu/lib:/usr/local/cuda/lib64:${CUBLAS_DIR:-}:
 cat "$OUT/env.log"
 sh tools/unpack-testdata.sh tests/data build/testdata >/dev/null || echo "unpack failed"
 summary=()
+# the session cache: restores and files bit for bit on the GPU, then time to first token with a
+# hit and a miss at 1K, 8K and 20K tokens of history (Qwen3-Next shape, 12 of 48 layers)
+if [ "$MODE" = cache ]; then
+	timeout 300 $B/test_cache >"$OUT/test_cache.log" 2>&1
+	summary+=("test_cache (cpu + cuda): rc=$? $(tail -1 "$OUT/test_cache.log")")
+	grep -E "failed|SKIP" "$OUT/test_cache.log" | head -20
+	timeout 500 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 1024 \
+		--cache --history 1000,8000,20000 --new 64 >"$OUT/bench-cache.log" 2>&1
+	summary+=("bench --cache rc=$?")
+	cat "$OUT/bench-cache.log"
+	echo
+	echo "==== summary ===="
+	printf '%s\n' "${summary[@]}"
+	exit 0
+fi
 # 1. every op against the scalar reference
 timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
 rc=$?

@@ -57,7 +57,8 @@ struct toast_engine_opts {
 	int chunk;           /* tokens per prefill forward pass; 0: the default (64) */
 	toast_progress_cb progress; /* NULL: none; called from the loading thread, once per layer */
 	void *progress_ud;
-	const char *synthetic; /* a preset shape ("qwen3-next-80b-a3b"): random weights, no files; path is ignored */
+	const char *synthetic; /* a preset shape ("qwen3-next-80b-a3b") or a config.json path (with a '/'):
+				* random weights, no weight files; path is ignored */
 	int synthetic_layers;  /* with synthetic: use only the first N layers (0: all) */
 };
 

@@ -10,6 +10,7 @@
  * - files: a new cache on the same directory restores bit for bit; a corrupted, truncated,
  *   renamed or foreign file is detected and never loaded;
  * - the repetition penalty sees restored tokens as it sees prefilled ones.
+ * With a GPU, restores and files are checked on the CUDA backend too (SKIP without one).
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -23,13 +24,15 @@
 
 #define N_CTX 512
 
+static const char *backend = "cpu";
+
 static struct toast_engine *open_model(const char *name, int chunk)
 {
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%s/models/%s", test_data_dir(), name);
 	struct toast_engine_opts o;
 	toast_engine_opts_init(&o);
-	o.backend = "cpu";
+	o.backend = backend;
 	o.n_threads = 2;
 	o.chunk = chunk;
 	struct toast_engine *e = NULL;
@@ -141,8 +144,8 @@ static void test_restore(const char *model, bool device)
 	CHECK(restore(c, s, conv, 110) == 80, "%s: the end point of the first request is restored", model);
 	CHECK(toast_session_feed(s, conv + 80, 30, NULL, &err) == TOAST_OK, "feed: %s", err.msg);
 	reference(e, conv, 70, conv + 70, 10, conv + 80, 30, ref);
-	CHECK(same_logits(s, ref, V), "%s (%s): restored at the end, the continuation is bit-identical", model,
-	      device ? "device" : "host");
+	CHECK(same_logits(s, ref, V), "%s (%s, %s): restored at the end, the continuation is bit-identical", model,
+	      backend, device ? "device" : "host");
 
 	/* the prompt point: the same prompt with another reply (an edited or regenerated answer) */
 	int32_t edited[120];
@@ -369,15 +372,21 @@ static void test_files(void)
 	toast_cache_free(c);
 	CHECK(rename(moved, keep) == 0, "rename back");
 
-	/* another model: refused and left alone */
-	struct toast_engine *e2 = open_model("qwen35-tiny", 0);
-	if (e2) {
-		c = cache_open(e2, 64 << 20, false, dir);
-		CHECK(stats(c).entries == 0 && stats(c).rejected == 1, "another model's file is refused");
-		toast_cache_free(c);
-		CHECK(toast_file_exists(keep), "and left alone");
-		toast_engine_close(e2);
+	/* another model, or the same one on another backend (another act type): refused, left alone */
+	const char *mine = backend;
+	for (int k = 0; k < 2; k++) {
+		backend = k == 0 ? mine : strcmp(mine, "cpu") == 0 && toast_backend_cuda_available() ? "cuda" : NULL;
+		struct toast_engine *e2 = backend ? open_model(k == 0 ? "qwen35-tiny" : "qwen3next-tiny", 0) : NULL;
+		if (e2) {
+			c = cache_open(e2, 64 << 20, false, dir);
+			CHECK(stats(c).entries == 0 && stats(c).rejected == 1, "%s on %s: another model's file is refused",
+			      k ? "the same model" : "another model", backend);
+			toast_cache_free(c);
+			CHECK(toast_file_exists(keep), "and left alone");
+			toast_engine_close(e2);
+		}
 	}
+	backend = mine;
 
 	/* the directory budget: a second conversation's file pushes out the older one, whose state
 	 * stays in memory once it is there */
@@ -472,5 +481,15 @@ int main(int argc, char **argv)
 	test_lru();
 	test_files();
 	test_penalty();
+	/* the GPU: restores (from pinned host and from device memory) and files, bit for bit */
+	if (toast_backend_cuda_available()) {
+		backend = "cuda";
+		for (int i = 0; i < 3; i++)
+			for (int device = 0; device < 2; device++)
+				test_restore(models[i], device);
+		test_files();
+	} else {
+		printf("test_cache: cuda SKIP (no CUDA device in this build or machine)\n");
+	}
 	return test_done("test_cache");
 }

@@ -62,10 +62,18 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	e->chunk = opts->chunk ? opts->chunk : ENGINE_DEFAULT_CHUNK;
 	rc = engine_backend(opts, &e->be, err);
 	if (rc == TOAST_OK && opts->synthetic) {
+		/* a preset name, or a config.json file: a shape of one's own */
 		const char *cfg = toast_model_preset(opts->synthetic);
-		rc = cfg ? toast_model_load_synthetic(&e->model, cfg, opts->synthetic_layers, e->be, err)
-			 : toast_err_set(err, TOAST_ERR_INVALID, "unknown synthetic shape \"%s\" (qwen3-next-80b-a3b, qwen3.5-35b-a3b)",
-					 opts->synthetic);
+		char *text = NULL;
+		if (!cfg && strchr(opts->synthetic, '/'))
+			rc = toast_read_file(opts->synthetic, 1 << 20, &text, NULL, err);
+		else if (!cfg)
+			rc = toast_err_set(err, TOAST_ERR_INVALID,
+					   "unknown synthetic shape \"%s\" (qwen3-next-80b-a3b, qwen3.5-35b-a3b, or a config.json path)",
+					   opts->synthetic);
+		if (rc == TOAST_OK)
+			rc = toast_model_load_synthetic(&e->model, cfg ? cfg : text, opts->synthetic_layers, e->be, err);
+		free(text);
 	} else if (rc == TOAST_OK) {
 		rc = toast_model_load(&e->model, path, e->be, opts->progress, opts->progress_ud, err);
 	}
