@@ -41,6 +41,27 @@ static struct toast_engine *open_model(const char *name, int chunk)
 	return e;
 }
 
+/* a model and a session of N_CTX tokens on it (NULL, reported, when either fails) */
+static struct toast_engine *setup(const char *model, int chunk, struct toast_session **s)
+{
+	struct toast_engine *e = open_model(model, chunk);
+	struct toast_error err = {0};
+	*s = NULL;
+	if (e && toast_session_new(e, N_CTX, s, &err) != TOAST_OK) {
+		CHECK(0, "session: %s", err.msg);
+		toast_engine_close(e);
+		e = NULL;
+	}
+	return e;
+}
+
+static void teardown(struct toast_engine *e, struct toast_session *s, struct toast_cache *c)
+{
+	toast_cache_free(c);
+	toast_session_free(s);
+	toast_engine_close(e);
+}
+
 static void fill_ids(int32_t *ids, int n, uint32_t seed, int n_vocab)
 {
 	for (int i = 0; i < n; i++) {
@@ -123,13 +144,12 @@ static bool same_logits(struct toast_session *s, const float *ref, int V)
 /* Restore at both points, from host and backend memory: bit for bit the same continuation. */
 static void test_restore(const char *model, bool device)
 {
-	struct toast_engine *e = open_model(model, 0);
+	struct toast_session *s;
+	struct toast_engine *e = setup(model, 0, &s);
 	if (!e)
 		return;
 	int V = toast_engine_info(e)->n_vocab;
-	struct toast_session *s = NULL;
 	struct toast_error err = {0};
-	CHECK(toast_session_new(e, N_CTX, &s, &err) == TOAST_OK, "session: %s", err.msg);
 	struct toast_cache *c = cache_open(e, 64 << 20, device, NULL);
 	int32_t conv[200], other[100];
 	fill_ids(conv, 200, 1, V);
@@ -177,21 +197,17 @@ static void test_restore(const char *model, bool device)
 	reference(e, conv, 70, conv + 70, 20, conv + 90, 30, ref);
 	CHECK(same_logits(s, ref, V), "%s: continued in the session, bit-identical", model);
 	free(ref);
-	toast_cache_free(c);
-	toast_session_free(s);
-	toast_engine_close(e);
+	teardown(e, s, c);
 }
 
 /* Ten turns of one conversation hold one snapshot; interleaved conversations hold one each. */
 static void test_parent_eviction(void)
 {
-	struct toast_engine *e = open_model("qwen3next-tiny", 0);
+	struct toast_session *s;
+	struct toast_engine *e = setup("qwen3next-tiny", 0, &s);
 	if (!e)
 		return;
 	int V = toast_engine_info(e)->n_vocab;
-	struct toast_session *s = NULL;
-	struct toast_error err = {0};
-	CHECK(toast_session_new(e, N_CTX, &s, &err) == TOAST_OK, "session: %s", err.msg);
 	struct toast_cache *c = cache_open(e, 64 << 20, false, NULL);
 	int32_t a[400], b[400];
 	fill_ids(a, 400, 3, V);
@@ -210,21 +226,17 @@ static void test_parent_eviction(void)
 	CHECK(stats(c).replaced == 18, "each turn after the first replaced its parent (%llu)",
 	      (unsigned long long)stats(c).replaced);
 	CHECK(stats(c).evictions == 0, "nothing evicted for the budget");
-	toast_cache_free(c);
-	toast_session_free(s);
-	toast_engine_close(e);
+	teardown(e, s, c);
 }
 
 /* The budget holds two snapshots: the least recently used one goes. */
 static void test_lru(void)
 {
-	struct toast_engine *e = open_model("qwen3next-tiny", 0);
+	struct toast_session *s;
+	struct toast_engine *e = setup("qwen3next-tiny", 0, &s);
 	if (!e)
 		return;
 	int V = toast_engine_info(e)->n_vocab;
-	struct toast_session *s = NULL;
-	struct toast_error err = {0};
-	CHECK(toast_session_new(e, N_CTX, &s, &err) == TOAST_OK, "session: %s", err.msg);
 	/* measure one snapshot (prompt 40 + reply 10, with its prompt point) */
 	struct toast_cache *c = cache_open(e, 64 << 20, false, NULL);
 	int32_t conv[4][60];
@@ -253,9 +265,7 @@ static void test_lru(void)
 	c = cache_open(e, one / 2, false, NULL);
 	request(c, s, conv[3], 40, conv[3] + 40, 10);
 	CHECK(stats(c).entries == 0 && stats(c).bytes_held == 0, "a snapshot larger than the budget is not kept");
-	toast_cache_free(c);
-	toast_session_free(s);
-	toast_engine_close(e);
+	teardown(e, s, c);
 }
 
 static char *only_file(const char *dir)
@@ -292,15 +302,14 @@ static void flip_byte(const char *path, long off_from_end)
 /* Files: a restart restores bit for bit; broken or foreign files are never loaded. */
 static void test_files(void)
 {
-	struct toast_engine *e = open_model("qwen3next-tiny", 0);
+	struct toast_session *s;
+	struct toast_engine *e = setup("qwen3next-tiny", 0, &s);
 	if (!e)
 		return;
 	int V = toast_engine_info(e)->n_vocab;
 	char dir[] = "/tmp/toast-cache-test-XXXXXX";
 	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-	struct toast_session *s = NULL;
 	struct toast_error err = {0};
-	CHECK(toast_session_new(e, N_CTX, &s, &err) == TOAST_OK, "session: %s", err.msg);
 	int32_t conv[120];
 	fill_ids(conv, 120, 5, V);
 	float *ref = malloc((size_t)V * sizeof(float));
@@ -403,14 +412,12 @@ static void test_files(void)
 	CHECK(stats(c).files == 1 && stats(c).file_bytes <= one + one / 2, "the directory budget holds one file");
 	CHECK(!toast_file_exists(keep), "the older file went");
 	CHECK(stats(c).entries == 2, "its snapshot stays in memory");
-	toast_cache_free(c);
+	teardown(e, s, c);
 
 	char cmd[4200];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	CHECK(system(cmd) == 0, "cleanup");
 	free(ref);
-	toast_session_free(s);
-	toast_engine_close(e);
 }
 
 struct collect {
@@ -430,13 +437,12 @@ static int collect_id(void *ud, int32_t id, const char *text, size_t len)
  * chunk 1 every token is its own forward pass, so both ways compute the same logits. */
 static void test_penalty(void)
 {
-	struct toast_engine *e = open_model("qwen3next-tiny", 1);
+	struct toast_session *s;
+	struct toast_engine *e = setup("qwen3next-tiny", 1, &s);
 	if (!e)
 		return;
 	int V = toast_engine_info(e)->n_vocab;
-	struct toast_session *s = NULL;
 	struct toast_error err = {0};
-	CHECK(toast_session_new(e, N_CTX, &s, &err) == TOAST_OK, "session: %s", err.msg);
 	struct toast_cache *c = cache_open(e, 64 << 20, false, NULL);
 	int32_t p[60];
 	fill_ids(p, 60, 7, V);
@@ -466,9 +472,7 @@ static void test_penalty(void)
 	CHECK(toast_generate(s, NULL, p, 60, &go, collect_id, &plain, &res, &err) == TOAST_OK, "generate: %s", err.msg);
 	CHECK(plain.n != full.n || memcmp(plain.ids, full.ids, (size_t)full.n * sizeof(int32_t)) != 0,
 	      "the penalty changes the reply (else this test proves nothing)");
-	toast_cache_free(c);
-	toast_session_free(s);
-	toast_engine_close(e);
+	teardown(e, s, c);
 }
 
 int main(int argc, char **argv)

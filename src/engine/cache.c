@@ -50,7 +50,6 @@ struct cache_entry {
 };
 
 struct toast_cache {
-	struct toast_engine *e;
 	struct toast_backend *be;
 	const struct toast_model *m;
 	bool device; /* images in backend memory, else host memory */
@@ -356,7 +355,8 @@ static enum toast_status cache_img_read(struct toast_cache *c, int fd, unsigned 
 		unsigned char *dst = c->device ? stage : img + off;
 		int r = cache_read_all(fd, dst, k);
 		if (r <= 0) {
-			rc = toast_err_set(err, TOAST_ERR_FORMAT, r ? "read: %s" : "truncated", strerror(errno));
+			rc = r ? toast_err_set(err, TOAST_ERR_IO, "read: %s", strerror(errno))
+			       : toast_err_set(err, TOAST_ERR_FORMAT, "truncated");
 			break;
 		}
 		toast_sum_add(sum, dst, k);
@@ -600,7 +600,6 @@ enum toast_status toast_cache_new(struct toast_engine *e, const struct toast_cac
 	struct toast_cache *c = calloc(1, sizeof(*c));
 	if (!c)
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
-	c->e = e;
 	c->be = e->be;
 	c->m = &e->model;
 	c->device = o->device;
@@ -689,12 +688,9 @@ enum toast_status toast_cache_restore(struct toast_cache *c, struct toast_sessio
 		if (!pick->img) {
 			struct toast_error ferr = {0};
 			enum toast_status frc = cache_file_load(c, pick, &ferr);
-			if (frc != TOAST_OK) { /* never loaded: forget it and look again */
+			if (frc != TOAST_OK) { /* never loaded: it goes, its file too, and the search goes on */
 				TOAST_WARN("session cache: not using %s", ferr.msg);
-				if (frc == TOAST_ERR_FORMAT) /* broken: its file goes with it */
-					c->st.rejected++;
-				else /* no room now, or unreadable: the file stays */
-					cache_drop_file(c, pick, true);
+				c->st.rejected += frc == TOAST_ERR_FORMAT;
 				cache_remove(c, cache_index_of(c, pick));
 				continue;
 			}
@@ -735,8 +731,8 @@ void toast_cache_mark_prompt(struct toast_cache *c, struct toast_session *s)
 	c->mark_n = s->n_past;
 }
 
-/* A new entry holding what s holds (n tokens, its prompt point n_mid), in memory and in its file.
- * NULL with TOAST_OK when there is no room for it. */
+/* A new entry holding what s holds (n tokens, its prompt point n_mid), in memory and in its
+ * file; none (TOAST_OK) when there is no room for it. */
 static enum toast_status cache_snapshot(struct toast_cache *c, struct toast_session *s, int n, int n_mid,
 					const uint64_t *h, struct toast_error *err)
 {
