@@ -118,7 +118,7 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 /* Copy bandwidth of the memory the engine computes from (device memory on CUDA), in bytes/s,
  * counting bytes read plus bytes written: the denominator of a bandwidth floor. */
 double toast_engine_bandwidth(struct toast_engine *e);
-/* Benchmarks only: pretend the session holds n tokens (their KV rows are whatever is there),
+/* Benchmarks only: pretend the session holds n tokens (their KV rows and ids are whatever is there),
  * so that decode at a long context can be timed without prefilling it. */
 void toast_session_bench_seek(struct toast_session *s, int n);
 
