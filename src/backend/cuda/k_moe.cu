@@ -185,17 +185,24 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 			for (int i = lane; i < E / 8; i += 32) {
 				float f[8];
 				cu_bf16x8(__ldg((const uint4 *)w + i), f);
-				for (int t = 0; t < d.T; t++)
 #pragma unroll
-					for (int q = 0; q < 8; q++)
-						acc[t] += f[q] * hs[t * E + i * 8 + q];
+				for (int t = 0; t < CU_GEMV_MAX_T; t++)
+					if (t < d.T)
+#pragma unroll
+						for (int q = 0; q < 8; q++)
+							acc[t] += f[q] * hs[t * E + i * 8 + q];
 			}
 		} else {
 			for (int i = lane; i < E; i += 32)
-				for (int t = 0; t < d.T; t++)
-					acc[t] += __bfloat162float(w[i]) * hs[t * E + i];
+#pragma unroll
+				for (int t = 0; t < CU_GEMV_MAX_T; t++)
+					if (t < d.T)
+						acc[t] += __bfloat162float(w[i]) * hs[t * E + i];
 		}
-		for (int t = 0; t < d.T; t++) {
+#pragma unroll
+		for (int t = 0; t < CU_GEMV_MAX_T; t++) {
+			if (t >= d.T)
+				break;
 			float v = cu_warp_sum(acc[t]);
 			if (lane == 0)
 				logits[(size_t)t * d.ne + e] = v;
