@@ -16,6 +16,7 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 			    int plus_one, float eps, int n_head, int n_kv, int hd, int n_rot, float theta, int freq_type,
 			    int gated, bf16 *kc, bf16 *vc, float *qout, const int32_t *step)
 {
+	cu_pdl_begin();
 	__shared__ float red[32];
 	extern __shared__ float sh[];
 	int t = blockIdx.x, hh = blockIdx.y, d = threadIdx.x;
@@ -88,6 +89,7 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 	k_attn_tile(const float *qf, const bf16 *kc, const bf16 *vc, float *part, int n_head, int n_kv, int hd, int n_split,
 		    int qt, int T, const int32_t *step)
 {
+	cu_pdl_begin();
 	extern __shared__ float sm[];
 	int kvh = blockIdx.x, split = blockIdx.y, t0 = blockIdx.z * qt;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -209,6 +211,7 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 __global__ void k_attn_combine(const float *part, const float *q, bf16 *out, int n_head, int n_kv, int hd, int n_split,
 			       int gated)
 {
+	cu_pdl_begin();
 	int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
 	int n_rep = n_head / n_kv, kvh = h / n_rep, r = h % n_rep;
 	if (d >= hd)
@@ -255,7 +258,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	float *qf = (float *)scr, *part = (float *)(scr + qbytes);
 	int threads = (hd + 31) / 32 * 32;
 	dim3 pg(T, a->n_head + a->n_head_kv);
-	k_attn_prep<<<pg, threads, hd * sizeof(float), cb->stream>>>(
+	cu_launch(cb, k_attn_prep, pg, threads, hd * sizeof(float), 
 		a->q, a->k, a->v, a->q_norm ? (const float *)a->q_norm->dev : NULL,
 		a->k_norm ? (const float *)a->k_norm->dev : NULL, a->norm_plus_one, a->eps, a->n_head, a->n_head_kv, hd,
 		a->n_rot, a->rope_theta, a->rope_freq_type, a->gated, (bf16 *)a->k_cache, (bf16 *)a->v_cache, qf, cb->d_step);
@@ -294,7 +297,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	cu_fail(cb, cudaLaunchKernel(fn, sg, dim3(AT_WARPS * 32), args, smem, cb->stream), "attention launch");
 	cu_launched(cb, "attention");
 	dim3 cg(T, a->n_head);
-	k_attn_combine<<<cg, threads, 0, cb->stream>>>(part, a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd,
+	cu_launch(cb, k_attn_combine, cg, threads, 0, part, a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd,
 							n_split, a->gated);
 	cu_launched(cb, "attention combine");
 }

@@ -7,6 +7,7 @@
 /* x[t][i] = W[ids[t]][i]; ids from the step's device copy */
 __global__ void k_embed(float *x, const void *W, int type, int64_t n, const int32_t *step)
 {
+	cu_pdl_begin();
 	int t = blockIdx.y;
 	int64_t row = step[2 + t];
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -16,12 +17,13 @@ __global__ void k_embed(float *x, const void *W, int type, int64_t n, const int3
 void cu_embed(struct cuda_backend *cb, float *x, const struct toast_weight *W, int T)
 {
 	dim3 grid(cu_blocks((size_t)W->n_in, 256), T);
-	k_embed<<<grid, 256, 0, cb->stream>>>(x, W->dev, W->dev_type, W->n_in, cb->d_step);
+	cu_launch(cb, k_embed, grid, 256, 0, x, W->dev, W->dev_type, W->n_in, cb->d_step);
 	cu_launched(cb, "embed");
 }
 
 __global__ void k_swiglu(bf16 *out, const float *g, const float *u, size_t n)
 {
+	cu_pdl_begin();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
 		out[i] = __float2bfloat16(cu_silu(g[i]) * u[i]);
 }
@@ -30,7 +32,7 @@ void cu_swiglu(struct cuda_backend *cb, bf16 *out, const float *g, const float *
 {
 	size_t N = (size_t)T * n;
 	unsigned blocks = cu_blocks(N, 256);
-	k_swiglu<<<blocks < 65535u ? blocks : 65535u, 256, 0, cb->stream>>>(out, g, u, N);
+	cu_launch(cb, k_swiglu, blocks < 65535u ? blocks : 65535u, 256, 0, out, g, u, N);
 	cu_launched(cb, "swiglu");
 }
 
@@ -49,6 +51,7 @@ __device__ float cu_synth(uint64_t seed, uint64_t i, int64_t n_in, int64_t n_out
 
 __global__ void k_fill_synthetic(void *dst, int type, size_t n, uint64_t seed, int64_t n_in, int64_t n_out)
 {
+	cu_pdl_begin();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		float v = cu_synth(seed, i, n_in, n_out);
 		if (type == TOAST_DT_F32)
@@ -62,12 +65,13 @@ void cu_fill_synthetic(struct cuda_backend *cb, void *dst, enum toast_dtype type
 		       int64_t n_in, int64_t n_out)
 {
 	unsigned blocks = cu_blocks(n, 256);
-	k_fill_synthetic<<<blocks < 65535u ? blocks : 65535u, 256, 0, cb->stream>>>(dst, type, n, seed, n_in, n_out);
+	cu_launch(cb, k_fill_synthetic, blocks < 65535u ? blocks : 65535u, 256, 0, dst, type, n, seed, n_in, n_out);
 	cu_launched(cb, "synthetic fill");
 }
 
 __global__ void k_f32_to_bf16(bf16 *dst, const float *src, size_t n)
 {
+	cu_pdl_begin();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
 		dst[i] = __float2bfloat16(src[i]);
 }
@@ -75,6 +79,6 @@ __global__ void k_f32_to_bf16(bf16 *dst, const float *src, size_t n)
 void cu_f32_to_bf16(struct cuda_backend *cb, bf16 *dst, const float *src, size_t n)
 {
 	unsigned blocks = cu_blocks(n, 256);
-	k_f32_to_bf16<<<blocks < 65535u ? blocks : 65535u, 256, 0, cb->stream>>>(dst, src, n);
+	cu_launch(cb, k_f32_to_bf16, blocks < 65535u ? blocks : 65535u, 256, 0, dst, src, n);
 	cu_launched(cb, "f32 to bf16");
 }

@@ -37,6 +37,7 @@ __device__ __forceinline__ int64_t gdn_chan(const gdn_dims &g, int c)
 /* prefill: one thread per channel over all T tokens; reads state slot pos & 1, writes (pos + T) & 1 */
 __global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtype, float *state, int pos, float *out)
 {
+	cu_pdl_begin();
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	if (c >= g.conv_dim)
 		return;
@@ -69,6 +70,7 @@ __global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtyp
 __global__ void k_gdn_prep(gdn_dims g, float *conv, const float *b, const float *a, const float *A, int a_neg_exp,
 			   const float *dtb, float *beta, float *gg)
 {
+	cu_pdl_begin();
 	int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
 	float *row = conv + (size_t)t * g.conv_dim;
 	for (int hk = warp; hk < 2 * g.nk; hk += nw) {
@@ -113,6 +115,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS)
 		     float *conv_state, const int32_t *step, const float *A, int a_neg_exp, const float *dtb,
 		     const float *nw, float eps, float *S, bf16 *out)
 {
+	cu_pdl_begin();
 	extern __shared__ float sm[];
 	__shared__ float red[32];
 	__shared__ float gate_beta, gate_alpha;
@@ -259,6 +262,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS)
 __global__ void k_gdn_chunk(gdn_dims g, int C, const float *conv, const float *beta, const float *gg, float *S,
 			    float *o)
 {
+	cu_pdl_begin();
 	extern __shared__ float smem[];
 	int h = blockIdx.x, kh = h / g.r, dk = g.dk, dkp = dk + 1;
 	int jb = blockIdx.y * GDN_ROWS, J = min(GDN_ROWS, g.dv - jb);
@@ -368,6 +372,7 @@ __global__ void k_gdn_chunk(gdn_dims g, int C, const float *conv, const float *b
 __global__ void k_gdn_gnorm(gdn_dims g, const float *o, const float *qkv, const float *z, const float *w, float eps,
 			    bf16 *out)
 {
+	cu_pdl_begin();
 	__shared__ float red[32];
 	int t = blockIdx.x, h = blockIdx.y;
 	const float *oh = o + ((size_t)t * g.nv + h) * g.dv;
@@ -409,7 +414,7 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		bool regs = g.dv <= warps * 8 && (g.dk == 32 || g.dk == 64 || g.dk == 128 || g.dk == 256);
 		int rpw = (g.dv + warps - 1) / warps;
 #define GDN_DEC(D, R)                                                                                               \
-	k_gdn_decode<D, R><<<g.nv, GDN_DEC_THREADS, smem, cb->stream>>>(                                              \
+	cu_launch(cb, k_gdn_decode<D, R>, g.nv, GDN_DEC_THREADS, smem,                                               \
 		g, a->qkv, a->z, a->b, a->a, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, cb->d_step,          \
 		(const float *)a->A_log->dev, a->a_is_neg_exp, (const float *)a->dt_bias->dev,                        \
 		(const float *)a->norm_w->dev, a->eps, a->ssm_state, (bf16 *)a->out)
@@ -432,10 +437,10 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 	if (!scr)
 		return;
 	float *conv = scr, *beta = conv + n_conv, *gg = beta + n_h, *o = gg + n_h;
-	k_gdn_conv<<<cu_blocks((size_t)g.conv_dim, 128), 128, 0, cb->stream>>>(
+	cu_launch(cb, k_gdn_conv, cu_blocks((size_t)g.conv_dim, 128), 128, 0, 
 		g, a->qkv, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, a->pos, conv);
 	cu_launched(cb, "gdn conv");
-	k_gdn_prep<<<g.T, 256, 0, cb->stream>>>(g, conv, a->b, a->a, (const float *)a->A_log->dev, a->a_is_neg_exp,
+	cu_launch(cb, k_gdn_prep, g.T, 256, 0, g, conv, a->b, a->a, (const float *)a->A_log->dev, a->a_is_neg_exp,
 						 (const float *)a->dt_bias->dev, beta, gg);
 	cu_launched(cb, "gdn prep");
 	dim3 grid(g.nv, cu_blocks((size_t)g.dv, GDN_ROWS));
@@ -458,9 +463,9 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		cu_fail_msg(cb, "gdn: key head dim %d too large for shared memory", g.dk);
 		return;
 	}
-	k_gdn_chunk<<<grid, 256, smem, cb->stream>>>(g, C, conv, beta, gg, a->ssm_state, o);
+	cu_launch(cb, k_gdn_chunk, grid, 256, smem, g, C, conv, beta, gg, a->ssm_state, o);
 	cu_launched(cb, "gdn chunk");
 	dim3 ng(g.T, g.nv);
-	k_gdn_gnorm<<<ng, 128, 0, cb->stream>>>(g, o, a->qkv, a->z, (const float *)a->norm_w->dev, a->eps, (bf16 *)a->out);
+	cu_launch(cb, k_gdn_gnorm, ng, 128, 0, g, o, a->qkv, a->z, (const float *)a->norm_w->dev, a->eps, (bf16 *)a->out);
 	cu_launched(cb, "gdn gated norm");
 }

@@ -74,6 +74,7 @@ __device__ __forceinline__ void gemv_stage(const gemv_args &a, float *xs)
 template <int T, int ROWS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 {
+	cu_pdl_begin();
 	const int GEMV_ROWS = ROWS, GEMV_BLOCK_ROWS = GEMV_WARPS * ROWS;
 	extern __shared__ float xs[];
 	gemv_stage<T>(a, xs);
@@ -133,6 +134,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 __global__ void k_gemv_plain(void *out, int mode, const bf16 *x, const float *xf, const void *W, int wtype,
 			     int64_t n_out, int64_t n_in)
 {
+	cu_pdl_begin();
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp;
 	int t = blockIdx.y;
@@ -149,6 +151,7 @@ __global__ void k_gemv_plain(void *out, int mode, const bf16 *x, const float *xf
 /* y = RMSNorm(x) rows, to f32 and/or bf16 */
 __global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps, int plus_one, float *yf, bf16 *yb)
 {
+	cu_pdl_begin();
 	__shared__ float red[32];
 	const float *xr = x + blockIdx.x * n;
 	float ss = 0;
@@ -168,14 +171,15 @@ __global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps
 void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const struct toast_weight *W, int T)
 {
 	dim3 grid(cu_blocks((size_t)W->n_out, 8), T);
-	k_gemv_plain<<<grid, 256, 0, cb->stream>>>(out, TOAST_MM_F32, NULL, x, W->dev, W->dev_type, W->n_out, W->n_in);
+	cu_launch(cb, k_gemv_plain, grid, 256, 0, out, (int)TOAST_MM_F32, (const bf16 *)NULL, x, W->dev, (int)W->dev_type,
+		  W->n_out, W->n_in);
 	cu_launched(cb, "gemv (f32 input)");
 }
 
 void cu_norm_rows(struct cuda_backend *cb, const float *x, const struct toast_weight *w, int T, int64_t n, float eps,
 		  bool plus_one, float *yf, bf16 *yb)
 {
-	k_norm_rows<<<T, 256, 0, cb->stream>>>(x, (const float *)w->dev, n, eps, plus_one, yf, yb);
+	cu_launch(cb, k_norm_rows, T, 256, 0, x, (const float *)w->dev, n, eps, plus_one, yf, yb);
 	cu_launched(cb, "rmsnorm");
 }
 
@@ -203,7 +207,7 @@ static void gemv_launch(struct cuda_backend *cb, const gemv_args &a, unsigned bl
 		cu_fail_msg(cb, "gemv: %zu bytes of shared memory needed, %zu allowed", smem, room);
 		return;
 	}
-	k_gemv<T, ROWS><<<blocks, GEMV_WARPS * 32, smem, cb->stream>>>(a);
+	cu_launch(cb, k_gemv<T, ROWS>, blocks, GEMV_WARPS * 32, smem, a);
 }
 
 template <int T>
@@ -281,7 +285,7 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 			continue;
 		}
 		dim3 grid(cu_blocks((size_t)W->n_out, 8), T);
-		k_gemv_plain<<<grid, 256, 0, cb->stream>>>(outs[k].out, outs[k].mode, xb, xf, W->dev, W->dev_type, W->n_out,
+		cu_launch(cb, k_gemv_plain, grid, 256, 0, outs[k].out, outs[k].mode, xb, xf, W->dev, W->dev_type, W->n_out,
 							    n_in);
 		cu_launched(cb, "matmul (plain)");
 	}

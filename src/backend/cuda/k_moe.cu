@@ -198,6 +198,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 #pragma unroll
 		for (int p = 0; p < PL; p++)
 			rw[p] = __ldg((const uint4 *)(R + (size_t)e * E) + lane + 32 * p);
+	cu_pdl_begin(); /* the router rows are weights: their loads fly while the previous kernel ends */
 	for (int t = 0; t < d.T; t++) {
 		const float *xr = x + (size_t)t * E;
 		float ss = 0;
@@ -280,6 +281,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 __global__ void k_moe_topk(moe_dims d, const float *h, const float *logits, const float *sgw, int32_t *sel, float *wt,
 			   float *sgate)
 {
+	cu_pdl_begin();
 	extern __shared__ float s[];
 	int t = blockIdx.x;
 	moe_topk_block(d, logits + (size_t)t * d.ne, s, sel + (size_t)t * d.k, wt + (size_t)t * d.k);
@@ -297,6 +299,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_gateup(moe_dims d, const float *h, const bf16 *gate, const bf16 *up, const int32_t *sel, const bf16 *sg,
 		     const bf16 *su, float *act)
 {
+	cu_pdl_begin();
 	extern __shared__ float hs[];
 	int slot = blockIdx.y, t = blockIdx.z, E = d.E;
 	bool shared = slot == d.k;
@@ -342,6 +345,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_down(moe_dims d, float *x, const bf16 *down, const int32_t *sel, const float *wt, const bf16 *sd,
 		   const float *sgate, const float *act)
 {
+	cu_pdl_begin();
 	extern __shared__ float as[];
 	__shared__ const bf16 *rows_base[MOE_MAX_K + 1];
 	__shared__ float wts[MOE_MAX_K + 1];
@@ -411,16 +415,16 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		const float *nw = (const float *)a->norm_w->dev;
 		const bf16 *R = (const bf16 *)a->router->dev;
 		if (d.E == 2048)
-			k_moe_route<8><<<nb, MOE_WARPS * 32, route_smem, cb->stream>>>(d, a->x, nw, a->eps, a->plus_one, R, sgw, h,
+			cu_launch(cb, k_moe_route<8>, nb, MOE_WARPS * 32, route_smem, d, a->x, nw, a->eps, a->plus_one, R, sgw, h,
 										     logits, sel, wt, sgate, cb->counters);
 		else
-			k_moe_route<0><<<nb, MOE_WARPS * 32, route_smem, cb->stream>>>(d, a->x, nw, a->eps, a->plus_one, R, sgw, h,
+			cu_launch(cb, k_moe_route<0>, nb, MOE_WARPS * 32, route_smem, d, a->x, nw, a->eps, a->plus_one, R, sgw, h,
 										     logits, sel, wt, sgate, cb->counters);
 		cu_launched(cb, "moe route");
 	} else {
 		cu_norm_rows(cb, a->x, a->norm_w, d.T, d.E, a->eps, a->plus_one, h, NULL);
 		cu_gemv_f32(cb, logits, h, a->router, d.T); /* router logits from the f32 input */
-		k_moe_topk<<<d.T, 256, d.ne * 4, cb->stream>>>(d, h, logits, sgw, sel, wt, sgate);
+		cu_launch(cb, k_moe_topk, d.T, 256, d.ne * 4, d, h, logits, sgw, sel, wt, sgate);
 		cu_launched(cb, "moe top-k");
 	}
 	size_t hsm = (size_t)d.E * 4, asm_ = (size_t)(d.k + 1) * d.Fmax * 4;
@@ -433,25 +437,25 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	const bf16 *SG = d.Fs ? (const bf16 *)a->sh_gate->dev : NULL, *SU = d.Fs ? (const bf16 *)a->sh_up->dev : NULL;
 	int ple = d.E % 256 == 0 ? d.E / 256 : 0;
 	if (ple == 8)
-		k_moe_gateup<8><<<g1, MOE_WARPS * 32, hsm, cb->stream>>>(d, h, G, U, sel, SG, SU, act);
+		cu_launch(cb, k_moe_gateup<8>, g1, MOE_WARPS * 32, hsm, d, h, G, U, sel, SG, SU, act);
 	else if (ple == 4)
-		k_moe_gateup<4><<<g1, MOE_WARPS * 32, hsm, cb->stream>>>(d, h, G, U, sel, SG, SU, act);
+		cu_launch(cb, k_moe_gateup<4>, g1, MOE_WARPS * 32, hsm, d, h, G, U, sel, SG, SU, act);
 	else if (ple == 2)
-		k_moe_gateup<2><<<g1, MOE_WARPS * 32, hsm, cb->stream>>>(d, h, G, U, sel, SG, SU, act);
+		cu_launch(cb, k_moe_gateup<2>, g1, MOE_WARPS * 32, hsm, d, h, G, U, sel, SG, SU, act);
 	else if (ple == 1)
-		k_moe_gateup<1><<<g1, MOE_WARPS * 32, hsm, cb->stream>>>(d, h, G, U, sel, SG, SU, act);
+		cu_launch(cb, k_moe_gateup<1>, g1, MOE_WARPS * 32, hsm, d, h, G, U, sel, SG, SU, act);
 	else
-		k_moe_gateup<0><<<g1, MOE_WARPS * 32, hsm, cb->stream>>>(d, h, G, U, sel, SG, SU, act);
+		cu_launch(cb, k_moe_gateup<0>, g1, MOE_WARPS * 32, hsm, d, h, G, U, sel, SG, SU, act);
 	cu_launched(cb, "moe gate/up");
 	dim3 g2(cu_blocks((size_t)d.E, MOE_WARPS), d.T);
 	const bf16 *D = (const bf16 *)a->down->dev, *SD = d.Fs ? (const bf16 *)a->sh_down->dev : NULL;
 	const float *sgp = a->sh_gate_inp ? sgate : NULL;
 	int plf = d.F % 256 == 0 && (!d.Fs || d.Fs == d.F) && d.k + (d.Fs ? 1 : 0) <= MOE_DOWN_SLOTS ? d.F / 256 : 0;
 	if (plf == 2)
-		k_moe_down<2><<<g2, MOE_WARPS * 32, asm_, cb->stream>>>(d, a->x, D, sel, wt, SD, sgp, act);
+		cu_launch(cb, k_moe_down<2>, g2, MOE_WARPS * 32, asm_, d, a->x, D, sel, wt, SD, sgp, act);
 	else if (plf == 1)
-		k_moe_down<1><<<g2, MOE_WARPS * 32, asm_, cb->stream>>>(d, a->x, D, sel, wt, SD, sgp, act);
+		cu_launch(cb, k_moe_down<1>, g2, MOE_WARPS * 32, asm_, d, a->x, D, sel, wt, SD, sgp, act);
 	else
-		k_moe_down<0><<<g2, MOE_WARPS * 32, asm_, cb->stream>>>(d, a->x, D, sel, wt, SD, sgp, act);
+		cu_launch(cb, k_moe_down<0>, g2, MOE_WARPS * 32, asm_, d, a->x, D, sel, wt, SD, sgp, act);
 	cu_launched(cb, "moe down");
 }
