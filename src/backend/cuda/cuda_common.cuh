@@ -96,34 +96,20 @@ static inline unsigned cu_blocks(size_t n, unsigned per)
 }
 
 /* ---- launches ----
- * Every kernel starts with cu_pdl_begin() and is launched by cu_launch() with programmatic
- * dependent launch: the next kernel in the stream may be scheduled while this one drains and
- * waits (griddepcontrol.wait) for its completion before touching anything it produced. Only
- * immutable data (weights) may be read before cu_pdl_begin(); nothing may be written before it.
+ * cu_launch(cb, kernel, grid, block, smem, args...) launches on the backend's stream.
+ * (Programmatic dependent launch was measured on an H200 and made decode 7% slower: kernels
+ * scheduled early hold registers and shared memory the running kernel's later blocks need.)
  */
 template <typename... KArgs, typename... Args>
 static inline void cu_launch(struct cuda_backend *cb, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
 			     Args &&...args)
 {
-	cudaLaunchAttribute attr[1];
-	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	attr[0].val.programmaticStreamSerializationAllowed = 1;
 	cudaLaunchConfig_t cfg = {};
 	cfg.gridDim = grid;
 	cfg.blockDim = block;
 	cfg.dynamicSmemBytes = smem;
 	cfg.stream = cb->stream;
-	cfg.attrs = attr;
-	cfg.numAttrs = 1;
 	cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
-}
-
-__device__ __forceinline__ void cu_pdl_begin()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-	asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
 }
 
 /* ---- device helpers ---- */

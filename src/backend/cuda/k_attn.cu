@@ -16,7 +16,6 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 			    int plus_one, float eps, int n_head, int n_kv, int hd, int n_rot, float theta, int freq_type,
 			    int gated, bf16 *kc, bf16 *vc, float *qout, const int32_t *step)
 {
-	cu_pdl_begin();
 	__shared__ float red[32];
 	extern __shared__ float sh[];
 	int t = blockIdx.x, hh = blockIdx.y, d = threadIdx.x;
@@ -89,7 +88,6 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 	k_attn_tile(const float *qf, const bf16 *kc, const bf16 *vc, float *part, int n_head, int n_kv, int hd, int n_split,
 		    int qt, int T, const int32_t *step)
 {
-	cu_pdl_begin();
 	extern __shared__ float sm[];
 	int kvh = blockIdx.x, split = blockIdx.y, t0 = blockIdx.z * qt;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -211,7 +209,6 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 __global__ void k_attn_combine(const float *part, const float *q, bf16 *out, int n_head, int n_kv, int hd, int n_split,
 			       int gated)
 {
-	cu_pdl_begin();
 	int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
 	int n_rep = n_head / n_kv, kvh = h / n_rep, r = h % n_rep;
 	if (d >= hd)

@@ -7,7 +7,6 @@
 /* x[t][i] = W[ids[t]][i]; ids from the step's device copy */
 __global__ void k_embed(float *x, const void *W, int type, int64_t n, const int32_t *step)
 {
-	cu_pdl_begin();
 	int t = blockIdx.y;
 	int64_t row = step[2 + t];
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -23,7 +22,6 @@ void cu_embed(struct cuda_backend *cb, float *x, const struct toast_weight *W, i
 
 __global__ void k_swiglu(bf16 *out, const float *g, const float *u, size_t n)
 {
-	cu_pdl_begin();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
 		out[i] = __float2bfloat16(cu_silu(g[i]) * u[i]);
 }
@@ -51,7 +49,6 @@ __device__ float cu_synth(uint64_t seed, uint64_t i, int64_t n_in, int64_t n_out
 
 __global__ void k_fill_synthetic(void *dst, int type, size_t n, uint64_t seed, int64_t n_in, int64_t n_out)
 {
-	cu_pdl_begin();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		float v = cu_synth(seed, i, n_in, n_out);
 		if (type == TOAST_DT_F32)
@@ -71,7 +68,6 @@ void cu_fill_synthetic(struct cuda_backend *cb, void *dst, enum toast_dtype type
 
 __global__ void k_f32_to_bf16(bf16 *dst, const float *src, size_t n)
 {
-	cu_pdl_begin();
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
 		dst[i] = __float2bfloat16(src[i]);
 }

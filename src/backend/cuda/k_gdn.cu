@@ -37,7 +37,6 @@ __device__ __forceinline__ int64_t gdn_chan(const gdn_dims &g, int c)
 /* prefill: one thread per channel over all T tokens; reads state slot pos & 1, writes (pos + T) & 1 */
 __global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtype, float *state, int pos, float *out)
 {
-	cu_pdl_begin();
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	if (c >= g.conv_dim)
 		return;
@@ -70,7 +69,6 @@ __global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtyp
 __global__ void k_gdn_prep(gdn_dims g, float *conv, const float *b, const float *a, const float *A, int a_neg_exp,
 			   const float *dtb, float *beta, float *gg)
 {
-	cu_pdl_begin();
 	int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
 	float *row = conv + (size_t)t * g.conv_dim;
 	for (int hk = warp; hk < 2 * g.nk; hk += nw) {
@@ -115,7 +113,6 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS)
 		     float *conv_state, const int32_t *step, const float *A, int a_neg_exp, const float *dtb,
 		     const float *nw, float eps, float *S, bf16 *out)
 {
-	cu_pdl_begin();
 	extern __shared__ float sm[];
 	__shared__ float red[32];
 	__shared__ float gate_beta, gate_alpha;
@@ -262,7 +259,6 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS)
 __global__ void k_gdn_chunk(gdn_dims g, int C, const float *conv, const float *beta, const float *gg, float *S,
 			    float *o)
 {
-	cu_pdl_begin();
 	extern __shared__ float smem[];
 	int h = blockIdx.x, kh = h / g.r, dk = g.dk, dkp = dk + 1;
 	int jb = blockIdx.y * GDN_ROWS, J = min(GDN_ROWS, g.dv - jb);
@@ -372,7 +368,6 @@ __global__ void k_gdn_chunk(gdn_dims g, int C, const float *conv, const float *b
 __global__ void k_gdn_gnorm(gdn_dims g, const float *o, const float *qkv, const float *z, const float *w, float eps,
 			    bf16 *out)
 {
-	cu_pdl_begin();
 	__shared__ float red[32];
 	int t = blockIdx.x, h = blockIdx.y;
 	const float *oh = o + ((size_t)t * g.nv + h) * g.dv;

@@ -74,7 +74,6 @@ __device__ __forceinline__ void gemv_stage(const gemv_args &a, float *xs)
 template <int T, int ROWS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 {
-	cu_pdl_begin();
 	const int GEMV_ROWS = ROWS, GEMV_BLOCK_ROWS = GEMV_WARPS * ROWS;
 	extern __shared__ float xs[];
 	gemv_stage<T>(a, xs);
@@ -134,7 +133,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 __global__ void k_gemv_plain(void *out, int mode, const bf16 *x, const float *xf, const void *W, int wtype,
 			     int64_t n_out, int64_t n_in)
 {
-	cu_pdl_begin();
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp;
 	int t = blockIdx.y;
@@ -151,7 +149,6 @@ __global__ void k_gemv_plain(void *out, int mode, const bf16 *x, const float *xf
 /* y = RMSNorm(x) rows, to f32 and/or bf16 */
 __global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps, int plus_one, float *yf, bf16 *yb)
 {
-	cu_pdl_begin();
 	__shared__ float red[32];
 	const float *xr = x + blockIdx.x * n;
 	float ss = 0;

@@ -197,8 +197,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	if (PL > 0 && e < d.ne)
 #pragma unroll
 		for (int p = 0; p < PL; p++)
-			rw[p] = __ldg((const uint4 *)(R + (size_t)e * E) + lane + 32 * p);
-	cu_pdl_begin(); /* the router rows are weights: their loads fly while the previous kernel ends */
+			rw[p] = __ldg((const uint4 *)(R + (size_t)e * E) + lane + 32 * p); /* the router rows are weights: their loads fly while the previous kernel ends */
 	for (int t = 0; t < d.T; t++) {
 		const float *xr = x + (size_t)t * E;
 		float ss = 0;
@@ -281,7 +280,6 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 __global__ void k_moe_topk(moe_dims d, const float *h, const float *logits, const float *sgw, int32_t *sel, float *wt,
 			   float *sgate)
 {
-	cu_pdl_begin();
 	extern __shared__ float s[];
 	int t = blockIdx.x;
 	moe_topk_block(d, logits + (size_t)t * d.ne, s, sel + (size_t)t * d.k, wt + (size_t)t * d.k);
@@ -299,7 +297,6 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_gateup(moe_dims d, const float *h, const bf16 *gate, const bf16 *up, const int32_t *sel, const bf16 *sg,
 		     const bf16 *su, float *act)
 {
-	cu_pdl_begin();
 	extern __shared__ float hs[];
 	int slot = blockIdx.y, t = blockIdx.z, E = d.E;
 	bool shared = slot == d.k;
@@ -345,7 +342,6 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_down(moe_dims d, float *x, const bf16 *down, const int32_t *sel, const float *wt, const bf16 *sd,
 		   const float *sgate, const float *act)
 {
-	cu_pdl_begin();
 	extern __shared__ float as[];
 	__shared__ const bf16 *rows_base[MOE_MAX_K + 1];
 	__shared__ float wts[MOE_MAX_K + 1];
