@@ -39,8 +39,8 @@ timeout 200 $B/test_ops --perf >"$OUT/ops-perf.log" 2>&1
 cat "$OUT/ops-perf.log"
 # 3. timing at the real Qwen3-Next shape, 12 of 48 layers in bf16
 if [ "$MODE" = full ]; then
-	timeout 400 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 1024 \
-		--prompt 128 --ctx 0,28000,68000 --decode 64 >"$OUT/bench.log" 2>&1
+	timeout 400 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 4096 \
+		--prompt 128,1024,4096 --ctx 0,28000,68000 --decode 64 >"$OUT/bench.log" 2>&1
 	summary+=("bench rc=$?")
 	cat "$OUT/bench.log"
 fi

@@ -187,9 +187,11 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 	       int T);
 /* out[T][W.n_out] (f32) = x[T][W.n_in] (f32) · Wᵀ, any weight type: precise and slow */
 void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const struct toast_weight *W, int T);
-/* rows y = RMSNorm(x) with w, into yf (f32) and/or yb (bf16) */
+/* rows y = RMSNorm(x) with w, into yf (f32) and/or yb (bf16); ylo = bf16(y - yb) */
 void cu_norm_rows(struct cuda_backend *cb, const float *x, const struct toast_weight *w, int T, int64_t n, float eps,
-		  bool plus_one, float *yf, bf16 *yb);
+		  bool plus_one, float *yf, bf16 *yb, bf16 *ylo);
+/* one cuBLAS GEMM: o->out [T][W.n_out] (per mode) = in [T][W.n_in] (bf16) · Wᵀ */
+void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16 *in, int T);
 
 /* k_attn.cu */
 void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a);
