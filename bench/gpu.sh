@@ -40,7 +40,7 @@ cat "$OUT/ops-perf.log"
 # 3. timing at the real Qwen3-Next shape, 12 of 48 layers in bf16
 if [ "$MODE" = full ]; then
 	timeout 400 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 4096 \
-		--prompt 128,1024,4096 --ctx 0,28000,68000 --decode 64 >"$OUT/bench.log" 2>&1
+		--prompt 128,1024,4096,17408 --ctx 0,28000,68000 --decode 64 >"$OUT/bench.log" 2>&1
 	summary+=("bench rc=$?")
 	cat "$OUT/bench.log"
 fi
@@ -71,6 +71,9 @@ if [ "$MODE" = full ]; then
 	TOASTED_CUDA_PROFILE=1 timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda \
 		--prompt 1 --ctx 0 --decode 50 >"$OUT/profile.txt" 2>&1
 	grep -A40 "cuda profile" "$OUT/profile.txt"
+	TOASTED_CUDA_PROFILE=1 timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda \
+		--chunk 4096 --prompt 4096 --ctx 0 --decode 1 >"$OUT/profile-prefill.txt" 2>&1
+	grep -A40 "cuda profile" "$OUT/profile-prefill.txt"
 fi
 echo
 echo "==== summary ===="
