@@ -45,9 +45,10 @@ struct cuda_backend {
 	int step_cap;
 	cudaEvent_t step_copied;
 	int step_T, step_pos;
-	/* device scratch for ops, grown outside graph capture */
-	void *scratch;
-	size_t scratch_bytes;
+	/* device scratch for ops, grown outside graph capture; scratch2 for buffers sized later in an
+	 * op than the first (growing one must not move the other) */
+	void *scratch, *scratch2;
+	size_t scratch_bytes, scratch2_bytes;
 	unsigned *counters; /* zeroed device counters for "last block" patterns; each user resets its own */
 	/* prefill MoE: pinned host copy of per-expert counts */
 	int32_t *h_counts;
@@ -89,6 +90,7 @@ void cu_launched(struct cuda_backend *cb, const char *op);
 size_t cu_allow_smem(struct cuda_backend *cb, const void *func);
 /* Device scratch of at least n bytes (grown when not capturing), or NULL (then failed is set). */
 void *cu_scratch(struct cuda_backend *cb, size_t n);
+void *cu_scratch2(struct cuda_backend *cb, size_t n);
 
 static inline unsigned cu_blocks(size_t n, unsigned per)
 {

@@ -34,7 +34,17 @@ __device__ __forceinline__ int64_t gdn_chan(const gdn_dims &g, int c)
 	return (int64_t)(h / g.r) * G + 2 * g.dk + (h % g.r) * g.dv + c % g.dv;
 }
 
-/* prefill: one thread per channel over all T tokens; reads state slot pos & 1, writes (pos + T) & 1 */
+/* prefill: one thread per (channel, run of GDN_CONV_RUN tokens); reads state slot pos & 1 and
+ * leaves the new state in slot (pos + T) & 1. Only the first run reads the old state, and the
+ * same threads write the new one (the slots may be the same one when T is even). */
+#define GDN_CONV_RUN 64
+__device__ __forceinline__ float gdn_conv_in(const gdn_dims &g, const float *qkv, const float *st, int64_t col, int c,
+					     int t)
+{
+	int64_t stride = g.grouped ? g.conv_dim + g.vdim : g.conv_dim;
+	return t >= 0 ? qkv[t * stride + col] : st[(size_t)(g.K - 1 + t) * g.conv_dim + c];
+}
+
 __global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtype, float *state, int pos, float *out)
 {
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -44,25 +54,24 @@ __global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtyp
 	size_t slot = (size_t)(K - 1) * g.conv_dim;
 	const float *st = state + (pos & 1) * slot;
 	float *sn = state + ((pos + g.T) & 1) * slot;
-	float win[16];
-	for (int j = 0; j < K - 1; j++)
-		win[j] = st[(size_t)j * g.conv_dim + c];
-	int64_t col = gdn_chan(g, c), stride = g.grouped ? g.conv_dim + g.vdim : g.conv_dim;
+	int64_t col = gdn_chan(g, c);
 	float wc[16];
 	for (int j = 0; j < K; j++)
 		wc[j] = cu_ldw(w, wtype, (size_t)c * K + j);
-	for (int t = 0; t < g.T; t++) {
-		float x = qkv[t * stride + col];
-		float s = wc[K - 1] * x;
-		for (int j = 0; j < K - 1; j++)
-			s += wc[j] * win[j];
-		for (int j = 0; j < K - 2; j++)
-			win[j] = win[j + 1];
-		win[K - 2] = x;
+	int t0 = blockIdx.y * GDN_CONV_RUN, t1 = min(g.T, t0 + GDN_CONV_RUN);
+	for (int t = t0; t < t1; t++) {
+		float s = 0;
+		for (int j = 0; j < K; j++)
+			s += wc[j] * gdn_conv_in(g, qkv, st, col, c, t - (K - 1) + j);
 		out[(size_t)t * g.conv_dim + c] = cu_silu(s);
 	}
-	for (int j = 0; j < K - 1; j++)
-		sn[(size_t)j * g.conv_dim + c] = win[j];
+	if (blockIdx.y == 0) {
+		float nw[16];
+		for (int j = 0; j < K - 1; j++)
+			nw[j] = gdn_conv_in(g, qkv, st, col, c, g.T - (K - 1) + j);
+		for (int j = 0; j < K - 1; j++)
+			sn[(size_t)j * g.conv_dim + c] = nw[j];
+	}
 }
 
 /* per token: L2-normalise q (with d_k^-1/2) and k of each key head in place; beta and g */
@@ -432,8 +441,8 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 	if (!scr)
 		return;
 	float *conv = scr, *beta = conv + n_conv, *gg = beta + n_h, *o = gg + n_h;
-	cu_launch(cb, k_gdn_conv, cu_blocks((size_t)g.conv_dim, 128), 128, 0, 
-		g, a->qkv, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, a->pos, conv);
+	cu_launch(cb, k_gdn_conv, dim3(cu_blocks((size_t)g.conv_dim, 128), cu_blocks((size_t)g.T, GDN_CONV_RUN)), 128, 0,
+		  g, a->qkv, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, a->pos, conv);
 	cu_launched(cb, "gdn conv");
 	cu_launch(cb, k_gdn_prep, g.T, 256, 0, g, conv, a->b, a->a, (const float *)a->A_log->dev, a->a_is_neg_exp,
 						 (const float *)a->dt_bias->dev, beta, gg);

@@ -423,13 +423,16 @@ __global__ void k_moe_scatter(const int32_t *sel, int n, int k, const int32_t *o
 	row_tok[pos] = i / k;
 }
 
-/* xs[row] = hb[row_tok[row]] (bf16 rows of E) */
-__global__ void k_moe_gather(const bf16 *hb, const int32_t *row_tok, int E, bf16 *xs)
+/* xs[e][j] = hb[token of the j-th row of expert e] for j < count[e]; rows past the count are
+ * left as they are (their products are never read) */
+__global__ void k_moe_gather(const bf16 *hb, const int32_t *row_tok, const int32_t *offsets, int cap, int E, bf16 *xs)
 {
-	int row = blockIdx.x;
-	const bf16 *src = hb + (size_t)row_tok[row] * E;
-	bf16 *dst = xs + (size_t)row * E;
-	for (int i = threadIdx.x; i < E; i += blockDim.x)
+	int j = blockIdx.x, e = blockIdx.y;
+	if (j >= offsets[e + 1] - offsets[e])
+		return;
+	const uint4 *src = (const uint4 *)(hb + (size_t)row_tok[offsets[e] + j] * E);
+	uint4 *dst = (uint4 *)(xs + ((size_t)e * cap + j) * E);
+	for (int i = threadIdx.x; i < E / 8; i += blockDim.x)
 		dst[i] = src[i];
 }
 
@@ -439,96 +442,64 @@ __global__ void k_silu_mul_bf16(bf16 *out, const bf16 *g, const bf16 *u, size_t 
 		out[i] = __float2bfloat16(cu_silu(__bfloat162float(g[i])) * __bfloat162float(u[i]));
 }
 
-/* x[t][i] += sum_s wt[t][s] * y[inv[t][s]][i] + sgate[t] * ys[t][i], slots in order */
-__global__ void k_moe_combine(float *x, int E, int k, const int32_t *inv, const float *wt, const float *y,
-			      const float *ys, const float *sgate)
+/* x[t][i] += sum_s wt[t][s] * y[row of (t, s)][i] + sgate[t] * ys[t][i], slots in order */
+__global__ void k_moe_combine(float *x, int E, int k, const int32_t *sel, const int32_t *inv, const int32_t *offsets,
+			      int cap, const float *wt, const float *y, const float *ys, const float *sgate)
 {
 	int t = blockIdx.x;
 	for (int i = threadIdx.x; i < E; i += blockDim.x) {
 		float acc = 0;
-		for (int s = 0; s < k; s++)
-			acc += wt[(size_t)t * k + s] * y[(size_t)inv[(size_t)t * k + s] * E + i];
+		for (int s = 0; s < k; s++) {
+			int e = sel[(size_t)t * k + s];
+			size_t row = (size_t)e * cap + (inv[(size_t)t * k + s] - offsets[e]);
+			acc += wt[(size_t)t * k + s] * y[row * E + i];
+		}
 		if (ys)
 			acc += (sgate ? sgate[t] : 1.0f) * ys[(size_t)t * E + i];
 		x[(size_t)t * E + i] += acc;
 	}
 }
 
-/* C_g = B_g · A_gᵀ for each group g (row-major: C [n_g][m], B [n_g][kk], A [m][kk]), as one
- * grouped cuBLAS call (falling back to one GEMM per group where the library refuses) */
-static void moe_grouped_gemm(struct cuda_backend *cb, int n_groups, const int *rows, const bf16 *const *A,
-			     const bf16 *const *B, void *const *C, int m, int kk, cudaDataType_t ct, void **dev_ptrs)
+/* C[e] (row-major [cap][m]) = B[e] ([cap][kk]) · A[e]ᵀ (A[e]: [m][kk]) for every expert e */
+static void moe_batched_gemm(struct cuda_backend *cb, int ne, int cap, const bf16 *A, const bf16 *B, void *C, int m,
+			     int kk, cudaDataType_t ct)
 {
-	if (n_groups == 0)
-		return;
-	/* device pointer arrays (A, B, C) uploaded together */
-	const void **h = (const void **)malloc(sizeof(void *) * 3 * n_groups);
-	int *mv = (int *)malloc(sizeof(int) * 7 * n_groups);
-	float *ab = (float *)malloc(sizeof(float) * 2 * n_groups);
-	cublasOperation_t *ops = (cublasOperation_t *)malloc(sizeof(cublasOperation_t) * 2 * n_groups);
-	if (!h || !mv || !ab || !ops) {
-		cu_fail_msg(cb, "moe: out of host memory");
-		free(h), free(mv), free(ab), free(ops);
-		return;
-	}
-	int *nv = mv + n_groups, *kv = nv + n_groups, *lda = kv + n_groups, *ldb = lda + n_groups, *ldc = ldb + n_groups,
-	    *gs = ldc + n_groups;
-	for (int g = 0; g < n_groups; g++) {
-		h[g] = A[g];
-		h[n_groups + g] = B[g];
-		h[2 * n_groups + g] = C[g];
-		mv[g] = m, nv[g] = rows[g], kv[g] = kk, lda[g] = kk, ldb[g] = kk, ldc[g] = m, gs[g] = 1;
-		ab[g] = 1.0f, ab[n_groups + g] = 0.0f;
-		ops[g] = CUBLAS_OP_T, ops[n_groups + g] = CUBLAS_OP_N;
-	}
-	void **d = dev_ptrs;
-	cu_fail(cb, cudaMemcpyAsync(d, h, sizeof(void *) * 3 * n_groups, cudaMemcpyHostToDevice, cb->stream),
-		"moe pointers");
-	cublasStatus_t st = cublasGemmGroupedBatchedEx(cb->cublas, ops, ops + n_groups, mv, nv, kv, ab, (const void *const *)d,
-						       CUDA_R_16BF, lda, (const void *const *)(d + n_groups), CUDA_R_16BF,
-						       ldb, ab + n_groups, (void *const *)(d + 2 * n_groups), ct, ldc,
-						       n_groups, gs, CUBLAS_COMPUTE_32F);
-	if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
-		float one = 1.0f, zero = 0.0f;
-		for (int g = 0; g < n_groups; g++) {
-			st = cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, rows[g], kk, &one, A[g], CUDA_R_16BF, kk, B[g],
-					  CUDA_R_16BF, kk, &zero, C[g], ct, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-			if (st != CUBLAS_STATUS_SUCCESS)
-				break;
-		}
-	}
+	float one = 1.0f, zero = 0.0f;
+	cublasStatus_t st = cublasGemmStridedBatchedEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, cap, kk, &one, A, CUDA_R_16BF,
+						       kk, (long long)m * kk, B, CUDA_R_16BF, kk, (long long)cap * kk,
+						       &zero, C, ct, m, (long long)cap * m, ne, CUBLAS_COMPUTE_32F,
+						       CUBLAS_GEMM_DEFAULT);
 	if (st != CUBLAS_STATUS_SUCCESS)
-		cu_fail_msg(cb, "moe grouped GEMM (%d groups, %dx%d): cuBLAS status %d", n_groups, m, kk, (int)st);
-	cu_launched(cb, "moe grouped gemm");
-	/* the host arrays must outlive the asynchronous upload */
-	cudaStreamSynchronize(cb->stream);
-	free(h), free(mv), free(ab), free(ops);
+		cu_fail_msg(cb, "moe batched GEMM (%d x %dx%dx%d): cuBLAS status %d", ne, m, cap, kk, (int)st);
+	cu_launched(cb, "moe expert gemm");
 }
 
+/*
+ * Prefill: token-slots grouped by expert (count, scan, scatter), then every expert's rows padded
+ * to the largest group so that gate, up and down are one strided-batched tensor-core GEMM each.
+ * The padding costs the imbalance of the routing; the host learns the largest group with one
+ * copy per layer.
+ */
 static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args *a, const moe_dims &d)
 {
 	size_t T = (size_t)d.T, E = (size_t)d.E, F = (size_t)d.F, Fs = (size_t)d.Fs, ne = (size_t)d.ne, k = (size_t)d.k;
 	size_t n = T * k;
-	/* scratch layout, every piece 256-byte aligned */
 	size_t off = 0;
 #define MOE_TAKE(bytes) (off = (off + 255) & ~(size_t)255, off += (bytes), off - (bytes))
 	size_t o_h = MOE_TAKE(T * E * 4), o_hb = MOE_TAKE(T * E * 2), o_hlo = MOE_TAKE(T * E * 2);
 	size_t o_log = MOE_TAKE(T * ne * 4), o_sel = MOE_TAKE(n * 4), o_wt = MOE_TAKE(n * 4), o_sg = MOE_TAKE(T * 4);
 	size_t o_cnt = MOE_TAKE(ne * 4), o_offs = MOE_TAKE((ne + 1) * 4), o_cur = MOE_TAKE(ne * 4);
-	size_t o_inv = MOE_TAKE(n * 4), o_rt = MOE_TAKE(n * 4), o_xs = MOE_TAKE(n * E * 2);
-	size_t o_g = MOE_TAKE(n * F * 2), o_u = MOE_TAKE(n * F * 2), o_act = MOE_TAKE(n * F * 2), o_y = MOE_TAKE(n * E * 4);
+	size_t o_inv = MOE_TAKE(n * 4), o_rt = MOE_TAKE(n * 4);
 	size_t o_sgf = MOE_TAKE(T * Fs * 4), o_suf = MOE_TAKE(T * Fs * 4), o_sact = MOE_TAKE(T * Fs * 2);
-	size_t o_ys = MOE_TAKE(T * E * 4), o_ptr = MOE_TAKE(3 * ne * sizeof(void *));
-#undef MOE_TAKE
+	size_t o_ys = MOE_TAKE(T * E * 4);
 	char *s = (char *)cu_scratch(cb, off);
 	if (!s)
 		return;
 	float *h = (float *)(s + o_h), *logits = (float *)(s + o_log), *wt = (float *)(s + o_wt), *sgate = (float *)(s + o_sg);
-	bf16 *hb = (bf16 *)(s + o_hb), *hlo = (bf16 *)(s + o_hlo), *xs = (bf16 *)(s + o_xs);
-	bf16 *gg = (bf16 *)(s + o_g), *uu = (bf16 *)(s + o_u), *act = (bf16 *)(s + o_act), *sact = (bf16 *)(s + o_sact);
+	bf16 *hb = (bf16 *)(s + o_hb), *hlo = (bf16 *)(s + o_hlo), *sact = (bf16 *)(s + o_sact);
 	int32_t *sel = (int32_t *)(s + o_sel), *counts = (int32_t *)(s + o_cnt), *offs = (int32_t *)(s + o_offs);
 	int32_t *cursor = (int32_t *)(s + o_cur), *inv = (int32_t *)(s + o_inv), *row_tok = (int32_t *)(s + o_rt);
-	float *y = (float *)(s + o_y), *sgf = (float *)(s + o_sgf), *suf = (float *)(s + o_suf), *ys = (float *)(s + o_ys);
+	float *sgf = (float *)(s + o_sgf), *suf = (float *)(s + o_suf), *ys = (float *)(s + o_ys);
 	const float *sgw = a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL;
 
 	/* route on h = hb + hlo: two bf16 GEMMs give the router (nearly) f32 inputs */
@@ -538,12 +509,10 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	cu_cublas(cb, &lo2, hlo, d.T);
 	cu_launch(cb, k_moe_topk, d.T, 256, d.ne * 4, d, h, logits, sgw, sel, wt, sgate);
 	cu_launched(cb, "moe top-k");
-	/* group token-slots by expert */
 	cu_fail(cb, cudaMemsetAsync(counts, 0, ne * 4, cb->stream), "moe counts");
 	cu_launch(cb, k_moe_count, cu_blocks(n, 256), 256, 0, sel, (int)n, counts);
 	cu_launch(cb, k_moe_scan, 1, 256, 0, counts, d.ne, offs, cursor);
 	cu_launch(cb, k_moe_scatter, cu_blocks(n, 256), 256, 0, sel, (int)n, d.k, offs, cursor, inv, row_tok);
-	cu_launch(cb, k_moe_gather, (unsigned)n, 256, 0, hb, row_tok, d.E, xs);
 	cu_launched(cb, "moe grouping");
 	if (cb->h_counts_cap < d.ne) {
 		cudaFreeHost(cb->h_counts);
@@ -556,49 +525,27 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	cu_fail(cb, cudaMemcpyAsync(cb->h_counts, counts, ne * 4, cudaMemcpyDeviceToHost, cb->stream), "moe counts");
 	if (cu_fail(cb, cudaStreamSynchronize(cb->stream), "moe counts"))
 		return;
-	/* the groups: experts with tokens */
-	int *rows = (int *)malloc(sizeof(int) * ne);
-	const bf16 **A = (const bf16 **)malloc(sizeof(void *) * ne), **B = (const bf16 **)malloc(sizeof(void *) * ne);
-	void **C = (void **)malloc(sizeof(void *) * ne);
-	if (!rows || !A || !B || !C) {
-		cu_fail_msg(cb, "moe: out of host memory");
-		free(rows), free(A), free(B), free(C);
+	int cap = 0;
+	for (size_t e = 0; e < ne; e++)
+		cap = cb->h_counts[e] > cap ? cb->h_counts[e] : cap;
+	size_t rows = ne * (size_t)cap, o2 = 0;
+#define MOE_TAKE2(bytes) (o2 = (o2 + 255) & ~(size_t)255, o2 += (bytes), o2 - (bytes))
+	size_t o_xs = MOE_TAKE2(rows * E * 2), o_g = MOE_TAKE2(rows * F * 2), o_u = MOE_TAKE2(rows * F * 2);
+	size_t o_act = MOE_TAKE2(rows * F * 2), o_y = MOE_TAKE2(rows * E * 4);
+#undef MOE_TAKE2
+#undef MOE_TAKE
+	char *s2 = (char *)cu_scratch2(cb, o2);
+	if (!s2)
 		return;
-	}
-	void **dptr = (void **)(s + o_ptr);
-	int ng = 0;
-	size_t pos = 0;
-	const bf16 *WG = (const bf16 *)a->gate->dev, *WU = (const bf16 *)a->up->dev, *WD = (const bf16 *)a->down->dev;
-	for (size_t e = 0; e < ne; e++) {
-		int c = cb->h_counts[e];
-		if (c > 0) {
-			rows[ng] = c;
-			A[ng] = WG + e * F * E;
-			B[ng] = xs + pos * E;
-			C[ng] = gg + pos * F;
-			ng++;
-		}
-		pos += (size_t)c;
-	}
-	moe_grouped_gemm(cb, ng, rows, A, B, C, d.F, d.E, CUDA_R_16BF, dptr);
-	for (int g = 0, e = 0; e < d.ne; e++)
-		if (cb->h_counts[e] > 0) {
-			A[g] = WU + (size_t)e * F * E;
-			C[g] = uu + ((const bf16 *)B[g] - xs) / E * F;
-			g++;
-		}
-	moe_grouped_gemm(cb, ng, rows, A, B, C, d.F, d.E, CUDA_R_16BF, dptr);
-	cu_launch(cb, k_silu_mul_bf16, 4096, 256, 0, act, (const bf16 *)gg, (const bf16 *)uu, n * F);
-	for (int g = 0, e = 0; e < d.ne; e++)
-		if (cb->h_counts[e] > 0) {
-			size_t r0 = ((const bf16 *)B[g] - xs) / E;
-			A[g] = WD + (size_t)e * E * F;
-			B[g] = act + r0 * F;
-			C[g] = y + r0 * E;
-			g++;
-		}
-	moe_grouped_gemm(cb, ng, rows, A, B, C, d.E, d.F, CUDA_R_32F, dptr);
-	free(rows), free(A), free(B), free(C);
+	bf16 *xs = (bf16 *)(s2 + o_xs), *gg = (bf16 *)(s2 + o_g), *uu = (bf16 *)(s2 + o_u), *act = (bf16 *)(s2 + o_act);
+	float *y = (float *)(s2 + o_y);
+	cu_launch(cb, k_moe_gather, dim3(cap, d.ne), 128, 0, (const bf16 *)hb, (const int32_t *)row_tok, (const int32_t *)offs,
+		  cap, d.E, xs);
+	cu_launched(cb, "moe gather");
+	moe_batched_gemm(cb, d.ne, cap, (const bf16 *)a->gate->dev, xs, gg, d.F, d.E, CUDA_R_16BF);
+	moe_batched_gemm(cb, d.ne, cap, (const bf16 *)a->up->dev, xs, uu, d.F, d.E, CUDA_R_16BF);
+	cu_launch(cb, k_silu_mul_bf16, 4096, 256, 0, act, (const bf16 *)gg, (const bf16 *)uu, rows * F);
+	moe_batched_gemm(cb, d.ne, cap, (const bf16 *)a->down->dev, act, y, d.E, d.F, CUDA_R_32F);
 	/* the shared expert: dense over all tokens */
 	if (d.Fs) {
 		struct toast_mm_out og = {sgf, TOAST_MM_F32, a->sh_gate}, ou = {suf, TOAST_MM_F32, a->sh_up};
@@ -608,8 +555,9 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 		struct toast_mm_out od = {ys, TOAST_MM_F32, a->sh_down};
 		cu_cublas(cb, &od, sact, d.T);
 	}
-	cu_launch(cb, k_moe_combine, d.T, 256, 0, a->x, d.E, d.k, (const int32_t *)inv, (const float *)wt, (const float *)y,
-		  (const float *)(d.Fs ? ys : NULL), (const float *)(sgw ? sgate : NULL));
+	cu_launch(cb, k_moe_combine, d.T, 256, 0, a->x, d.E, d.k, (const int32_t *)sel, (const int32_t *)inv,
+		  (const int32_t *)offs, cap, (const float *)wt, (const float *)y, (const float *)(d.Fs ? ys : NULL),
+		  (const float *)(sgw ? sgate : NULL));
 	cu_launched(cb, "moe combine");
 }
 
@@ -623,7 +571,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		cu_fail_msg(cb, "moe: %d experts per token is not supported", d.k);
 		return;
 	}
-	if (d.T > CU_GEMV_MAX_T) {
+	if (d.T > CU_GEMV_MAX_T && d.E % 8 == 0) { /* the batched path gathers rows with 16-byte copies */
 		cu_moe_grouped(cb, a, d);
 		return;
 	}
