@@ -528,6 +528,7 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	int cap = 0;
 	for (size_t e = 0; e < ne; e++)
 		cap = cb->h_counts[e] > cap ? cb->h_counts[e] : cap;
+	cap = (cap + 63) / 64 * 64; /* whole tensor-core tiles */
 	size_t rows = ne * (size_t)cap, o2 = 0;
 #define MOE_TAKE2(bytes) (o2 = (o2 + 255) & ~(size_t)255, o2 += (bytes), o2 - (bytes))
 	size_t o_xs = MOE_TAKE2(rows * E * 2), o_g = MOE_TAKE2(rows * F * 2), o_u = MOE_TAKE2(rows * F * 2);
