@@ -463,7 +463,6 @@ static void cuda_free(struct toast_backend *be)
 	cudaFree(cb->scratch2);
 	cudaFree(cb->d_step);
 	cudaFreeHost(cb->h_step);
-	cudaFreeHost(cb->h_counts);
 	cudaFree(cb->cublas_ws);
 	cudaFree(cb->counters);
 	if (cb->cublas)

@@ -50,9 +50,6 @@ struct cuda_backend {
 	void *scratch, *scratch2;
 	size_t scratch_bytes, scratch2_bytes;
 	unsigned *counters; /* zeroed device counters for "last block" patterns; each user resets its own */
-	/* prefill MoE: pinned host copy of per-expert counts */
-	int32_t *h_counts;
-	int h_counts_cap;
 	/* weights uploaded by prepare_weight/prepare_experts, freed with the backend */
 	void **owned;
 	size_t n_owned, cap_owned;

@@ -10,6 +10,8 @@
  */
 #include "backend/cuda/cuda_common.cuh"
 
+#include <mma.h>
+
 #define MOE_MAX_K 64
 #define MOE_WARPS 8
 
@@ -396,16 +398,20 @@ __global__ void k_moe_count(const int32_t *sel, int n, int32_t *counts)
 		atomicAdd(&counts[sel[i]], 1);
 }
 
-/* one block: offsets = exclusive scan of counts; cursors zeroed */
-__global__ void k_moe_scan(const int32_t *counts, int ne, int32_t *offsets, int32_t *cursor)
+/* one block: offsets = exclusive scan of counts, tiles = exclusive scan of the 64-row tiles
+ * each expert's group needs; cursors zeroed */
+__global__ void k_moe_scan(const int32_t *counts, int ne, int32_t *offsets, int32_t *tiles, int32_t *cursor)
 {
 	if (threadIdx.x == 0) {
-		int acc = 0;
+		int acc = 0, tacc = 0;
 		for (int e = 0; e < ne; e++) {
 			offsets[e] = acc;
+			tiles[e] = tacc;
 			acc += counts[e];
+			tacc += (counts[e] + 63) / 64;
 		}
 		offsets[ne] = acc;
+		tiles[ne] = tacc;
 	}
 	for (int e = threadIdx.x; e < ne; e += blockDim.x)
 		cursor[e] = 0;
@@ -423,15 +429,11 @@ __global__ void k_moe_scatter(const int32_t *sel, int n, int k, const int32_t *o
 	row_tok[pos] = i / k;
 }
 
-/* xs[e][j] = hb[token of the j-th row of expert e] for j < count[e]; rows past the count are
- * left as they are (their products are never read) */
-__global__ void k_moe_gather(const bf16 *hb, const int32_t *row_tok, const int32_t *offsets, int cap, int E, bf16 *xs)
+/* xs[row] = hb[row_tok[row]] (bf16 rows of E, E % 8 == 0) */
+__global__ void k_moe_gather(const bf16 *hb, const int32_t *row_tok, int E, bf16 *xs)
 {
-	int j = blockIdx.x, e = blockIdx.y;
-	if (j >= offsets[e + 1] - offsets[e])
-		return;
-	const uint4 *src = (const uint4 *)(hb + (size_t)row_tok[offsets[e] + j] * E);
-	uint4 *dst = (uint4 *)(xs + ((size_t)e * cap + j) * E);
+	const uint4 *src = (const uint4 *)(hb + (size_t)row_tok[blockIdx.x] * E);
+	uint4 *dst = (uint4 *)(xs + (size_t)blockIdx.x * E);
 	for (int i = threadIdx.x; i < E / 8; i += blockDim.x)
 		dst[i] = src[i];
 }
@@ -442,43 +444,114 @@ __global__ void k_silu_mul_bf16(bf16 *out, const bf16 *g, const bf16 *u, size_t 
 		out[i] = __float2bfloat16(cu_silu(__bfloat162float(g[i])) * __bfloat162float(u[i]));
 }
 
-/* x[t][i] += sum_s wt[t][s] * y[row of (t, s)][i] + sgate[t] * ys[t][i], slots in order */
-__global__ void k_moe_combine(float *x, int E, int k, const int32_t *sel, const int32_t *inv, const int32_t *offsets,
-			      int cap, const float *wt, const float *y, const float *ys, const float *sgate)
+/* x[t][i] += sum_s wt[t][s] * y[inv[t][s]][i] + sgate[t] * ys[t][i], slots in order */
+__global__ void k_moe_combine(float *x, int E, int k, const int32_t *inv, const float *wt, const float *y,
+			      const float *ys, const float *sgate)
 {
 	int t = blockIdx.x;
 	for (int i = threadIdx.x; i < E; i += blockDim.x) {
 		float acc = 0;
-		for (int s = 0; s < k; s++) {
-			int e = sel[(size_t)t * k + s];
-			size_t row = (size_t)e * cap + (inv[(size_t)t * k + s] - offsets[e]);
-			acc += wt[(size_t)t * k + s] * y[row * E + i];
-		}
+		for (int s = 0; s < k; s++)
+			acc += wt[(size_t)t * k + s] * y[(size_t)inv[(size_t)t * k + s] * E + i];
 		if (ys)
 			acc += (sgate ? sgate[t] : 1.0f) * ys[(size_t)t * E + i];
 		x[(size_t)t * E + i] += acc;
 	}
 }
 
-/* C[e] (row-major [cap][m]) = B[e] ([cap][kk]) · A[e]ᵀ (A[e]: [m][kk]) for every expert e */
-static void moe_batched_gemm(struct cuda_backend *cb, int ne, int cap, const bf16 *A, const bf16 *B, void *C, int m,
-			     int kk, cudaDataType_t ct)
+/*
+ * Grouped GEMM on tensor cores: for every expert e, C[rows of e] = X[rows of e] · W[e]ᵀ, with
+ * X [n_rows][K] grouped by expert (offsets), W [ne][N][K], C [n_rows][N]. A block computes one
+ * 64x64 tile of one expert's group; blockIdx.x runs over the groups' row tiles (tiles[] is their
+ * exclusive scan, so no host needs the counts), blockIdx.y over column tiles. Four warps, each
+ * a 32x32 quarter as 2x2 WMMA 16x16x16 bf16 fragments accumulating in f32. N % 64 == 0,
+ * K % 32 == 0.
+ */
+#define GG_TILE 64
+#define GG_KSTEP 32
+#define GG_PAD 8
+template <typename OutT>
+__global__ void __launch_bounds__(128)
+	k_moe_ggemm(const bf16 *X, const bf16 *W, OutT *C, const int32_t *offsets, const int32_t *tiles, int ne, int N, int K)
 {
-	float one = 1.0f, zero = 0.0f;
-	cublasStatus_t st = cublasGemmStridedBatchedEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, m, cap, kk, &one, A, CUDA_R_16BF,
-						       kk, (long long)m * kk, B, CUDA_R_16BF, kk, (long long)cap * kk,
-						       &zero, C, ct, m, (long long)cap * m, ne, CUBLAS_COMPUTE_32F,
-						       CUBLAS_GEMM_DEFAULT);
-	if (st != CUBLAS_STATUS_SUCCESS)
-		cu_fail_msg(cb, "moe batched GEMM (%d x %dx%dx%d): cuBLAS status %d", ne, m, cap, kk, (int)st);
-	cu_launched(cb, "moe expert gemm");
+	using namespace nvcuda;
+	__shared__ __align__(32) bf16 As[GG_TILE][GG_KSTEP + GG_PAD];
+	__shared__ __align__(32) bf16 Bs[GG_TILE][GG_KSTEP + GG_PAD];
+	__shared__ __align__(32) float Cs[GG_TILE][GG_TILE + 4];
+	int tile = blockIdx.x;
+	if (tile >= tiles[ne])
+		return;
+	int lo = 0, hi = ne - 1; /* the expert whose tiles contain this one */
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
+		if (tiles[mid] <= tile)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	int e = lo;
+	int row0 = offsets[e] + (tile - tiles[e]) * GG_TILE, row_end = offsets[e + 1];
+	int col0 = blockIdx.y * GG_TILE;
+	const bf16 *We = W + (size_t)e * N * K;
+	int warp = threadIdx.x >> 5, wm = warp >> 1, wn = warp & 1;
+	wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+	for (int i = 0; i < 2; i++)
+#pragma unroll
+		for (int j = 0; j < 2; j++)
+			wmma::fill_fragment(acc[i][j], 0.0f);
+	for (int k0 = 0; k0 < K; k0 += GG_KSTEP) {
+		/* 64 rows x 32 k of A and of B: 256 uint4 each, two per thread */
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			int v = threadIdx.x + u * 128, r = v / 4, c = (v % 4) * 8;
+			int row = row0 + r;
+			uint4 av = row < row_end ? *(const uint4 *)(X + (size_t)row * K + k0 + c) : make_uint4(0, 0, 0, 0);
+			*(uint4 *)&As[r][c] = av;
+			*(uint4 *)&Bs[r][c] = *(const uint4 *)(We + (size_t)(col0 + r) * K + k0 + c);
+		}
+		__syncthreads();
+#pragma unroll
+		for (int kk = 0; kk < GG_KSTEP; kk += 16) {
+			wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[2];
+			wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[2];
+#pragma unroll
+			for (int i = 0; i < 2; i++)
+				wmma::load_matrix_sync(fa[i], &As[wm * 32 + i * 16][kk], GG_KSTEP + GG_PAD);
+#pragma unroll
+			for (int j = 0; j < 2; j++)
+				wmma::load_matrix_sync(fb[j], &Bs[wn * 32 + j * 16][kk], GG_KSTEP + GG_PAD);
+#pragma unroll
+			for (int i = 0; i < 2; i++)
+#pragma unroll
+				for (int j = 0; j < 2; j++)
+					wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+		}
+		__syncthreads();
+	}
+#pragma unroll
+	for (int i = 0; i < 2; i++)
+#pragma unroll
+		for (int j = 0; j < 2; j++)
+			wmma::store_matrix_sync(&Cs[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], GG_TILE + 4,
+						wmma::mem_row_major);
+	__syncthreads();
+	for (int v = threadIdx.x; v < GG_TILE * GG_TILE; v += 128) {
+		int r = v / GG_TILE, c = v % GG_TILE;
+		if (row0 + r < row_end) {
+			float val = Cs[r][c];
+			if constexpr (sizeof(OutT) == 2)
+				C[(size_t)(row0 + r) * N + col0 + c] = __float2bfloat16(val);
+			else
+				C[(size_t)(row0 + r) * N + col0 + c] = val;
+		}
+	}
 }
 
 /*
- * Prefill: token-slots grouped by expert (count, scan, scatter), then every expert's rows padded
- * to the largest group so that gate, up and down are one strided-batched tensor-core GEMM each.
- * The padding costs the imbalance of the routing; the host learns the largest group with one
- * copy per layer.
+ * Prefill: token-slots grouped by expert on the device (count, scan, scatter, gather), then
+ * gate, up and down as grouped tensor-core GEMMs over the groups: no host round trip, no
+ * padding. The shared expert runs dense on cuBLAS.
  */
 static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args *a, const moe_dims &d)
 {
@@ -488,18 +561,22 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 #define MOE_TAKE(bytes) (off = (off + 255) & ~(size_t)255, off += (bytes), off - (bytes))
 	size_t o_h = MOE_TAKE(T * E * 4), o_hb = MOE_TAKE(T * E * 2), o_hlo = MOE_TAKE(T * E * 2);
 	size_t o_log = MOE_TAKE(T * ne * 4), o_sel = MOE_TAKE(n * 4), o_wt = MOE_TAKE(n * 4), o_sg = MOE_TAKE(T * 4);
-	size_t o_cnt = MOE_TAKE(ne * 4), o_offs = MOE_TAKE((ne + 1) * 4), o_cur = MOE_TAKE(ne * 4);
-	size_t o_inv = MOE_TAKE(n * 4), o_rt = MOE_TAKE(n * 4);
+	size_t o_cnt = MOE_TAKE(ne * 4), o_offs = MOE_TAKE((ne + 1) * 4), o_tiles = MOE_TAKE((ne + 1) * 4);
+	size_t o_cur = MOE_TAKE(ne * 4), o_inv = MOE_TAKE(n * 4), o_rt = MOE_TAKE(n * 4);
 	size_t o_sgf = MOE_TAKE(T * Fs * 4), o_suf = MOE_TAKE(T * Fs * 4), o_sact = MOE_TAKE(T * Fs * 2);
-	size_t o_ys = MOE_TAKE(T * E * 4);
+	size_t o_ys = MOE_TAKE(T * E * 4), o_xs = MOE_TAKE(n * E * 2), o_g = MOE_TAKE(n * F * 2), o_u = MOE_TAKE(n * F * 2);
+	size_t o_act = MOE_TAKE(n * F * 2), o_y = MOE_TAKE(n * E * 4);
+#undef MOE_TAKE
 	char *s = (char *)cu_scratch(cb, off);
 	if (!s)
 		return;
 	float *h = (float *)(s + o_h), *logits = (float *)(s + o_log), *wt = (float *)(s + o_wt), *sgate = (float *)(s + o_sg);
-	bf16 *hb = (bf16 *)(s + o_hb), *hlo = (bf16 *)(s + o_hlo), *sact = (bf16 *)(s + o_sact);
+	bf16 *hb = (bf16 *)(s + o_hb), *hlo = (bf16 *)(s + o_hlo), *sact = (bf16 *)(s + o_sact), *xs = (bf16 *)(s + o_xs);
+	bf16 *gg = (bf16 *)(s + o_g), *uu = (bf16 *)(s + o_u), *act = (bf16 *)(s + o_act);
 	int32_t *sel = (int32_t *)(s + o_sel), *counts = (int32_t *)(s + o_cnt), *offs = (int32_t *)(s + o_offs);
-	int32_t *cursor = (int32_t *)(s + o_cur), *inv = (int32_t *)(s + o_inv), *row_tok = (int32_t *)(s + o_rt);
-	float *sgf = (float *)(s + o_sgf), *suf = (float *)(s + o_suf), *ys = (float *)(s + o_ys);
+	int32_t *tiles = (int32_t *)(s + o_tiles), *cursor = (int32_t *)(s + o_cur), *inv = (int32_t *)(s + o_inv);
+	int32_t *row_tok = (int32_t *)(s + o_rt);
+	float *sgf = (float *)(s + o_sgf), *suf = (float *)(s + o_suf), *ys = (float *)(s + o_ys), *y = (float *)(s + o_y);
 	const float *sgw = a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL;
 
 	/* route on h = hb + hlo: two bf16 GEMMs give the router (nearly) f32 inputs */
@@ -511,42 +588,19 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	cu_launched(cb, "moe top-k");
 	cu_fail(cb, cudaMemsetAsync(counts, 0, ne * 4, cb->stream), "moe counts");
 	cu_launch(cb, k_moe_count, cu_blocks(n, 256), 256, 0, sel, (int)n, counts);
-	cu_launch(cb, k_moe_scan, 1, 256, 0, counts, d.ne, offs, cursor);
+	cu_launch(cb, k_moe_scan, 1, 256, 0, counts, d.ne, offs, tiles, cursor);
 	cu_launch(cb, k_moe_scatter, cu_blocks(n, 256), 256, 0, sel, (int)n, d.k, offs, cursor, inv, row_tok);
+	cu_launch(cb, k_moe_gather, (unsigned)n, 128, 0, (const bf16 *)hb, (const int32_t *)row_tok, d.E, xs);
 	cu_launched(cb, "moe grouping");
-	if (cb->h_counts_cap < d.ne) {
-		cudaFreeHost(cb->h_counts);
-		cb->h_counts = NULL;
-		cb->h_counts_cap = 0;
-		if (cu_fail(cb, cudaMallocHost(&cb->h_counts, ne * 4), "moe counts buffer"))
-			return;
-		cb->h_counts_cap = d.ne;
-	}
-	cu_fail(cb, cudaMemcpyAsync(cb->h_counts, counts, ne * 4, cudaMemcpyDeviceToHost, cb->stream), "moe counts");
-	if (cu_fail(cb, cudaStreamSynchronize(cb->stream), "moe counts"))
-		return;
-	int cap = 0;
-	for (size_t e = 0; e < ne; e++)
-		cap = cb->h_counts[e] > cap ? cb->h_counts[e] : cap;
-	cap = (cap + 63) / 64 * 64; /* whole tensor-core tiles */
-	size_t rows = ne * (size_t)cap, o2 = 0;
-#define MOE_TAKE2(bytes) (o2 = (o2 + 255) & ~(size_t)255, o2 += (bytes), o2 - (bytes))
-	size_t o_xs = MOE_TAKE2(rows * E * 2), o_g = MOE_TAKE2(rows * F * 2), o_u = MOE_TAKE2(rows * F * 2);
-	size_t o_act = MOE_TAKE2(rows * F * 2), o_y = MOE_TAKE2(rows * E * 4);
-#undef MOE_TAKE2
-#undef MOE_TAKE
-	char *s2 = (char *)cu_scratch2(cb, o2);
-	if (!s2)
-		return;
-	bf16 *xs = (bf16 *)(s2 + o_xs), *gg = (bf16 *)(s2 + o_g), *uu = (bf16 *)(s2 + o_u), *act = (bf16 *)(s2 + o_act);
-	float *y = (float *)(s2 + o_y);
-	cu_launch(cb, k_moe_gather, dim3(cap, d.ne), 128, 0, (const bf16 *)hb, (const int32_t *)row_tok, (const int32_t *)offs,
-		  cap, d.E, xs);
-	cu_launched(cb, "moe gather");
-	moe_batched_gemm(cb, d.ne, cap, (const bf16 *)a->gate->dev, xs, gg, d.F, d.E, CUDA_R_16BF);
-	moe_batched_gemm(cb, d.ne, cap, (const bf16 *)a->up->dev, xs, uu, d.F, d.E, CUDA_R_16BF);
-	cu_launch(cb, k_silu_mul_bf16, 4096, 256, 0, act, (const bf16 *)gg, (const bf16 *)uu, rows * F);
-	moe_batched_gemm(cb, d.ne, cap, (const bf16 *)a->down->dev, act, y, d.E, d.F, CUDA_R_32F);
+	unsigned max_tiles = (unsigned)(n / GG_TILE + ne);
+	cu_launch(cb, k_moe_ggemm<bf16>, dim3(max_tiles, d.F / GG_TILE), 128, 0, (const bf16 *)xs,
+		  (const bf16 *)a->gate->dev, gg, (const int32_t *)offs, (const int32_t *)tiles, d.ne, d.F, d.E);
+	cu_launch(cb, k_moe_ggemm<bf16>, dim3(max_tiles, d.F / GG_TILE), 128, 0, (const bf16 *)xs, (const bf16 *)a->up->dev,
+		  uu, (const int32_t *)offs, (const int32_t *)tiles, d.ne, d.F, d.E);
+	cu_launch(cb, k_silu_mul_bf16, 4096, 256, 0, act, (const bf16 *)gg, (const bf16 *)uu, n * F);
+	cu_launch(cb, k_moe_ggemm<float>, dim3(max_tiles, d.E / GG_TILE), 128, 0, (const bf16 *)act,
+		  (const bf16 *)a->down->dev, y, (const int32_t *)offs, (const int32_t *)tiles, d.ne, d.E, d.F);
+	cu_launched(cb, "moe expert gemm");
 	/* the shared expert: dense over all tokens */
 	if (d.Fs) {
 		struct toast_mm_out og = {sgf, TOAST_MM_F32, a->sh_gate}, ou = {suf, TOAST_MM_F32, a->sh_up};
@@ -556,9 +610,8 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 		struct toast_mm_out od = {ys, TOAST_MM_F32, a->sh_down};
 		cu_cublas(cb, &od, sact, d.T);
 	}
-	cu_launch(cb, k_moe_combine, d.T, 256, 0, a->x, d.E, d.k, (const int32_t *)sel, (const int32_t *)inv,
-		  (const int32_t *)offs, cap, (const float *)wt, (const float *)y, (const float *)(d.Fs ? ys : NULL),
-		  (const float *)(sgw ? sgate : NULL));
+	cu_launch(cb, k_moe_combine, d.T, 256, 0, a->x, d.E, d.k, (const int32_t *)inv, (const float *)wt, (const float *)y,
+		  (const float *)(d.Fs ? ys : NULL), (const float *)(sgw ? sgate : NULL));
 	cu_launched(cb, "moe combine");
 }
 
@@ -572,7 +625,8 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		cu_fail_msg(cb, "moe: %d experts per token is not supported", d.k);
 		return;
 	}
-	if (d.T > CU_GEMV_MAX_T && d.E % 8 == 0) { /* the batched path gathers rows with 16-byte copies */
+	/* the grouped path tiles 64 x 64 with 32-wide k steps of 16-byte loads */
+	if (d.T > CU_GEMV_MAX_T && d.E % GG_TILE == 0 && d.F % GG_TILE == 0) {
 		cu_moe_grouped(cb, a, d);
 		return;
 	}
