@@ -35,6 +35,12 @@
  * (y = W·x has n_out outputs). A vector has n_out == 1. `data` is host memory (mmap or heap)
  * and stays valid while the engine lives; `dev` is the backend's copy made by prepare_weight()
  * (the CPU backend computes from `data` directly and leaves dev NULL).
+ *
+ * Quantised types (layouts and exact dequantisation in format/quant.h; toast_dequant() is the
+ * reference): for GGUF block types (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) each row is n_in/blck
+ * whole blocks, so row r starts at byte r * n_in/blck * type_size. For MLX affine types
+ * (MLX4, MLX8) `data` is the packed uint32 words [n_out][n_in*bits/32] and `scales`, `biases`
+ * are [n_out][n_in/group_size] of sb_type (BF16, F16 or F32). n_bytes counts all of them.
  */
 struct toast_weight {
 	const char *name; /* for messages */
@@ -43,6 +49,9 @@ struct toast_weight {
 	const void *data;
 	void *dev;
 	size_t n_bytes;
+	const void *scales, *biases; /* MLX affine only, else NULL */
+	enum toast_dtype sb_type;
+	int group_size;
 };
 
 /* A set of same-shaped expert matrices, one per expert. */
