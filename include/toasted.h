@@ -51,12 +51,15 @@ struct toast_engine_opts {
 	const char *backend; /* "cpu", "cuda", or NULL: cuda when a GPU is usable, else cpu */
 	int n_threads;       /* CPU threads; 0: all online cores */
 	int chunk;           /* tokens per prefill forward pass; 0: the default (64) */
+	const char *quant;   /* NULL: weights as stored; or quantise a float model's matrices at load:
+				"q8_0", "q4_0", "q4_1", "q4_k_m", "q5_k_m", "q6_k", "bf16" */
 };
 
 void toast_engine_opts_init(struct toast_engine_opts *o);
 
 struct toast_model_info {
-	const char *arch;        /* "qwen3_next", "qwen3", "qwen3_moe", "qwen3_5_text", ... */
+	const char *arch;        /* "qwen3_next", "qwen3", "qwen3_moe", "qwen3_5_text", "llama", or the GGUF
+				    architecture ("qwen3next", ...) */
 	const char *backend;     /* "cpu" or "cuda" */
 	int n_vocab, n_embd, n_layer, n_layer_attn;
 	int n_ctx_train;         /* max_position_embeddings */
@@ -67,7 +70,7 @@ struct toast_model_info {
 	size_t kv_bytes_per_tok; /* KV cache bytes per token of context */
 };
 
-/* Load the model in directory `path` (config.json + safetensors). */
+/* Load the model at `path`: a directory (config.json + safetensors) or a GGUF file. */
 enum toast_status toast_engine_open(const char *path, const struct toast_engine_opts *opts,
 				    struct toast_engine **out, struct toast_error *err);
 void toast_engine_close(struct toast_engine *e);

@@ -16,7 +16,7 @@ static const char *models[] = {"qwen3-tiny", "qwen3moe-tiny", "qwen35-tiny", "qw
 			       "qwen3next-tiny-hubcfg"};
 
 struct hook_ctx {
-	const struct toast_safetensors *ref;
+	const struct toast_tensordir *ref;
 	const char *model;
 	int n_layer;
 	int seen;
@@ -38,7 +38,7 @@ static void hidden_hook(void *ud, int index, const float *x, int T, int n)
 	struct hook_ctx *c = ud;
 	char name[32];
 	snprintf(name, sizeof(name), "hidden0.%d", index);
-	const struct toast_st_tensor *t = toast_st_find(c->ref, name);
+	const struct toast_tensor *t = toast_tensordir_find(c->ref, name);
 	CHECK(t && t->n_elems == (int64_t)T * n, "%s: reference %s missing or wrong size", c->model, name);
 	if (!t || t->n_elems != (int64_t)T * n)
 		return;
@@ -63,7 +63,7 @@ static void test_model(const char *model)
 	snprintf(dir, sizeof(dir), "%s/models/%s", test_data_dir(), model);
 	snprintf(path, sizeof(path), "%s/reference.safetensors", dir);
 	struct toast_error err = {0};
-	struct toast_safetensors ref;
+	struct toast_tensordir ref;
 	enum toast_status st = toast_st_open_file(&ref, path, &err);
 	CHECK(st == TOAST_OK, "%s", err.msg);
 	if (st != TOAST_OK)
@@ -85,9 +85,9 @@ static void test_model(const char *model)
 		for (int n = 0; n < 2; n++) {
 			char nm[16];
 			snprintf(nm, sizeof(nm), "ids%d", n);
-			const struct toast_st_tensor *ids = toast_st_find(&ref, nm);
+			const struct toast_tensor *ids = toast_tensordir_find(&ref, nm);
 			snprintf(nm, sizeof(nm), "logits%d", n);
-			const struct toast_st_tensor *lg = toast_st_find(&ref, nm);
+			const struct toast_tensor *lg = toast_tensordir_find(&ref, nm);
 			CHECK(ids && lg, "%s: reference lacks ids%d/logits%d", model, n, n);
 			if (!ids || !lg)
 				continue;
@@ -111,7 +111,7 @@ static void test_model(const char *model)
 		snprintf(path, sizeof(path), "%s/reference.json", dir);
 		json_t *doc = json_load_file(path, 0, NULL);
 		json_t *greedy = json_object_get(doc, "greedy");
-		const struct toast_st_tensor *ids = toast_st_find(&ref, "ids0");
+		const struct toast_tensor *ids = toast_tensordir_find(&ref, "ids0");
 		CHECK(json_is_array(greedy) && ids, "%s: reference.json has no greedy list", model);
 		if (json_is_array(greedy) && ids) {
 			int n_gen = (int)json_array_size(greedy), len = (int)ids->shape[0], ok = 0;
@@ -129,7 +129,7 @@ static void test_model(const char *model)
 		json_decref(doc);
 		toast_engine_close(e);
 	}
-	toast_st_close(&ref);
+	toast_tensordir_close(&ref);
 }
 
 int main(int argc, char **argv)

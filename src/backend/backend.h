@@ -106,6 +106,9 @@ struct toast_attn_args {
  * [q_g | k_g | v of its r value heads | z of its r value heads], and z is unused.
  * ba: flat b [T][n_v_head] and a [T][n_v_head]; grouped (in_proj_ba) ba [T][2*n_v_head], per key
  * head [b of its r value heads | a of its r value heads], and a is unused.
+ * Value-head order: value head h reads key head h / (n_v_head / n_k_head) (grouped, Hugging Face),
+ * or h % n_k_head when v_heads_tiled (llama.cpp's qwen35 GGUFs reorder value heads that way; all
+ * per-value-head tensors are in that order then, so only the key-head mapping changes).
  * All inputs are act. conv_state holds the last conv_k-1 raw (pre-conv) inputs, oldest first,
  * in flat channel order. ssm_state is [n_v_head][d_v][d_k] f32 (S[h][j][i]: key dim i contiguous).
  */
@@ -123,6 +126,7 @@ struct toast_gdn_args {
 	float *ssm_state;                   /* f32 [n_v_head][d_v][d_k] */
 	int T;
 	void *out;                          /* act [T][n_v_head*d_v] */
+	bool v_heads_tiled;                 /* value head h reads key head h % n_k_head (see above) */
 };
 
 /*

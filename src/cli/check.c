@@ -51,18 +51,18 @@ static double check_err(const float *a, const float *b, int rows, int w, double 
 	return maxref > 0 ? maxdiff / maxref : maxdiff;
 }
 
-static int check_sequences(struct toast_engine *e, const struct toast_safetensors *ref, const struct check_opts *o,
+static int check_sequences(struct toast_engine *e, const struct toast_tensordir *ref, const struct check_opts *o,
 			   int *n_checked)
 {
 	int V = toast_engine_info(e)->n_vocab, rc = 0;
 	for (int n = 0;; n++) {
 		char name[32];
 		snprintf(name, sizeof(name), "ids%d", n);
-		const struct toast_st_tensor *ids = toast_st_find(ref, name);
+		const struct toast_tensor *ids = toast_tensordir_find(ref, name);
 		if (!ids)
 			break;
 		snprintf(name, sizeof(name), "logits%d", n);
-		const struct toast_st_tensor *lg = toast_st_find(ref, name);
+		const struct toast_tensor *lg = toast_tensordir_find(ref, name);
 		if (ids->dtype != TOAST_DT_I32 || ids->n_dims != 1 || !lg || lg->dtype != TOAST_DT_F32 || lg->n_dims != 2 ||
 		    lg->shape[0] != ids->shape[0] || lg->shape[1] != V || ids->shape[0] < 1 || ids->shape[0] > (1 << 20)) {
 			fprintf(stderr, "toasted check: ids%d/logits%d: expected I32 [n] and F32 [n][%d]\n", n, n, V);
@@ -95,7 +95,7 @@ static int check_sequences(struct toast_engine *e, const struct toast_safetensor
 	return rc;
 }
 
-static int check_greedy(struct toast_engine *e, const struct toast_safetensors *ref, const char *json_path,
+static int check_greedy(struct toast_engine *e, const struct toast_tensordir *ref, const char *json_path,
 			const struct check_opts *o)
 {
 	char *text = NULL;
@@ -108,7 +108,7 @@ static int check_greedy(struct toast_engine *e, const struct toast_safetensors *
 	free(text);
 	json_t *greedy = json_object_get(doc, "greedy");
 	const char *from = json_string_value(json_object_get(doc, "greedy_from"));
-	const struct toast_st_tensor *ids = toast_st_find(ref, from ? from : "ids0");
+	const struct toast_tensor *ids = toast_tensordir_find(ref, from ? from : "ids0");
 	if (!json_is_array(greedy) || !ids || ids->dtype != TOAST_DT_I32 || ids->n_dims != 1) {
 		fprintf(stderr, "toasted check: %s: needs a \"greedy\" list continuing %s\n", json_path, from ? from : "ids0");
 		json_decref(doc);
@@ -207,7 +207,7 @@ int cli_check(int argc, char **argv)
 		 "reference.json");
 
 	struct toast_error err = {0};
-	struct toast_safetensors ref;
+	struct toast_tensordir ref;
 	if (toast_st_open_file(&ref, o.reference, &err) != TOAST_OK) {
 		fprintf(stderr, "toasted check: %s\n", err.msg);
 		return 2;
@@ -216,7 +216,7 @@ int cli_check(int argc, char **argv)
 	enum toast_status st = toast_engine_open(o.model, &o.eo, &e, &err);
 	if (st != TOAST_OK) {
 		fprintf(stderr, "toasted check: %s\n", err.msg);
-		toast_st_close(&ref);
+		toast_tensordir_close(&ref);
 		return cli_status_exit(st) ? cli_status_exit(st) : 1;
 	}
 	if (o.tol < 0)
@@ -234,6 +234,6 @@ int cli_check(int argc, char **argv)
 	}
 	printf("%s\n", rc == 0 ? "PASS" : rc == 1 ? "FAIL" : "ERROR");
 	toast_engine_close(e);
-	toast_st_close(&ref);
+	toast_tensordir_close(&ref);
 	return rc;
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/quantize.h"
 #include "util/mem.h"
 
 #define ENGINE_DEFAULT_CHUNK 64
@@ -48,9 +49,14 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	if (!e)
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	e->chunk = opts->chunk ? opts->chunk : ENGINE_DEFAULT_CHUNK;
+	if (opts->quant && !toast_quant_mix_parse(opts->quant, &e->quant)) {
+		free(e);
+		return toast_err_set(err, TOAST_ERR_INVALID,
+				     "unknown quantisation \"%s\" (q8_0, q4_0, q4_1, q4_k_m, q5_k_m, q6_k, bf16)", opts->quant);
+	}
 	enum toast_status rc = engine_backend(opts, &e->be, err);
 	if (rc == TOAST_OK)
-		rc = toast_model_load(&e->model, path, e->be, err);
+		rc = toast_model_load(&e->model, path, e->be, e->quant, err);
 	if (rc == TOAST_OK)
 		rc = toast_model_work_new(&e->model, e->chunk, &e->work, err);
 	if (rc != TOAST_OK) {

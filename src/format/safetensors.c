@@ -32,7 +32,7 @@ struct st_pending {
 	size_t data_start;
 };
 
-static enum toast_status st_parse_header(struct toast_safetensors *st, int file, json_t **out_root,
+static enum toast_status st_parse_header(struct toast_tensordir *st, int file, json_t **out_root,
 					 size_t *out_count, struct toast_error *err)
 {
 	const char *path = st->paths[file];
@@ -61,12 +61,12 @@ static enum toast_status st_parse_header(struct toast_safetensors *st, int file,
 	return TOAST_OK;
 }
 
-static enum toast_status st_add_tensor(struct toast_safetensors *st, int file, size_t data_start,
+static enum toast_status st_add_tensor(struct toast_tensordir *st, int file, size_t data_start,
 				       const char *name, json_t *v, char **name_pos, struct toast_error *err)
 {
 	const char *path = st->paths[file];
 	const struct toast_map *m = &st->maps[file];
-	struct toast_st_tensor *t = &st->tensors[st->n_tensors];
+	struct toast_tensor *t = &st->tensors[st->n_tensors];
 	memset(t, 0, sizeof(*t));
 	json_t *jdt = json_object_get(v, "dtype"), *jsh = json_object_get(v, "shape");
 	json_t *joff = json_object_get(v, "data_offsets");
@@ -85,7 +85,7 @@ static enum toast_status st_add_tensor(struct toast_safetensors *st, int file, s
 		return toast_err_set(err, TOAST_ERR_FORMAT, "%s: tensor %s: unknown dtype %s", path, name,
 				     json_string_value(jdt));
 	size_t nd = json_array_size(jsh);
-	if (nd > TOAST_ST_MAX_DIMS)
+	if (nd > TOAST_MAX_DIMS)
 		return toast_err_set(err, TOAST_ERR_FORMAT, "%s: tensor %s: %zu dimensions", path, name, nd);
 	size_t numel = 1;
 	for (size_t i = 0; i < nd; i++) {
@@ -118,16 +118,12 @@ static enum toast_status st_add_tensor(struct toast_safetensors *st, int file, s
 	t->data = (const char *)m->data + data_start + ob;
 	t->n_bytes = want;
 	t->file = file;
-	if (toast_strmap_get(&st->index, t->name, nlen) >= 0)
-		return toast_err_set(err, TOAST_ERR_FORMAT, "%s: tensor %s appears twice", path, name);
-	if (toast_strmap_put(&st->index, t->name, nlen, st->n_tensors) != 0)
-		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory indexing tensors");
 	st->n_tensors++;
 	return TOAST_OK;
 }
 
 /* Map files paths[0..n), parse all headers, build the directory. */
-static enum toast_status st_load(struct toast_safetensors *st, struct toast_error *err)
+static enum toast_status st_load(struct toast_tensordir *st, struct toast_error *err)
 {
 	enum toast_status rc = TOAST_OK;
 	json_t **roots = calloc((size_t)st->n_files, sizeof(*roots));
@@ -150,7 +146,7 @@ static enum toast_status st_load(struct toast_safetensors *st, struct toast_erro
 		goto done;
 	st->tensors = calloc(total ? total : 1, sizeof(*st->tensors));
 	st->names = malloc(name_bytes + 1);
-	if (!st->tensors || !st->names || toast_strmap_init(&st->index, total) != 0) {
+	if (!st->tensors || !st->names) {
 		rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory for %zu tensors", total);
 		goto done;
 	}
@@ -171,6 +167,8 @@ static enum toast_status st_load(struct toast_safetensors *st, struct toast_erro
 				break;
 		}
 	}
+	if (rc == TOAST_OK)
+		rc = toast_tensordir_index(st, st->paths[0], err);
 done:
 	for (int f = 0; f < st->n_files; f++)
 		json_decref(roots[f]);
@@ -178,7 +176,7 @@ done:
 	return rc;
 }
 
-static enum toast_status st_alloc_files(struct toast_safetensors *st, int n, struct toast_error *err)
+static enum toast_status st_alloc_files(struct toast_tensordir *st, int n, struct toast_error *err)
 {
 	memset(st, 0, sizeof(*st));
 	st->maps = calloc((size_t)n, sizeof(*st->maps));
@@ -192,7 +190,7 @@ static enum toast_status st_alloc_files(struct toast_safetensors *st, int n, str
 	return TOAST_OK;
 }
 
-enum toast_status toast_st_open_file(struct toast_safetensors *st, const char *path, struct toast_error *err)
+enum toast_status toast_st_open_file(struct toast_tensordir *st, const char *path, struct toast_error *err)
 {
 	enum toast_status rc = st_alloc_files(st, 1, err);
 	if (rc != TOAST_OK)
@@ -200,11 +198,11 @@ enum toast_status toast_st_open_file(struct toast_safetensors *st, const char *p
 	st->paths[0] = toast_strdup(path);
 	rc = st->paths[0] ? st_load(st, err) : toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	if (rc != TOAST_OK)
-		toast_st_close(st);
+		toast_tensordir_close(st);
 	return rc;
 }
 
-static enum toast_status st_open_index(struct toast_safetensors *st, const char *dir, const char *index_path,
+static enum toast_status st_open_index(struct toast_tensordir *st, const char *dir, const char *index_path,
 				       struct toast_error *err)
 {
 	char *text = NULL;
@@ -256,7 +254,7 @@ static enum toast_status st_open_index(struct toast_safetensors *st, const char 
 	{
 		if (rc != TOAST_OK)
 			break;
-		const struct toast_st_tensor *t = toast_st_find(st, k);
+		const struct toast_tensor *t = toast_tensordir_find(st, k);
 		if (!t || strcmp(st->paths[t->file] + strlen(dir) + 1, json_string_value(v)) != 0)
 			rc = toast_err_set(err, TOAST_ERR_FORMAT, "%s: tensor %s is not in shard %s", index_path, k,
 					   json_string_value(v));
@@ -264,11 +262,11 @@ static enum toast_status st_open_index(struct toast_safetensors *st, const char 
 	free(shards);
 	json_decref(root);
 	if (rc != TOAST_OK)
-		toast_st_close(st);
+		toast_tensordir_close(st);
 	return rc;
 }
 
-enum toast_status toast_st_open_dir(struct toast_safetensors *st, const char *dir, struct toast_error *err)
+enum toast_status toast_st_open_dir(struct toast_tensordir *st, const char *dir, struct toast_error *err)
 {
 	char p[4096];
 	memset(st, 0, sizeof(*st));
@@ -281,28 +279,4 @@ enum toast_status toast_st_open_dir(struct toast_safetensors *st, const char *di
 		return toast_err_set(err, TOAST_ERR_IO,
 				     "%s: no model.safetensors or model.safetensors.index.json in this directory", dir);
 	return toast_st_open_file(st, p, err);
-}
-
-void toast_st_close(struct toast_safetensors *st)
-{
-	if (!st)
-		return;
-	for (int f = 0; f < st->n_files; f++) {
-		if (st->maps)
-			toast_map_close(&st->maps[f]);
-		if (st->paths)
-			free(st->paths[f]);
-	}
-	free(st->maps);
-	free(st->paths);
-	free(st->tensors);
-	free(st->names);
-	toast_strmap_deinit(&st->index);
-	memset(st, 0, sizeof(*st));
-}
-
-const struct toast_st_tensor *toast_st_find(const struct toast_safetensors *st, const char *name)
-{
-	int i = toast_strmap_get(&st->index, name, strlen(name));
-	return i >= 0 ? &st->tensors[i] : NULL;
 }

@@ -1,16 +1,20 @@
 /*
- * qwen.c - the Qwen3 family forward pass: weight binding from Hugging Face tensor names,
- * per-session state, and the layer loop as backend op calls.
+ * qwen.c - the Qwen3 family (and Llama) forward pass: weight binding from Hugging Face tensor
+ * names, per-session state, and the layer loop as backend op calls.
  *
  * Weights are used in place (mmapped file data); nothing is regrouped: Qwen3-Next's grouped
- * in_proj_qkvz / in_proj_ba outputs are consumed as they are by the gdn op (backend.h).
+ * in_proj_qkvz / in_proj_ba outputs are consumed as they are by the gdn op (backend.h). A GGUF
+ * file presents the same names through gguf_model.c, its transforms as hparams flags.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/safetensors.h"
+#include "models/gguf_names.h"
 #include "models/model.h"
+#include "models/quantize.h"
 #include "util/fs.h"
 #include "util/half.h"
 #include "util/mem.h"
@@ -26,8 +30,11 @@ struct binder {
 
 static bool bind_dtype_ok(enum toast_dtype t)
 {
-	return t == TOAST_DT_F32 || t == TOAST_DT_F16 || t == TOAST_DT_BF16;
+	return t == TOAST_DT_F32 || t == TOAST_DT_F16 || t == TOAST_DT_BF16 ||
+	       (toast_dtype_is_quant(t) && t != TOAST_DT_MLX4 && t != TOAST_DT_MLX8);
 }
+
+#define BIND_TYPES "F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K"
 
 /* Bind the tensor `name` as n_out x n_in (a vector when n_out == 1; size-1 dims are ignored so
  * conv1d's [C, 1, K] binds as C x K). */
@@ -35,12 +42,12 @@ static void bind_as(struct binder *b, struct toast_weight *w, const char *name, 
 {
 	if (b->rc != TOAST_OK)
 		return;
-	const struct toast_st_tensor *t = toast_st_find(&b->m->st, name);
+	const struct toast_tensor *t = toast_tensordir_find(&b->m->td, name);
 	if (!t) {
 		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "missing tensor %s", name);
 		return;
 	}
-	int64_t dims[TOAST_ST_MAX_DIMS];
+	int64_t dims[TOAST_MAX_DIMS];
 	int nd = 0;
 	for (int i = 0; i < t->n_dims; i++)
 		if (t->shape[i] != 1)
@@ -63,8 +70,8 @@ static void bind_as(struct binder *b, struct toast_weight *w, const char *name, 
 		return;
 	}
 	if (!bind_dtype_ok(t->dtype)) {
-		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "tensor %s has dtype %s (want F32, F16 or BF16)", name,
-				      t->dtype_name);
+		b->rc = toast_err_set(b->err, TOAST_ERR_UNSUPPORTED, "tensor %s has type %s (toasted computes with "
+				      BIND_TYPES ")", name, t->dtype_name);
 		return;
 	}
 	w->name = t->name;
@@ -92,11 +99,39 @@ static bool has_tensor(struct binder *b, const char *fmt, int il, const char *re
 {
 	char name[512];
 	snprintf(name, sizeof(name), fmt, b->prefix, il, rest);
-	return toast_st_find(&b->m->st, name) != NULL;
+	return toast_tensordir_find(&b->m->td, name) != NULL;
 }
 
-/* experts: per-expert tensors (experts.E.gate_proj.weight) or fused/stacked ones
- * (experts.gate_up_proj [E][2*n_ff][n_embd], experts.down_proj [E][n_embd][n_ff]) */
+/* bind expert e of a stacked tensor t [n_expert][..][cols] as rows [row0, row0+rows) of its slice */
+static void bind_stacked(struct binder *b, struct toast_weight *w, const struct toast_tensor *t, int e, int64_t row0,
+			 int64_t rows, int64_t cols)
+{
+	size_t slice = t->n_bytes / (size_t)t->shape[0], rb = slice / (size_t)t->shape[1];
+	*w = (struct toast_weight){.name = t->name, .type = t->dtype, .n_in = cols, .n_out = rows,
+				   .data = (const char *)t->data + (size_t)e * slice + (size_t)row0 * rb,
+				   .n_bytes = (size_t)rows * rb};
+}
+
+static const struct toast_tensor *bind_stack(struct binder *b, int il, const char *what, int64_t rows,
+					     int64_t cols)
+{
+	char name[512];
+	snprintf(name, sizeof(name), "%slayers.%d.mlp.experts.%s", b->prefix, il, what);
+	const struct toast_tensor *t = toast_tensordir_find(&b->m->td, name);
+	if (!t || b->rc != TOAST_OK)
+		return t;
+	int ne = b->m->hp.n_expert;
+	if (t->n_dims != 3 || t->shape[0] != ne || t->shape[1] != rows || t->shape[2] != cols || !bind_dtype_ok(t->dtype))
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "tensor %s: expected [%d, %lld, %lld] of " BIND_TYPES, name,
+				      ne, (long long)rows, (long long)cols);
+	else
+		b->m->weight_bytes += t->n_bytes;
+	return t;
+}
+
+/* experts: per-expert tensors (experts.E.gate_proj.weight), or stacked ones [E][rows][cols]:
+ * fused experts.gate_up_proj [E][2*n_ff][n_embd] (gate rows first) or experts.gate_proj and
+ * experts.up_proj [E][n_ff][n_embd], with experts.down_proj [E][n_embd][n_ff] */
 static void bind_experts(struct binder *b, struct toast_layer *l, int il)
 {
 	const struct toast_hparams *hp = &b->m->hp;
@@ -110,10 +145,12 @@ static void bind_experts(struct binder *b, struct toast_layer *l, int il)
 	}
 	if (b->rc != TOAST_OK)
 		return;
-	char name[512];
-	snprintf(name, sizeof(name), "%slayers.%d.mlp.experts.gate_up_proj", b->prefix, il);
-	const struct toast_st_tensor *gu = toast_st_find(&b->m->st, name);
+	const struct toast_tensor *gu = bind_stack(b, il, "gate_up_proj", 2 * F, E), *g = NULL, *u = NULL;
 	if (!gu) {
+		g = bind_stack(b, il, "gate_proj", F, E);
+		u = bind_stack(b, il, "up_proj", F, E);
+	}
+	if (!gu && !g && !u) {
 		for (int e = 0; e < ne && b->rc == TOAST_OK; e++) {
 			bindf(b, &l->gate_exps.w[e], F, E, "%slayers.%d.mlp.experts.%d.gate_proj.weight", b->prefix, il, e);
 			bindf(b, &l->up_exps.w[e], F, E, "%slayers.%d.mlp.experts.%d.up_proj.weight", b->prefix, il, e);
@@ -121,32 +158,14 @@ static void bind_experts(struct binder *b, struct toast_layer *l, int il)
 		}
 		return;
 	}
-	char dname[512];
-	snprintf(dname, sizeof(dname), "%slayers.%d.mlp.experts.down_proj", b->prefix, il);
-	const struct toast_st_tensor *dn = toast_st_find(&b->m->st, dname);
-	if (!dn) {
-		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "missing tensor %s", dname);
-		return;
+	const struct toast_tensor *dn = bind_stack(b, il, "down_proj", E, F);
+	if (b->rc == TOAST_OK && (!dn || (!gu && (!g || !u))))
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "layer %d: stacked expert tensors are incomplete", il);
+	for (int e = 0; e < ne && b->rc == TOAST_OK; e++) {
+		bind_stacked(b, &l->gate_exps.w[e], gu ? gu : g, e, 0, F, E);
+		bind_stacked(b, &l->up_exps.w[e], gu ? gu : u, e, gu ? F : 0, F, E);
+		bind_stacked(b, &l->down_exps.w[e], dn, e, 0, E, F);
 	}
-	if (gu->n_dims != 3 || gu->shape[0] != ne || gu->shape[1] != 2 * F || gu->shape[2] != E || dn->n_dims != 3 ||
-	    dn->shape[0] != ne || dn->shape[1] != E || dn->shape[2] != F || !bind_dtype_ok(gu->dtype) ||
-	    !bind_dtype_ok(dn->dtype)) {
-		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT,
-				      "tensors %s / %s: expected [%d, %d, %d] / [%d, %d, %d] of F32/F16/BF16", name, dname,
-				      ne, 2 * F, E, ne, E, F);
-		return;
-	}
-	size_t el = (size_t)toast_dtypes[gu->dtype].type_size, eld = (size_t)toast_dtypes[dn->dtype].type_size;
-	for (int e = 0; e < ne; e++) {
-		const char *base = (const char *)gu->data + (size_t)e * 2 * F * E * el;
-		l->gate_exps.w[e] = (struct toast_weight){gu->name, gu->dtype, E, F, base, NULL, (size_t)F * E * el};
-		l->up_exps.w[e] = (struct toast_weight){gu->name, gu->dtype, E, F, base + (size_t)F * E * el, NULL,
-						       (size_t)F * E * el};
-		l->down_exps.w[e] = (struct toast_weight){dn->name, dn->dtype, F, E,
-							 (const char *)dn->data + (size_t)e * E * F * eld, NULL,
-							 (size_t)E * F * eld};
-	}
-	b->m->weight_bytes += gu->n_bytes + dn->n_bytes;
 }
 
 static void bind_layer(struct binder *b, int il)
@@ -267,47 +286,61 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 	return rc;
 }
 
-enum toast_status toast_model_load(struct toast_model *m, const char *dir, struct toast_backend *be,
-				   struct toast_error *err)
+/* config.json + safetensors, or a GGUF file: hparams and the tensor directory */
+static enum toast_status model_open(struct toast_model *m, const char *path, struct toast_error *err)
 {
-	memset(m, 0, sizeof(*m));
-	m->be = be;
-	char path[4096], *text = NULL;
-	if (!toast_path_join(path, sizeof(path), dir, "config.json"))
-		return toast_err_set(err, TOAST_ERR_INVALID, "%s: path too long", dir);
-	enum toast_status rc = toast_read_file(path, CONFIG_MAX_BYTES, &text, NULL, err);
+	if (toast_gguf_is_gguf(path)) {
+		m->is_gguf = true;
+		enum toast_status rc = toast_gguf_open(&m->gguf, path, err);
+		if (rc == TOAST_OK)
+			rc = toast_hparams_from_gguf(&m->hp, &m->gguf, err);
+		return rc == TOAST_OK ? toast_gguf_tensordir(&m->gguf, &m->hp, &m->td, err) : rc;
+	}
+	char cfg[4096], *text = NULL;
+	if (!toast_path_join(cfg, sizeof(cfg), path, "config.json"))
+		return toast_err_set(err, TOAST_ERR_INVALID, "%s: path too long", path);
+	enum toast_status rc = toast_read_file(cfg, CONFIG_MAX_BYTES, &text, NULL, err);
 	if (rc == TOAST_OK) {
 		rc = toast_hparams_parse(&m->hp, text, err);
 		free(text);
 	}
-	if (rc == TOAST_OK)
-		rc = toast_st_open_dir(&m->st, dir, err);
+	return rc == TOAST_OK ? toast_st_open_dir(&m->td, path, err) : rc;
+}
+
+enum toast_status toast_model_load(struct toast_model *m, const char *path, struct toast_backend *be,
+				   enum toast_quant_mix quant, struct toast_error *err)
+{
+	memset(m, 0, sizeof(*m));
+	m->be = be;
+	enum toast_status rc = model_open(m, path, err);
 	if (rc != TOAST_OK) {
 		toast_model_unload(m);
 		return rc;
 	}
 	const struct toast_hparams *hp = &m->hp;
 	struct binder b = {m, "model.", err, TOAST_OK};
-	if (toast_st_find(&m->st, "model.language_model.embed_tokens.weight"))
+	if (toast_tensordir_find(&m->td, "model.language_model.embed_tokens.weight"))
 		b.prefix = "model.language_model.";
 	m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
 	if (!m->layers)
 		b.rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	bindf(&b, &m->tok_embd, hp->n_vocab, hp->n_embd, "%sembed_tokens.weight", b.prefix);
 	bindf(&b, &m->output_norm, 1, hp->n_embd, "%snorm.weight", b.prefix);
-	if (!hp->tie_embd || toast_st_find(&m->st, "lm_head.weight"))
+	if (!hp->tie_embd || toast_tensordir_find(&m->td, "lm_head.weight"))
 		bind_as(&b, &m->output, "lm_head.weight", hp->n_vocab, hp->n_embd);
 	else if (b.rc == TOAST_OK)
 		m->output = m->tok_embd;
 	for (int il = 0; il < hp->n_layer && b.rc == TOAST_OK; il++)
 		bind_layer(&b, il);
 	rc = b.rc;
+	if (rc == TOAST_OK && quant != TOAST_MIX_NONE)
+		rc = toast_model_quantize(m, quant, err);
 	if (rc == TOAST_OK) {
 		m->decode_bytes = weight_decode_bytes(m);
 		rc = model_prepare(m, err);
 	}
 	if (rc != TOAST_OK) {
-		toast_err_prefix(err, "%s: ", dir);
+		toast_err_prefix(err, "%s: ", path);
 		toast_model_unload(m);
 	}
 	return rc;
@@ -325,7 +358,8 @@ void toast_model_unload(struct toast_model *m)
 			free(m->layers[il].down_exps.w);
 		}
 	free(m->layers);
-	toast_st_close(&m->st);
+	toast_tensordir_close(&m->td);
+	toast_gguf_close(&m->gguf);
 	toast_hparams_free(&m->hp);
 	memset(m, 0, sizeof(*m));
 }
@@ -527,7 +561,8 @@ static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, st
 	struct toast_gdn_args a = {
 		.qkv = w->qkv, .z = w->z, .b = w->b, .a = w->a,
 		.qkvz_grouped = l->qkvz_grouped, .ba_grouped = l->ba_grouped,
-		.conv_w = &l->ssm_conv, .A_log = &l->ssm_A, .a_is_neg_exp = false, .dt_bias = &l->ssm_dt,
+		.v_heads_tiled = hp->v_heads_tiled,
+		.conv_w = &l->ssm_conv, .A_log = &l->ssm_A, .a_is_neg_exp = hp->a_is_neg_exp, .dt_bias = &l->ssm_dt,
 		.norm_w = &l->ssm_norm,
 		.n_k_head = hp->ssm_n_k_head, .n_v_head = hp->ssm_n_v_head, .d_k = hp->ssm_d_k, .d_v = hp->ssm_d_v,
 		.conv_k = hp->ssm_conv_k, .eps = hp->norm_eps,
