@@ -65,6 +65,7 @@ struct toast_model_info {
 	int n_ctx_train;         /* max_position_embeddings */
 	int n_expert, n_expert_used;
 	size_t weight_bytes;     /* bytes of all bound weights */
+	bool quantized;          /* some weight matrices are quantised (GGUF Q*, MLX, or --quant) */
 	size_t decode_bytes;     /* weight bytes one decode step must read (active experts only) */
 	size_t state_bytes_fixed;/* recurrent + conv state per session */
 	size_t kv_bytes_per_tok; /* KV cache bytes per token of context */

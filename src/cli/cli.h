@@ -11,6 +11,7 @@
 
 int cli_check(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_convert(int argc, char **argv);
 
 /* Parse an integer option value in [lo, hi]; prints an error and returns false otherwise. */
 bool cli_int(const char *opt, const char *val, long lo, long hi, long *out);

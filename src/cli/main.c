@@ -71,6 +71,7 @@ static const struct {
 	const char *help;
 } commands[] = {
 	{"check", cli_check, "check MODEL_DIR [--reference FILE] [--threads N] [--chunk N] [--backend B]: compare with reference logits"},
+	{"convert", cli_convert, "convert MODEL_DIR -o FILE.gguf --type bf16|q8_0|q4_0|q4_1|q4_k_m|q5_k_m|q6_k: write one GGUF file"},
 	{"bench", cli_bench, "bench (MODEL_DIR | --synthetic SHAPE) [--backend B] [--threads N]: prefill and decode speed"},
 };
 

@@ -76,6 +76,7 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	in->n_expert = hp->n_expert;
 	in->n_expert_used = hp->n_expert_used;
 	in->weight_bytes = e->model.weight_bytes;
+	in->quantized = e->model.quantized;
 	in->decode_bytes = e->model.decode_bytes;
 	in->kv_bytes_per_tok = (size_t)in->n_layer_attn * 2 * hp->n_head_kv * hp->head_dim * e->be->act_size;
 	in->state_bytes_fixed =

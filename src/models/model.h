@@ -78,7 +78,12 @@ struct toast_model {
 	bool is_gguf;
 	struct toast_backend *be;
 	size_t weight_bytes, decode_bytes;
+	bool quantized; /* some matrix is of a quantised type */
 };
+
+/* The bound (data != NULL) per-layer weights of l, experts excepted; returns their count. */
+#define TOAST_LAYER_MAX_WEIGHTS 25
+int toast_layer_weights(struct toast_layer *l, struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS]);
 
 /* Per-session state: KV caches of attention layers, conv and recurrent states of GDN layers. */
 struct toast_state {

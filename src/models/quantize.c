@@ -85,6 +85,12 @@ enum toast_dtype toast_quant_pick(enum toast_quant_mix mix, const char *hf_name,
 
 static void qm_row_f32(const struct toast_weight *w, int64_t r, float *dst)
 {
+	if (toast_dtype_is_quant(w->type)) { /* requantising: rows are whole blocks */
+		size_t rb = 0;
+		toast_dtype_bytes(w->type, w->n_in, &rb);
+		toast_dequant(w->type, (const uint8_t *)w->data + (size_t)r * rb, dst, w->n_in);
+		return;
+	}
 	for (int64_t i = 0; i < w->n_in; i++) {
 		int64_t k = r * w->n_in + i;
 		dst[i] = w->type == TOAST_DT_F32 ? ((const float *)w->data)[k]
@@ -96,7 +102,8 @@ static void qm_row_f32(const struct toast_weight *w, int64_t r, float *dst)
 static enum toast_status qm_weight(struct toast_model *m, struct toast_weight *w, enum toast_quant_mix mix,
 				   float *row, struct toast_error *err)
 {
-	if (!w->data || w->n_out <= 1 || (w->type != TOAST_DT_F32 && w->type != TOAST_DT_F16 && w->type != TOAST_DT_BF16))
+	if (!w->data || w->n_out <= 1 || w->type == TOAST_DT_MLX4 || w->type == TOAST_DT_MLX8 ||
+	    !(w->type == TOAST_DT_F32 || w->type == TOAST_DT_F16 || w->type == TOAST_DT_BF16 || toast_dtype_is_quant(w->type)))
 		return TOAST_OK;
 	enum toast_dtype t = toast_quant_pick(mix, w->name, m->hp.tie_embd, m->hp.n_layer, w->n_in, w->type);
 	size_t rb, nb;
@@ -138,10 +145,9 @@ enum toast_status toast_model_quantize(struct toast_model *m, enum toast_quant_m
 		rc = qm_weight(m, &m->output, mix, row, err);
 	for (int il = 0; il < hp->n_layer && rc == TOAST_OK; il++) {
 		struct toast_layer *l = &m->layers[il];
-		struct toast_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->ssm_qkv, &l->ssm_z, &l->ssm_b, &l->ssm_a,
-					     &l->ssm_out, &l->ffn_gate, &l->ffn_up, &l->ffn_down, &l->router, &l->sh_gate,
-					     &l->sh_up, &l->sh_down, &l->sh_gate_inp};
-		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]) && rc == TOAST_OK; i++)
+		struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS];
+		int nw = toast_layer_weights(l, ws);
+		for (int i = 0; i < nw && rc == TOAST_OK; i++)
 			rc = qm_weight(m, ws[i], mix, row, err);
 		struct toast_experts *xs[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
 		for (int x = 0; x < 3 && l->is_moe; x++)

@@ -24,8 +24,9 @@ int toast_quant_mix_ftype(enum toast_quant_mix mix);
 enum toast_dtype toast_quant_pick(enum toast_quant_mix mix, const char *hf_name, bool tied_embd, int n_layer,
 				  int64_t n_in, enum toast_dtype src);
 
-/* Quantise every float matrix (n_out > 1) of a bound model per mix; the new data is owned by
- * m->td. Vectors are left as they are. */
+/* Quantise every matrix (n_out > 1) of a bound model per mix (a quantised one is dequantised
+ * first: requantising, for accuracy measurements); the new data is owned by m->td. Vectors are
+ * left as they are. */
 enum toast_status toast_model_quantize(struct toast_model *m, enum toast_quant_mix mix, struct toast_error *err);
 
 #endif

@@ -237,24 +237,51 @@ static void bind_layer(struct binder *b, int il)
 	}
 }
 
-static size_t weight_decode_bytes(const struct toast_model *m)
+int toast_layer_weights(struct toast_layer *l, struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS])
+{
+	struct toast_weight *all[] = {&l->attn_norm, &l->ffn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
+				      &l->k_norm, &l->ssm_qkv, &l->ssm_z, &l->ssm_b, &l->ssm_a, &l->ssm_conv,
+				      &l->ssm_A, &l->ssm_dt, &l->ssm_norm, &l->ssm_out, &l->ffn_gate, &l->ffn_up,
+				      &l->ffn_down, &l->router, &l->sh_gate, &l->sh_up, &l->sh_down, &l->sh_gate_inp};
+	_Static_assert(sizeof(all) / sizeof(all[0]) == TOAST_LAYER_MAX_WEIGHTS, "layer weight list");
+	int n = 0;
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		if (all[i]->data)
+			ws[n++] = all[i];
+	return n;
+}
+
+static size_t weight_decode_bytes(struct toast_model *m)
 {
 	const struct toast_hparams *hp = &m->hp;
 	size_t n = m->output.n_bytes + m->output_norm.n_bytes;
 	for (int il = 0; il < hp->n_layer; il++) {
-		const struct toast_layer *l = &m->layers[il];
-		const struct toast_weight *ws[] = {&l->attn_norm, &l->ffn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
-						   &l->k_norm, &l->ssm_qkv, &l->ssm_z, &l->ssm_b, &l->ssm_a, &l->ssm_conv,
-						   &l->ssm_A, &l->ssm_dt, &l->ssm_norm, &l->ssm_out, &l->ffn_gate, &l->ffn_up,
-						   &l->ffn_down, &l->router, &l->sh_gate, &l->sh_up, &l->sh_down,
-						   &l->sh_gate_inp};
-		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+		struct toast_layer *l = &m->layers[il];
+		struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS];
+		int nw = toast_layer_weights(l, ws);
+		for (int i = 0; i < nw; i++)
 			n += ws[i]->n_bytes;
 		if (l->is_moe)
 			n += (size_t)hp->n_expert_used * (l->gate_exps.w[0].n_bytes + l->up_exps.w[0].n_bytes +
 							 l->down_exps.w[0].n_bytes);
 	}
-	return n + (size_t)toast_dtypes[m->tok_embd.type].type_size * (size_t)hp->n_embd; /* one embedding row */
+	size_t row = 0; /* one embedding row */
+	toast_dtype_bytes(m->tok_embd.type, hp->n_embd, &row);
+	return n + row;
+}
+
+static bool model_quantized(struct toast_model *m)
+{
+	bool q = toast_dtype_is_quant(m->tok_embd.type) || toast_dtype_is_quant(m->output.type);
+	for (int il = 0; il < m->hp.n_layer && !q; il++) {
+		struct toast_layer *l = &m->layers[il];
+		struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS];
+		int nw = toast_layer_weights(l, ws);
+		for (int i = 0; i < nw; i++)
+			q = q || toast_dtype_is_quant(ws[i]->type);
+		q = q || (l->is_moe && toast_dtype_is_quant(l->gate_exps.w[0].type));
+	}
+	return q;
 }
 
 static enum toast_status model_prepare(struct toast_model *m, struct toast_error *err)
@@ -269,13 +296,10 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 		m->output.dev = m->tok_embd.dev;
 	for (int il = 0; il < m->hp.n_layer && rc == TOAST_OK; il++) {
 		struct toast_layer *l = &m->layers[il];
-		struct toast_weight *ws[] = {&l->attn_norm, &l->ffn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
-					     &l->k_norm, &l->ssm_qkv, &l->ssm_z, &l->ssm_b, &l->ssm_a, &l->ssm_conv,
-					     &l->ssm_A, &l->ssm_dt, &l->ssm_norm, &l->ssm_out, &l->ffn_gate, &l->ffn_up,
-					     &l->ffn_down, &l->router, &l->sh_gate, &l->sh_up, &l->sh_down, &l->sh_gate_inp};
-		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]) && rc == TOAST_OK; i++)
-			if (ws[i]->data)
-				rc = be->ops->prepare_weight(be, ws[i], err);
+		struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS];
+		int nw = toast_layer_weights(l, ws);
+		for (int i = 0; i < nw && rc == TOAST_OK; i++)
+			rc = be->ops->prepare_weight(be, ws[i], err);
 		if (l->is_moe && rc == TOAST_OK)
 			rc = be->ops->prepare_experts(be, &l->gate_exps, err);
 		if (l->is_moe && rc == TOAST_OK)
@@ -337,6 +361,7 @@ enum toast_status toast_model_load(struct toast_model *m, const char *path, stru
 		rc = toast_model_quantize(m, quant, err);
 	if (rc == TOAST_OK) {
 		m->decode_bytes = weight_decode_bytes(m);
+		m->quantized = model_quantized(m);
 		rc = model_prepare(m, err);
 	}
 	if (rc != TOAST_OK) {
