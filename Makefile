@@ -78,6 +78,8 @@ $(BUILD)/testdata/.stamp: $(shell find tests/data -type f 2>/dev/null) tools/unp
 	sh tools/unpack-testdata.sh tests/data $(BUILD)/testdata
 	@touch $@
 
+bench: $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+
 test: all $(TEST_BINS) testdata
 	BUILD=$(BUILD) sh tests/run.sh
 

@@ -107,17 +107,23 @@ enum toast_status toast_tok_load(const char *model_dir, struct toast_tokenizer *
 void toast_tok_free(struct toast_tokenizer *tok);
 int toast_tok_n_vocab(const struct toast_tokenizer *tok);
 /*
- * Encode n bytes of text (any bytes: invalid UTF-8 is handled as upstream does) into *ids
- * (malloc'd, *n_ids entries). Added/special tokens such as <|im_start|> are matched in the text.
+ * Encode n bytes of text into *ids (malloc'd, *n_ids entries), exactly as Hugging Face
+ * `tokenizers` encodes it without adding special tokens. Added/special tokens such as
+ * <|im_start|> are matched in the text. Any bytes are accepted: each maximal invalid UTF-8
+ * subsequence (an encoded surrogate included) is first replaced by U+FFFD, as upstream's callers
+ * must do (String::from_utf8_lossy, bytes.decode("utf-8", "replace")) since its API takes only
+ * valid strings; nothing is dropped. Thread-safe: the tokenizer is only read.
  */
 enum toast_status toast_tok_encode(const struct toast_tokenizer *tok, const char *text, size_t n, int32_t **ids,
 				   int *n_ids, struct toast_error *err);
 /* The raw bytes of token id (not NUL-terminated), or NULL for an id outside the vocabulary. */
 const char *toast_tok_piece(const struct toast_tokenizer *tok, int32_t id, size_t *len);
-/* Decode ids to bytes (malloc'd, NUL-terminated, *len without the NUL). */
+/* Decode ids to text (malloc'd, NUL-terminated, *len without the NUL): the pieces' bytes with each
+ * maximal invalid UTF-8 subsequence replaced by U+FFFD (upstream's decode). TOAST_ERR_INVALID for
+ * an id without a piece. */
 enum toast_status toast_tok_decode(const struct toast_tokenizer *tok, const int32_t *ids, int n, char **text,
 				   size_t *len, struct toast_error *err);
-/* The id of a token spelled exactly `text` (added tokens included), or -1. */
+/* The id of the token whose bytes are exactly `text` (added tokens first), or -1. */
 int32_t toast_tok_lookup(const struct toast_tokenizer *tok, const char *text);
 /* true for tokens that end generation (eos, <|im_end|>, <|endoftext|>, ... as the model defines). */
 bool toast_tok_is_eog(const struct toast_tokenizer *tok, int32_t id);
@@ -128,10 +134,15 @@ struct toast_detok {
 	int n_pending;
 };
 void toast_detok_init(struct toast_detok *d);
-/* Append the text of id to out (cap bytes, >= 16 + the longest piece); returns bytes written.
- * Bytes of an unfinished character are held back until it completes. */
+/* Room one push or flush may need: 3 * (longest piece + 8) + 16 bytes (an invalid byte
+ * becomes a 3-byte U+FFFD). */
+size_t toast_detok_cap(const struct toast_tokenizer *tok);
+/* Append the text of id to out (cap >= toast_detok_cap(tok) bytes; never written past cap);
+ * returns bytes written (not NUL-terminated). Bytes of an unfinished character are held back
+ * until it completes; each maximal invalid subsequence becomes one U+FFFD, so pushing a
+ * sequence and flushing gives exactly toast_tok_decode() of it. Ids without a piece add nothing. */
 size_t toast_detok_push(struct toast_detok *d, const struct toast_tokenizer *tok, int32_t id, char *out, size_t cap);
-/* Flush held-back bytes at the end of a stream (invalid sequences become U+FFFD). */
+/* Flush held-back bytes at the end of a stream (an unfinished character becomes U+FFFD). */
 size_t toast_detok_flush(struct toast_detok *d, char *out, size_t cap);
 
 /* ---- chat template (src/tokenizer/) ------------------------------------------------------- */
@@ -146,10 +157,18 @@ struct toast_chat_opts {
 	int enable_thinking;        /* -1: template default (undefined), 0: false, 1: true */
 };
 
-/* Render messages into the prompt text the model was trained on (its tokenizer_config.json
- * chat_template, or built-in ChatML when it has none). *out is malloc'd. */
+/* Render messages into the prompt text the model was trained on (its chat_template.jinja or
+ * tokenizer_config.json chat_template, run as transformers' apply_chat_template runs it; built-in
+ * ChatML when it has none). *out is malloc'd. opts NULL: a generation prompt, thinking default.
+ * TOAST_ERR_INVALID when the template raises (raise_exception) or fails, with its message;
+ * TOAST_ERR_UNSUPPORTED when the template uses what the interpreter does not support. */
 enum toast_status toast_chat_render(const struct toast_tokenizer *tok, const struct toast_chat_msg *msgs, int n_msgs,
 				    const struct toast_chat_opts *opts, char **out, struct toast_error *err);
+/* The same from an OpenAI-style JSON messages array (content may be a list of parts, tool_calls,
+ * reasoning_content, ... whatever the template reads), and an optional JSON array of tools. */
+enum toast_status toast_chat_render_json(const struct toast_tokenizer *tok, const char *messages_json,
+					 const char *tools_json, const struct toast_chat_opts *opts, char **out,
+					 struct toast_error *err);
 
 /* ---- sampling and generation (src/engine/) ------------------------------------------------ */
 

@@ -6,18 +6,25 @@
 #define TOAST_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
 
 #include "toasted.h"
 
 int cli_check(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_convert(int argc, char **argv);
+int cli_run(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
+int cli_detokenize(int argc, char **argv);
 
 /* Parse an integer option value in [lo, hi]; prints an error and returns false otherwise. */
 bool cli_int(const char *opt, const char *val, long lo, long hi, long *out);
 bool cli_float(const char *opt, const char *val, double lo, double hi, double *out);
 /* "--name=value" or "--name value": the value of option name at argv[*i], advancing *i. */
 const char *cli_optval(int argc, char **argv, int *i, const char *name);
+/* Read all of f (at most max bytes, NUL-terminated, malloc'd); prints why and returns false on failure. */
+bool cli_read_stream(FILE *f, size_t max, char **out, size_t *len);
 /* exit status for an engine error: 2 for input problems, 1 otherwise */
 int cli_status_exit(enum toast_status st);
 

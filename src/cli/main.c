@@ -60,7 +60,8 @@ int cli_status_exit(enum toast_status st)
 	case TOAST_ERR_IO:
 	case TOAST_ERR_FORMAT:
 	case TOAST_ERR_INVALID:
-	case TOAST_ERR_UNSUPPORTED: return 2;
+	case TOAST_ERR_UNSUPPORTED:
+	case TOAST_ERR_CTX_FULL: return 2;
 	default: return 1;
 	}
 }
@@ -72,6 +73,9 @@ static const struct {
 } commands[] = {
 	{"check", cli_check, "check MODEL_DIR [--reference FILE] [--threads N] [--chunk N] [--backend B]: compare with reference logits"},
 	{"convert", cli_convert, "convert MODEL_DIR -o FILE.gguf --type bf16|q8_0|q4_0|q4_1|q4_k_m|q5_k_m|q6_k: write one GGUF file"},
+	{"run", cli_run, "run MODEL_DIR [PROMPT] [--system TEXT] [--messages FILE.json] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed N] [--stop STR] [--no-think] [--ignore-eos] [--print-ids] [--stats] [--ctx-size N] [--backend B] [--threads N]: generate a reply (stdin is appended to PROMPT)"},
+	{"tokenize", cli_tokenize, "tokenize MODEL_DIR [TEXT] [--jsonl]: print token ids (stdin when no TEXT)"},
+	{"detokenize", cli_detokenize, "detokenize MODEL_DIR ID...: print the text of token ids"},
 	{"bench", cli_bench, "bench (MODEL_DIR | --synthetic SHAPE) [--backend B] [--threads N]: prefill and decode speed"},
 };
 

@@ -3,7 +3,8 @@
  * feeding tokens through the model in chunks.
  *
  * A session owns its state; the engine owns the activation buffers all its sessions share,
- * which is why an engine and its sessions are used from one thread at a time.
+ * which is why an engine and its sessions are used from one thread at a time. The engine also
+ * owns the model's tokenizer when the directory has a tokenizer.json.
  */
 #include "engine/engine.h"
 
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "models/quantize.h"
+#include "util/fs.h"
 #include "util/mem.h"
 
 #define ENGINE_DEFAULT_CHUNK 64
@@ -59,6 +61,10 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 		rc = toast_model_load(&e->model, path, e->be, e->quant, err);
 	if (rc == TOAST_OK)
 		rc = toast_model_work_new(&e->model, e->chunk, &e->work, err);
+	char tok_path[4096];
+	if (rc == TOAST_OK && toast_path_join(tok_path, sizeof(tok_path), path, "tokenizer.json") &&
+	    toast_file_exists(tok_path))
+		rc = toast_tok_load(path, &e->tok, err);
 	if (rc != TOAST_OK) {
 		toast_engine_close(e);
 		return rc;
@@ -92,8 +98,10 @@ void toast_engine_close(struct toast_engine *e)
 {
 	if (!e)
 		return;
+	toast_tok_free(e->tok);
 	if (e->be) {
-		toast_model_work_free(&e->model, &e->work);
+		if (e->model.be) /* a model that failed to load has already been unloaded */
+			toast_model_work_free(&e->model, &e->work);
 		toast_model_unload(&e->model);
 		toast_backend_free(e->be);
 	}
@@ -103,6 +111,11 @@ void toast_engine_close(struct toast_engine *e)
 const struct toast_model_info *toast_engine_info(const struct toast_engine *e)
 {
 	return &e->info;
+}
+
+const struct toast_tokenizer *toast_engine_tokenizer(const struct toast_engine *e)
+{
+	return e->tok;
 }
 
 enum toast_status toast_session_new(struct toast_engine *e, int n_ctx, struct toast_session **out,

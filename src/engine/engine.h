@@ -14,6 +14,7 @@ struct toast_engine {
 	int chunk;
 	enum toast_quant_mix quant;
 	struct toast_model_info info;
+	struct toast_tokenizer *tok; /* NULL when the model directory has no tokenizer.json */
 };
 
 struct toast_session {

@@ -1,0 +1,199 @@
+/*
+ * generate.c - toast_generate: feed a prompt, then sample, stream and feed tokens until a stop
+ * condition (an end-of-generation token, a stop string, max_tokens, the context window, or the
+ * callback asking to stop).
+ *
+ * Invariants:
+ * - every token passed to the callback has been or is then fed into the session, the final one
+ *   (an end-of-generation token too) included: the session ends as prompt + generated tokens;
+ * - a token is sampled only when the context has room to feed it;
+ * - streamed text is complete UTF-8 characters, and never contains any part of a stop string:
+ *   text that could be the start of one is held back until it cannot be, and dropped with the
+ *   stop string when it is one. The final callback carries whatever was held back.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "util/err.h"
+#include "util/timeutil.h"
+
+#define GEN_MAX_STOP 16
+#define GEN_MAX_STOP_LEN 1024
+
+struct gen_text {
+	char *hold; /* text not yet streamed */
+	size_t n_hold, cap_hold;
+	char *out; /* what one callback gets */
+	size_t cap_out;
+};
+
+/* Earliest occurrence of any stop string in the held text: its offset, or -1. */
+static long gen_find_stop(const struct gen_text *t, const struct toast_gen_opts *o)
+{
+	long best = -1;
+	for (int k = 0; k < o->n_stop; k++) {
+		size_t l = strlen(o->stop[k]);
+		for (size_t i = 0; i + l <= t->n_hold && (best < 0 || (long)i < best); i++)
+			if (memcmp(t->hold + i, o->stop[k], l) == 0) {
+				best = (long)i;
+				break;
+			}
+	}
+	return best;
+}
+
+/* Bytes of the held text that cannot be the start of a stop string (a char boundary). */
+static size_t gen_safe_prefix(const struct gen_text *t, const struct toast_gen_opts *o)
+{
+	size_t safe = t->n_hold;
+	for (size_t i = 0; i < t->n_hold && safe == t->n_hold; i++)
+		for (int k = 0; k < o->n_stop; k++) {
+			size_t l = strlen(o->stop[k]), rest = t->n_hold - i;
+			if (rest < l && memcmp(t->hold + i, o->stop[k], rest) == 0) {
+				safe = i;
+				break;
+			}
+		}
+	while (safe > 0 && safe < t->n_hold && ((unsigned char)t->hold[safe] & 0xC0) == 0x80)
+		safe--;
+	return safe;
+}
+
+static bool gen_hold(struct gen_text *t, const char *s, size_t n)
+{
+	if (t->n_hold + n > t->cap_hold) {
+		size_t cap = (t->n_hold + n) * 2 + 64;
+		char *h = realloc(t->hold, cap);
+		if (!h)
+			return false;
+		t->hold = h;
+		t->cap_hold = cap;
+	}
+	memcpy(t->hold + t->n_hold, s, n);
+	t->n_hold += n;
+	return true;
+}
+
+/* Move the first n held bytes into out (room ensured by the caller); returns n. */
+static size_t gen_take(struct gen_text *t, size_t n)
+{
+	memcpy(t->out, t->hold, n);
+	memmove(t->hold, t->hold + n, t->n_hold - n);
+	t->n_hold -= n;
+	return n;
+}
+
+static enum toast_status gen_check(const struct toast_session *s, int n_prompt, const struct toast_gen_opts *o,
+				   struct toast_error *err)
+{
+	if (!o || n_prompt < 0 || o->max_tokens < 0 || o->n_stop < 0 || o->n_stop > GEN_MAX_STOP)
+		return toast_err_set(err, TOAST_ERR_INVALID, "generate: bad options (n_prompt %d, max_tokens %d, %d stop strings; at most %d)",
+				     n_prompt, o ? o->max_tokens : 0, o ? o->n_stop : 0, GEN_MAX_STOP);
+	for (int k = 0; k < o->n_stop; k++) {
+		size_t l = o->stop[k] ? strlen(o->stop[k]) : 0;
+		if (l == 0 || l > GEN_MAX_STOP_LEN)
+			return toast_err_set(err, TOAST_ERR_INVALID, "generate: stop string %d is empty or over %d bytes", k,
+					     GEN_MAX_STOP_LEN);
+	}
+	int n_past = toast_session_n_past(s), n_ctx = toast_session_n_ctx(s);
+	if (n_prompt == 0 && !toast_session_logits(s))
+		return toast_err_set(err, TOAST_ERR_INVALID, "generate: no prompt and no previous token to continue from");
+	if ((long)n_past + n_prompt >= n_ctx)
+		return toast_err_set(err, TOAST_ERR_CTX_FULL,
+				     "the prompt (%d tokens%s) leaves no room to generate in a context of %d tokens", n_past + n_prompt,
+				     n_past ? ", some already in the session" : "", n_ctx);
+	return TOAST_OK;
+}
+
+enum toast_status toast_generate(struct toast_session *s, const struct toast_tokenizer *tok, const int32_t *prompt,
+				 int n_prompt, const struct toast_gen_opts *opts, toast_token_cb cb, void *ud,
+				 struct toast_gen_result *res, struct toast_error *err)
+{
+	double t0 = toast_now();
+	memset(res, 0, sizeof(*res));
+	enum toast_status rc = gen_check(s, n_prompt, opts, err);
+	if (rc != TOAST_OK)
+		return rc;
+	int n_keep = toast_session_n_past(s), n_ctx = toast_session_n_ctx(s);
+	res->n_prompt = n_keep + n_prompt;
+	res->n_prefilled = n_prompt;
+	struct toast_sampler *sp = NULL;
+	struct gen_text t = {0};
+	size_t max_stop = 0;
+	for (int k = 0; k < opts->n_stop; k++)
+		max_stop = strlen(opts->stop[k]) > max_stop ? strlen(opts->stop[k]) : max_stop;
+	/* one callback's text: a token's piece, plus what was held back (shorter than a stop string) */
+	t.cap_out = (tok ? toast_detok_cap(tok) : 16) + max_stop + 16;
+	t.out = malloc(t.cap_out);
+	char *piece = malloc(t.cap_out);
+	if (!t.out || !piece) {
+		rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	rc = toast_sampler_new(&opts->sampling, s->e->model.hp.n_vocab, &sp, err);
+	if (rc != TOAST_OK)
+		goto out;
+	for (int i = 0; i < n_prompt; i++)
+		toast_sampler_accept(sp, prompt[i]);
+	if (n_prompt > 0) {
+		rc = toast_session_feed(s, prompt, n_prompt, NULL, err);
+		if (rc != TOAST_OK)
+			goto out;
+	}
+	double t_prefilled = toast_now(), t_first = 0;
+	res->t_prefill = t_prefilled - t0;
+	struct toast_detok dt;
+	toast_detok_init(&dt);
+	for (;;) {
+		int32_t id = toast_sampler_sample(sp, toast_session_logits(s));
+		toast_sampler_accept(sp, id);
+		if (res->n_generated++ == 0) {
+			t_first = toast_now();
+			res->t_first = t_first - t0;
+		}
+		bool eog = tok && !opts->ignore_eos && toast_tok_is_eog(tok, id);
+		enum toast_finish finish = TOAST_FINISH_STOP;
+		bool last = eog;
+		if (!last && opts->max_tokens > 0 && res->n_generated >= opts->max_tokens) {
+			last = true;
+			finish = TOAST_FINISH_LENGTH;
+		}
+		if (!last && toast_session_n_past(s) + 1 >= n_ctx) {
+			last = true;
+			finish = TOAST_FINISH_CTX;
+		}
+		size_t n_piece = tok && !eog ? toast_detok_push(&dt, tok, id, piece, t.cap_out) : 0;
+		if (!gen_hold(&t, piece, n_piece)) {
+			rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+			goto out;
+		}
+		size_t n_out;
+		long stop_at = gen_find_stop(&t, opts);
+		if (stop_at >= 0) {
+			n_out = gen_take(&t, (size_t)stop_at);
+			last = true;
+			finish = TOAST_FINISH_STOP;
+		} else if (last) {
+			n_out = gen_take(&t, t.n_hold);
+			n_out += toast_detok_flush(&dt, t.out + n_out, t.cap_out - n_out);
+		} else {
+			n_out = gen_take(&t, gen_safe_prefix(&t, opts));
+		}
+		int cancel = cb ? cb(ud, id, t.out, n_out) : 0;
+		rc = toast_session_feed(s, &id, 1, NULL, err);
+		if (rc != TOAST_OK)
+			goto out;
+		if (cancel || last) {
+			res->finish = cancel ? TOAST_FINISH_CANCELLED : finish;
+			break;
+		}
+	}
+	res->t_decode = toast_now() - t_first;
+out:
+	toast_sampler_free(sp);
+	free(t.hold);
+	free(t.out);
+	free(piece);
+	return rc;
+}

@@ -1,0 +1,238 @@
+/*
+ * sampler.c - choosing the next token from logits: greedy, or temperature + top-k + top-p +
+ * min-p, with an optional repetition penalty, from a seeded generator.
+ *
+ * Order (as Hugging Face's logits processors apply them): repetition penalty, temperature,
+ * top-k, top-p, min-p, then a draw. Temperature 0 is argmax (lowest id on ties) after the
+ * penalty. Reproducible: the same seed and the same logits give the same tokens (xoshiro256**
+ * seeded through splitmix64; no global state).
+ * Cost: O(n_vocab) per token; a full sort happens only when top-p needs more than the 256 most
+ * likely tokens with no top-k.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toasted.h"
+#include "util/err.h"
+
+#define SAMPLER_PARTIAL 256 /* candidates kept by the partial selection before a full sort */
+
+struct sampler_cand {
+	float logit;
+	int32_t id;
+};
+
+struct toast_sampler {
+	struct toast_sampling p;
+	int n_vocab;
+	uint64_t rng[4];
+	struct sampler_cand *cand; /* [n_vocab] */
+	float *penalized;          /* [n_vocab], used only with a repetition penalty */
+	int32_t *recent;           /* ring of the last repeat_last_n accepted tokens */
+	int n_recent, recent_pos;
+};
+
+void toast_sampling_init(struct toast_sampling *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->temperature = 0.7f;
+	s->top_k = 20;
+	s->top_p = 0.8f;
+	s->min_p = 0.0f;
+	s->repeat_penalty = 1.0f;
+	s->repeat_last_n = 64;
+	s->seed = 0;
+}
+
+static uint64_t sampler_splitmix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+static inline uint64_t sampler_rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t sampler_next(struct toast_sampler *sp)
+{
+	uint64_t *s = sp->rng;
+	uint64_t r = sampler_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = sampler_rotl(s[3], 45);
+	return r;
+}
+
+enum toast_status toast_sampler_new(const struct toast_sampling *s, int n_vocab, struct toast_sampler **out,
+				    struct toast_error *err)
+{
+	*out = NULL;
+	if (n_vocab < 1)
+		return toast_err_set(err, TOAST_ERR_INVALID, "sampler: vocabulary of %d tokens", n_vocab);
+	if (!(s->temperature >= 0) || !(s->top_p > 0 && s->top_p <= 1) || !(s->min_p >= 0 && s->min_p <= 1) ||
+	    s->top_k < 0 || !(s->repeat_penalty > 0) || s->repeat_last_n < 0 || s->repeat_last_n > (1 << 20))
+		return toast_err_set(err, TOAST_ERR_INVALID,
+				     "sampler: temperature %g, top_p %g, min_p %g, top_k %d, repeat_penalty %g, "
+				     "repeat_last_n %d: out of range",
+				     s->temperature, s->top_p, s->min_p, s->top_k, s->repeat_penalty, s->repeat_last_n);
+	struct toast_sampler *sp = calloc(1, sizeof(*sp));
+	if (!sp)
+		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	sp->p = *s;
+	sp->n_vocab = n_vocab;
+	sp->cand = malloc((size_t)n_vocab * sizeof(*sp->cand));
+	sp->recent = malloc(((size_t)s->repeat_last_n + 1) * sizeof(*sp->recent));
+	if (s->repeat_penalty != 1.0f)
+		sp->penalized = malloc((size_t)n_vocab * sizeof(float));
+	if (!sp->cand || !sp->recent || (s->repeat_penalty != 1.0f && !sp->penalized)) {
+		toast_sampler_free(sp);
+		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	}
+	uint64_t x = s->seed;
+	for (int i = 0; i < 4; i++)
+		sp->rng[i] = sampler_splitmix(&x);
+	*out = sp;
+	return TOAST_OK;
+}
+
+void toast_sampler_free(struct toast_sampler *sp)
+{
+	if (!sp)
+		return;
+	free(sp->cand);
+	free(sp->penalized);
+	free(sp->recent);
+	free(sp);
+}
+
+void toast_sampler_accept(struct toast_sampler *sp, int32_t id)
+{
+	if (sp->p.repeat_last_n == 0)
+		return;
+	sp->recent[sp->recent_pos] = id;
+	sp->recent_pos = (sp->recent_pos + 1) % sp->p.repeat_last_n;
+	if (sp->n_recent < sp->p.repeat_last_n)
+		sp->n_recent++;
+}
+
+/* CTRL's penalty, as upstream's RepetitionPenaltyLogitsProcessor: each seen token once. */
+static const float *sampler_penalize(struct toast_sampler *sp, const float *logits)
+{
+	if (sp->p.repeat_penalty == 1.0f || sp->n_recent == 0)
+		return logits;
+	memcpy(sp->penalized, logits, (size_t)sp->n_vocab * sizeof(float));
+	for (int i = 0; i < sp->n_recent; i++) {
+		int32_t id = sp->recent[i];
+		if (id < 0 || id >= sp->n_vocab || sp->penalized[id] != logits[id])
+			continue; /* outside the vocabulary, or already penalised */
+		float l = logits[id];
+		sp->penalized[id] = l > 0 ? l / sp->p.repeat_penalty : l * sp->p.repeat_penalty;
+	}
+	return sp->penalized;
+}
+
+static int sampler_cmp(const void *a, const void *b)
+{
+	const struct sampler_cand *x = a, *y = b;
+	if (x->logit != y->logit)
+		return x->logit > y->logit ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Move the k largest of c[0..n) to the front (in any order); quickselect, O(n) on average. */
+static void sampler_select(struct sampler_cand *c, int n, int k)
+{
+	int lo = 0, hi = n - 1;
+	while (lo < hi) {
+		struct sampler_cand pivot = c[lo + (hi - lo) / 2];
+		int i = lo, j = hi;
+		while (i <= j) {
+			while (sampler_cmp(&c[i], &pivot) < 0)
+				i++;
+			while (sampler_cmp(&c[j], &pivot) > 0)
+				j--;
+			if (i <= j) {
+				struct sampler_cand t = c[i];
+				c[i++] = c[j];
+				c[j--] = t;
+			}
+		}
+		if (k - 1 <= j)
+			hi = j;
+		else if (k - 1 >= i)
+			lo = i;
+		else
+			break;
+	}
+}
+
+int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits)
+{
+	const float *l = sampler_penalize(sp, logits);
+	int V = sp->n_vocab;
+	if (sp->p.temperature <= 0) {
+		int32_t best = 0;
+		for (int i = 1; i < V; i++)
+			if (l[i] > l[best])
+				best = i;
+		return best;
+	}
+	struct sampler_cand *c = sp->cand;
+	int n = 0;
+	for (int i = 0; i < V; i++)
+		if (!isnan(l[i]))
+			c[n++] = (struct sampler_cand){l[i] / sp->p.temperature, i};
+	if (n == 0)
+		return 0;
+	int k = sp->p.top_k > 0 && sp->p.top_k < n ? sp->p.top_k : n;
+	if (k < n)
+		sampler_select(c, n, k);
+	float max = c[0].logit;
+	for (int i = 1; i < k; i++)
+		max = c[i].logit > max ? c[i].logit : max;
+	if (sp->p.top_p < 1) {
+		/* the nucleus in order of probability: sort a partial selection, all k if it is short */
+		double z = 0, zpart = 0;
+		int part = k < SAMPLER_PARTIAL ? k : SAMPLER_PARTIAL;
+		if (part < k)
+			sampler_select(c, k, part);
+		for (int i = 0; i < k; i++)
+			z += exp((double)c[i].logit - max);
+		for (int i = 0; i < part; i++)
+			zpart += exp((double)c[i].logit - max);
+		if (part < k && zpart < sp->p.top_p * z)
+			part = k;
+		qsort(c, (size_t)part, sizeof(*c), sampler_cmp);
+		/* keep each token while the probability before it is below top_p */
+		double cum = 0;
+		int m = 0;
+		while (m < part && cum < sp->p.top_p)
+			cum += exp((double)c[m++].logit - max) / z;
+		k = m;
+	}
+	/* min-p: p >= min_p * p_max, i.e. exp(logit - max) >= min_p; the top token always stays */
+	int keep = 0;
+	double keep_z = 0;
+	for (int i = 0; i < k; i++) {
+		double w = exp((double)c[i].logit - max);
+		if (w >= sp->p.min_p || c[i].logit == max) {
+			c[keep++] = c[i];
+			keep_z += w;
+		}
+	}
+	double u = (double)(sampler_next(sp) >> 11) * 0x1.0p-53 * keep_z, acc = 0;
+	for (int i = 0; i < keep; i++) {
+		acc += exp((double)c[i].logit - max);
+		if (u < acc)
+			return c[i].id;
+	}
+	return c[keep - 1].id;
+}
