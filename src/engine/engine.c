@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "models/quantize.h"
+#include "tokenizer/tok_gguf.h"
 #include "util/fs.h"
 #include "util/mem.h"
 
@@ -62,8 +63,10 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	if (rc == TOAST_OK)
 		rc = toast_model_work_new(&e->model, e->chunk, &e->work, err);
 	char tok_path[4096];
-	if (rc == TOAST_OK && toast_path_join(tok_path, sizeof(tok_path), path, "tokenizer.json") &&
-	    toast_file_exists(tok_path))
+	if (rc == TOAST_OK && e->model.is_gguf && toast_gguf_find(&e->model.gguf, "tokenizer.ggml.tokens"))
+		rc = toast_tok_from_gguf(&e->model.gguf, &e->tok, err);
+	else if (rc == TOAST_OK && toast_path_join(tok_path, sizeof(tok_path), path, "tokenizer.json") &&
+		 toast_file_exists(tok_path))
 		rc = toast_tok_load(path, &e->tok, err);
 	if (rc != TOAST_OK) {
 		toast_engine_close(e);
