@@ -237,6 +237,50 @@ static void test_vocab_model(void)
 		toast_gguf_next_str(tok, &pos, &s, &n);
 	CHECK(tok && n == 12 && memcmp(s, "<|im_start|>", 12) == 0, "token 151644");
 	toast_gguf_close(&g);
+	/* the tokenizer rebuilt from the GGUF encodes every upstream case as tokenizer.json does, and
+	 * renders the chat template the same */
+	struct toast_engine *eg = NULL;
+	toast_engine_open(out, NULL, &eg, &err);
+	const struct toast_tokenizer *tk = eg ? toast_engine_tokenizer(eg) : NULL;
+	CHECK(tk, "GGUF tokenizer: %s", err.msg);
+	char casep[600];
+	snprintf(casep, sizeof(casep), "%s/tokenizer/qwen3-cases.jsonl", test_data_dir());
+	FILE *f = fopen(casep, "r");
+	CHECK(f, "%s is missing", casep);
+	char *line = NULL;
+	size_t cap = 0;
+	int n_cases = 0, bad = 0;
+	while (tk && f && getline(&line, &cap, f) > 0) {
+		json_t *j = json_loads(line, JSON_ALLOW_NUL, NULL), *t = json_object_get(j, "text"), *ids = json_object_get(j, "ids");
+		int32_t *got = NULL;
+		int n_got = 0;
+		bool ok = json_is_string(t) && toast_tok_encode(tk, json_string_value(t), json_string_length(t), &got, &n_got,
+								&err) == TOAST_OK &&
+			  (size_t)n_got == json_array_size(ids);
+		for (int i = 0; ok && i < n_got; i++)
+			ok = got[i] == json_integer_value(json_array_get(ids, (size_t)i));
+		bad += !ok;
+		n_cases++;
+		free(got);
+		json_decref(j);
+	}
+	free(line);
+	if (f)
+		fclose(f);
+	CHECK(n_cases >= 200 && bad == 0, "GGUF tokenizer: %d of %d upstream cases differ", bad, n_cases);
+	struct toast_tokenizer *tj = NULL;
+	toast_tok_load(dir, &tj, &err);
+	struct toast_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "What is 2+2?"}};
+	struct toast_chat_opts co = {.add_generation_prompt = true, .enable_thinking = -1};
+	char *r1 = NULL, *r2 = NULL;
+	CHECK(tk && tj && toast_chat_render(tk, msgs, 2, &co, &r1, &err) == TOAST_OK &&
+		      toast_chat_render(tj, msgs, 2, &co, &r2, &err) == TOAST_OK && strcmp(r1, r2) == 0,
+	      "chat template from GGUF renders differently: %s", err.msg);
+	CHECK(tk && toast_tok_is_eog(tk, 151645) && toast_tok_is_eog(tk, 151643), "end-of-generation tokens");
+	free(r1);
+	free(r2);
+	toast_tok_free(tj);
+	toast_engine_close(eg);
 	/* same logits as from the directory */
 	struct toast_engine *e1 = NULL, *e2 = NULL;
 	struct toast_session *s1 = NULL, *s2 = NULL;
