@@ -210,6 +210,42 @@ static void test_dequant_mlx(void)
 		}
 }
 
+/* mlx.core.quantize's affine scheme: within bounds, and each group's edge of larger magnitude is
+ * exactly representable (scale = edge / q0, bias = edge) */
+static void test_mlx_quant(void)
+{
+	enum { N = 64 * 64 };
+	float x[N], y[N], s[N / 64], z[N / 64];
+	uint32_t q[N / 4];
+	for (int bits = 4; bits <= 8; bits += 4) {
+		for (int i = 0; i < N; i++)
+			x[i] = (float)(rndn() * 0.03);
+		toast_quant_mlx(bits, 64, x, N, q, s, z);
+		toast_dequant_mlx(bits, 64, q, s, z, TOAST_DT_F32, y, N);
+		double se = 0, sx = 0;
+		int edge_bad = 0;
+		for (int g = 0; g < N / 64; g++) {
+			float lo = x[g * 64], hi = x[g * 64];
+			int ilo = g * 64, ihi = g * 64;
+			for (int j = g * 64; j < g * 64 + 64; j++) {
+				if (x[j] < lo)
+					lo = x[j], ilo = j;
+				if (x[j] > hi)
+					hi = x[j], ihi = j;
+			}
+			int ie = fabsf(lo) > fabsf(hi) ? ilo : ihi;
+			edge_bad += fabsf(y[ie] - x[ie]) > 1e-6f * fabsf(x[ie]);
+		}
+		for (int i = 0; i < N; i++) {
+			se += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
+			sx += (double)x[i] * x[i];
+		}
+		double rel = sqrt(se / sx), bound = bits == 4 ? 0.12 : 0.008;
+		printf("  MLX%d round trip: relative RMS error %.4f (bound %.3f)\n", bits, rel, bound);
+		CHECK(rel < bound && edge_bad == 0, "MLX%d: error %.4g, %d groups lose their edge", bits, rel, edge_bad);
+	}
+}
+
 static void test_roundtrip(void)
 {
 	enum { N = 256 * 64 };
@@ -331,6 +367,7 @@ int main(void)
 	test_dequant_exact();
 	test_dequant_mlx();
 	test_roundtrip();
+	test_mlx_quant();
 	test_matmul();
 	return test_done("test_quant");
 }

@@ -455,3 +455,34 @@ void toast_quant(enum toast_dtype t, const float *src, void *dst, int64_t n)
 	for (int64_t i = 0; i < n / blck; i++)
 		fn(src + i * blck, b + i * bs);
 }
+
+void toast_quant_mlx(int bits, int group_size, const float *src, int64_t n, uint32_t *q, float *scales,
+		     float *biases)
+{
+	float n_bins = (float)((1 << bits) - 1);
+	int per = 32 / bits;
+	memset(q, 0, (size_t)(n / per) * sizeof(uint32_t));
+	for (int64_t g = 0; g < n / group_size; g++) {
+		const float *w = src + g * group_size;
+		float w_min = INFINITY, w_max = -INFINITY;
+		for (int j = 0; j < group_size; j++) {
+			w_min = fminf(w_min, w[j]);
+			w_max = fmaxf(w_max, w[j]);
+		}
+		bool neg_edge = fabsf(w_min) > fabsf(w_max);
+		float scale = fmaxf((w_max - w_min) / n_bins, 1e-7f);
+		scale = neg_edge ? scale : -scale;
+		float edge = neg_edge ? w_min : w_max, q0 = rintf(edge / scale), bias = 0;
+		if (q0 != 0) {
+			scale = edge / q0;
+			bias = edge;
+		}
+		for (int j = 0; j < group_size; j++) {
+			float v = fminf(fmaxf(rintf((w[j] - bias) / scale), 0.0f), n_bins);
+			int64_t k = g * group_size + j;
+			q[k / per] |= (uint32_t)v << (k % per * bits);
+		}
+		scales[g] = scale;
+		biases[g] = bias;
+	}
+}

@@ -56,4 +56,10 @@ void toast_dequant_mlx(int bits, int group_size, const uint32_t *q, const void *
  * quantisers (quantize_row_*_ref: no importance matrix). t is a GGUF block type or F32/F16/BF16. */
 void toast_quant(enum toast_dtype t, const float *src, void *dst, int64_t n);
 
+/* MLX affine quantisation as mlx.core.quantize does it (per group: min/max, the edge of larger
+ * magnitude made exactly representable): q is n*bits/32 words, scales and biases n/group_size
+ * floats (round them to the checkpoint dtype to store). */
+void toast_quant_mlx(int bits, int group_size, const float *src, int64_t n, uint32_t *q, float *scales,
+		     float *biases);
+
 #endif

@@ -35,7 +35,55 @@ static bool bind_dtype_ok(enum toast_dtype t)
 	       (toast_dtype_is_quant(t) && t != TOAST_DT_MLX4 && t != TOAST_DT_MLX8);
 }
 
-#define BIND_TYPES "F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K"
+#define BIND_TYPES "F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K or MLX affine 4/8-bit"
+
+/* The parts of an MLX affine weight (format/quant.h): NAME.weight uint32 [..][n_in*bits/32],
+ * NAME.scales and NAME.biases [..][n_in/group_size] of one float type, outer dims equal. */
+struct bind_mlx {
+	const struct toast_tensor *s, *z;
+	int bits, gs;
+};
+
+static bool bind_mlx_parts(struct binder *b, const struct toast_tensor *t, int64_t n_in, struct bind_mlx *x)
+{
+	char name[512];
+	size_t l = strlen(t->name);
+	if (l < 7 || l + 2 > sizeof(name) || strcmp(t->name + l - 7, ".weight") != 0) {
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "tensor %s is U32 but not an MLX .weight", t->name);
+		return false;
+	}
+	snprintf(name, sizeof(name), "%.*s.scales", (int)(l - 7), t->name);
+	x->s = toast_tensordir_find(&b->m->td, name);
+	snprintf(name, sizeof(name), "%.*s.biases", (int)(l - 7), t->name);
+	x->z = toast_tensordir_find(&b->m->td, name);
+	int64_t packed = t->shape[t->n_dims - 1], groups = x->s ? x->s->shape[x->s->n_dims - 1] : 0;
+	x->bits = n_in > 0 ? (int)(packed * 32 / n_in) : 0;
+	x->gs = groups > 0 ? (int)(n_in / groups) : 0;
+	bool ok = x->s && x->z && (x->bits == 4 || x->bits == 8) && packed * 32 == (int64_t)x->bits * n_in &&
+		  (x->gs == 32 || x->gs == 64 || x->gs == 128) && groups * x->gs == n_in && x->s->n_dims == t->n_dims &&
+		  x->z->n_dims == t->n_dims && x->s->dtype == x->z->dtype &&
+		  (x->s->dtype == TOAST_DT_BF16 || x->s->dtype == TOAST_DT_F16 || x->s->dtype == TOAST_DT_F32);
+	for (int i = 0; ok && i + 1 < t->n_dims; i++)
+		ok = x->s->shape[i] == t->shape[i] && x->z->shape[i] == t->shape[i];
+	ok = ok && x->z->shape[t->n_dims - 1] == groups;
+	if (!ok)
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT,
+				      "tensor %s: not an MLX affine 4/8-bit weight of rows of %lld (scales/biases missing, "
+				      "or their shapes or types disagree)",
+				      t->name, (long long)n_in);
+	return ok;
+}
+
+static void bind_set_mlx(struct toast_weight *w, const struct bind_mlx *x, const void *scales, const void *biases,
+			 size_t sb_bytes)
+{
+	w->type = x->bits == 4 ? TOAST_DT_MLX4 : TOAST_DT_MLX8;
+	w->scales = scales;
+	w->biases = biases;
+	w->sb_type = x->s->dtype;
+	w->group_size = x->gs;
+	w->n_bytes += 2 * sb_bytes;
+}
 
 /* Bind the tensor `name` as n_out x n_in (a vector when n_out == 1; size-1 dims are ignored so
  * conv1d's [C, 1, K] binds as C x K). */
@@ -53,7 +101,14 @@ static void bind_as(struct binder *b, struct toast_weight *w, const char *name, 
 	for (int i = 0; i < t->n_dims; i++)
 		if (t->shape[i] != 1)
 			dims[nd++] = t->shape[i];
-	int64_t want[2] = {n_out, n_in};
+	struct bind_mlx mx = {0};
+	int64_t n_in_stored = n_in;
+	if (t->dtype == TOAST_DT_U32) {
+		if (!bind_mlx_parts(b, t, n_in, &mx))
+			return;
+		n_in_stored = n_in * mx.bits / 32;
+	}
+	int64_t want[2] = {n_out, n_in_stored};
 	int nw = 0;
 	int64_t wdims[2];
 	for (int i = 0; i < 2; i++)
@@ -70,18 +125,16 @@ static void bind_as(struct binder *b, struct toast_weight *w, const char *name, 
 				      (long long)n_out, (long long)n_in);
 		return;
 	}
-	if (!bind_dtype_ok(t->dtype)) {
+	if (!mx.s && !bind_dtype_ok(t->dtype)) {
 		b->rc = toast_err_set(b->err, TOAST_ERR_UNSUPPORTED, "tensor %s has type %s (toasted computes with "
 				      BIND_TYPES ")", name, t->dtype_name);
 		return;
 	}
-	w->name = t->name;
-	w->type = t->dtype;
-	w->n_out = n_out;
-	w->n_in = n_in;
-	w->data = t->data;
-	w->n_bytes = t->n_bytes;
-	b->m->weight_bytes += t->n_bytes;
+	*w = (struct toast_weight){.name = t->name, .type = t->dtype, .n_out = n_out, .n_in = n_in, .data = t->data,
+				   .n_bytes = t->n_bytes};
+	if (mx.s)
+		bind_set_mlx(w, &mx, mx.s->data, mx.z->data, mx.s->n_bytes);
+	b->m->weight_bytes += w->n_bytes;
 }
 
 static void bindf(struct binder *b, struct toast_weight *w, int64_t n_out, int64_t n_in, const char *fmt, ...)
@@ -103,31 +156,57 @@ static bool has_tensor(struct binder *b, const char *fmt, int il, const char *re
 	return toast_tensordir_find(&b->m->td, name) != NULL;
 }
 
-/* bind expert e of a stacked tensor t [n_expert][..][cols] as rows [row0, row0+rows) of its slice */
-static void bind_stacked(struct binder *b, struct toast_weight *w, const struct toast_tensor *t, int e, int64_t row0,
-			 int64_t rows, int64_t cols)
+/* a stacked expert tensor [n_expert][rows][cols] (cols packed for MLX), with its MLX parts */
+struct bind_stack {
+	const struct toast_tensor *t;
+	struct bind_mlx mx;
+};
+
+/* bind expert e of a stack as rows [row0, row0+rows) of its slice */
+static void bind_stacked(struct toast_weight *w, const struct bind_stack *st, int e, int64_t row0, int64_t rows,
+			 int64_t cols)
 {
+	const struct toast_tensor *t = st->t;
 	size_t slice = t->n_bytes / (size_t)t->shape[0], rb = slice / (size_t)t->shape[1];
 	*w = (struct toast_weight){.name = t->name, .type = t->dtype, .n_in = cols, .n_out = rows,
 				   .data = (const char *)t->data + (size_t)e * slice + (size_t)row0 * rb,
 				   .n_bytes = (size_t)rows * rb};
+	if (st->mx.s) {
+		size_t sslice = st->mx.s->n_bytes / (size_t)t->shape[0], srb = sslice / (size_t)t->shape[1];
+		size_t off = (size_t)e * sslice + (size_t)row0 * srb;
+		bind_set_mlx(w, &st->mx, (const char *)st->mx.s->data + off, (const char *)st->mx.z->data + off,
+			     (size_t)rows * srb);
+	}
 }
 
-static const struct toast_tensor *bind_stack(struct binder *b, int il, const char *what, int64_t rows,
-					     int64_t cols)
+/* experts.WHAT (Hugging Face fused or GGUF) or switch_mlp.WHAT.weight (MLX), or none */
+static bool bind_stack(struct binder *b, int il, const char *what, int64_t rows, int64_t cols, struct bind_stack *st)
 {
 	char name[512];
+	memset(st, 0, sizeof(*st));
 	snprintf(name, sizeof(name), "%slayers.%d.mlp.experts.%s", b->prefix, il, what);
-	const struct toast_tensor *t = toast_tensordir_find(&b->m->td, name);
-	if (!t || b->rc != TOAST_OK)
-		return t;
+	st->t = toast_tensordir_find(&b->m->td, name);
+	if (!st->t) {
+		snprintf(name, sizeof(name), "%slayers.%d.mlp.switch_mlp.%s.weight", b->prefix, il, what);
+		st->t = toast_tensordir_find(&b->m->td, name);
+	}
+	if (!st->t || b->rc != TOAST_OK)
+		return st->t != NULL;
 	int ne = b->m->hp.n_expert;
-	if (t->n_dims != 3 || t->shape[0] != ne || t->shape[1] != rows || t->shape[2] != cols || !bind_dtype_ok(t->dtype))
+	int64_t cols_stored = cols;
+	if (st->t->dtype == TOAST_DT_U32 && st->t->n_dims == 3) {
+		if (!bind_mlx_parts(b, st->t, cols, &st->mx))
+			return true;
+		cols_stored = cols * st->mx.bits / 32;
+	}
+	const struct toast_tensor *t = st->t;
+	if (t->n_dims != 3 || t->shape[0] != ne || t->shape[1] != rows || t->shape[2] != cols_stored ||
+	    (!st->mx.s && !bind_dtype_ok(t->dtype)))
 		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "tensor %s: expected [%d, %lld, %lld] of " BIND_TYPES, name,
 				      ne, (long long)rows, (long long)cols);
 	else
-		b->m->weight_bytes += t->n_bytes;
-	return t;
+		b->m->weight_bytes += t->n_bytes + (st->mx.s ? st->mx.s->n_bytes + st->mx.z->n_bytes : 0);
+	return true;
 }
 
 /* experts: per-expert tensors (experts.E.gate_proj.weight), or stacked ones [E][rows][cols]:
@@ -146,12 +225,13 @@ static void bind_experts(struct binder *b, struct toast_layer *l, int il)
 	}
 	if (b->rc != TOAST_OK)
 		return;
-	const struct toast_tensor *gu = bind_stack(b, il, "gate_up_proj", 2 * F, E), *g = NULL, *u = NULL;
-	if (!gu) {
-		g = bind_stack(b, il, "gate_proj", F, E);
-		u = bind_stack(b, il, "up_proj", F, E);
+	struct bind_stack gu, g = {0}, u = {0}, dn;
+	bool fused = bind_stack(b, il, "gate_up_proj", 2 * F, E, &gu), have_g = false, have_u = false;
+	if (!fused) {
+		have_g = bind_stack(b, il, "gate_proj", F, E, &g);
+		have_u = bind_stack(b, il, "up_proj", F, E, &u);
 	}
-	if (!gu && !g && !u) {
+	if (!fused && !have_g && !have_u) {
 		for (int e = 0; e < ne && b->rc == TOAST_OK; e++) {
 			bindf(b, &l->gate_exps.w[e], F, E, "%slayers.%d.mlp.experts.%d.gate_proj.weight", b->prefix, il, e);
 			bindf(b, &l->up_exps.w[e], F, E, "%slayers.%d.mlp.experts.%d.up_proj.weight", b->prefix, il, e);
@@ -159,13 +239,13 @@ static void bind_experts(struct binder *b, struct toast_layer *l, int il)
 		}
 		return;
 	}
-	const struct toast_tensor *dn = bind_stack(b, il, "down_proj", E, F);
-	if (b->rc == TOAST_OK && (!dn || (!gu && (!g || !u))))
+	bool have_d = bind_stack(b, il, "down_proj", E, F, &dn);
+	if (b->rc == TOAST_OK && (!have_d || (!fused && (!have_g || !have_u))))
 		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "layer %d: stacked expert tensors are incomplete", il);
 	for (int e = 0; e < ne && b->rc == TOAST_OK; e++) {
-		bind_stacked(b, &l->gate_exps.w[e], gu ? gu : g, e, 0, F, E);
-		bind_stacked(b, &l->up_exps.w[e], gu ? gu : u, e, gu ? F : 0, F, E);
-		bind_stacked(b, &l->down_exps.w[e], dn, e, 0, E, F);
+		bind_stacked(&l->gate_exps.w[e], fused ? &gu : &g, e, 0, F, E);
+		bind_stacked(&l->up_exps.w[e], fused ? &gu : &u, e, fused ? F : 0, F, E);
+		bind_stacked(&l->down_exps.w[e], &dn, e, 0, E, F);
 	}
 }
 
@@ -330,7 +410,23 @@ static enum toast_status model_open(struct toast_model *m, const char *path, str
 		rc = toast_hparams_parse(&m->hp, text, err);
 		free(text);
 	}
-	return rc == TOAST_OK ? toast_st_open_dir(&m->td, path, err) : rc;
+	if (rc == TOAST_OK)
+		rc = toast_st_open_dir(&m->td, path, err);
+	/* mlx-lm converts hybrid checkpoints with +1 baked into the zero-centred norms and conv1d
+	 * moved to [C, K, 1]: that layout marks such a directory */
+	for (int il = 0; rc == TOAST_OK && il < m->hp.n_layer && m->hp.norm_plus_one; il++) {
+		char name[160];
+		snprintf(name, sizeof(name), "%slayers.%d.linear_attn.conv1d.weight",
+			 toast_tensordir_find(&m->td, "model.language_model.embed_tokens.weight") ? "model.language_model."
+												    : "model.",
+			 il);
+		const struct toast_tensor *c = toast_tensordir_find(&m->td, name);
+		if (c) {
+			m->hp.norm_plus_one = !(c->n_dims == 3 && c->shape[2] == 1 && c->shape[1] > 1);
+			break;
+		}
+	}
+	return rc;
 }
 
 enum toast_status toast_model_load(struct toast_model *m, const char *path, struct toast_backend *be,
