@@ -61,9 +61,15 @@ static bool write_safetensors(const char *path)
 					      (json_int_t)off, (json_int_t)(off + outs[i].n_bytes)));
 		off += outs[i].n_bytes;
 	}
-	char *text = json_dumps(h, JSON_COMPACT);
+	char *t0 = json_dumps(h, JSON_COMPACT);
 	json_decref(h);
-	size_t hl = strlen(text);
+	/* pad the header with spaces to a multiple of 8, as the reference writer does, so every
+	 * tensor's data is aligned for its type */
+	size_t hl = (strlen(t0) + 7) / 8 * 8;
+	char *text = malloc(hl + 1);
+	memset(text, ' ', hl);
+	memcpy(text, t0, strlen(t0));
+	free(t0);
 	uint8_t len[8];
 	for (int i = 0; i < 8; i++)
 		len[i] = (uint8_t)((uint64_t)hl >> 8 * i);

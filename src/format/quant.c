@@ -66,36 +66,31 @@ static void dq_q8_0(const uint8_t *b, float *y)
 		y[j] = (float)(int8_t)b[2 + j] * d;
 }
 
-static void dq_q4_k(const uint8_t *b, float *y)
+/* Q4_K (qh all zero) and Q5_K (qh its fifth bits): q points at the 128 nibble bytes */
+static void dq_k45(const uint8_t *b, const uint8_t *qh, const uint8_t *q, float *y)
 {
 	float d = fp16(b), dmin = fp16(b + 2);
-	const uint8_t *sc = b + 4, *q = b + 16;
 	for (int j = 0; j < 8; j += 2, q += 32) {
 		uint8_t s0, m0, s1, m1;
-		k4_scale_min(j, sc, &s0, &m0);
-		k4_scale_min(j + 1, sc, &s1, &m1);
+		k4_scale_min(j, b + 4, &s0, &m0);
+		k4_scale_min(j + 1, b + 4, &s1, &m1);
 		float d0 = d * s0, mm0 = dmin * m0, d1 = d * s1, mm1 = dmin * m1;
 		for (int l = 0; l < 32; l++)
-			*y++ = d0 * (float)(q[l] & 0xF) - mm0;
+			*y++ = d0 * (float)((q[l] & 0xF) | (qh[l] >> j & 1) << 4) - mm0;
 		for (int l = 0; l < 32; l++)
-			*y++ = d1 * (float)(q[l] >> 4) - mm1;
+			*y++ = d1 * (float)((q[l] >> 4) | (qh[l] >> (j + 1) & 1) << 4) - mm1;
 	}
+}
+
+static void dq_q4_k(const uint8_t *b, float *y)
+{
+	static const uint8_t no_high_bits[32];
+	dq_k45(b, no_high_bits, b + 16, y);
 }
 
 static void dq_q5_k(const uint8_t *b, float *y)
 {
-	float d = fp16(b), dmin = fp16(b + 2);
-	const uint8_t *sc = b + 4, *qh = b + 16, *q = b + 48;
-	for (int j = 0; j < 8; j += 2, q += 32) {
-		uint8_t s0, m0, s1, m1;
-		k4_scale_min(j, sc, &s0, &m0);
-		k4_scale_min(j + 1, sc, &s1, &m1);
-		float d0 = d * s0, mm0 = dmin * m0, d1 = d * s1, mm1 = dmin * m1;
-		for (int l = 0; l < 32; l++)
-			*y++ = d0 * (float)((q[l] & 0xF) + (qh[l] >> j & 1 ? 16 : 0)) - mm0;
-		for (int l = 0; l < 32; l++)
-			*y++ = d1 * (float)((q[l] >> 4) + (qh[l] >> (j + 1) & 1 ? 16 : 0)) - mm1;
-	}
+	dq_k45(b, b + 16, b + 48, y);
 }
 
 static void dq_q6_k(const uint8_t *b, float *y)
@@ -135,11 +130,16 @@ void toast_dequant(enum toast_dtype t, const void *src, float *dst, int64_t n)
 		fn(b + i * bs, dst + i * blck);
 }
 
+/* MLX parts come from safetensors files, whose data need not be aligned: load bytewise */
 static inline float sb_f32(const void *p, int64_t i, enum toast_dtype t)
 {
-	if (t == TOAST_DT_F32)
-		return ((const float *)p)[i];
-	uint16_t h = ((const uint16_t *)p)[i];
+	if (t == TOAST_DT_F32) {
+		float f;
+		memcpy(&f, (const char *)p + 4 * i, 4);
+		return f;
+	}
+	uint16_t h;
+	memcpy(&h, (const char *)p + 2 * i, 2);
 	return t == TOAST_DT_BF16 ? toast_bf16_to_f32(h) : toast_f16_to_f32(h);
 }
 
@@ -152,7 +152,9 @@ void toast_dequant_mlx(int bits, int group_size, const uint32_t *q, const void *
 		float s = sb_f32(scales, g, sb_type), z = sb_f32(biases, g, sb_type);
 		for (int j = 0; j < group_size; j++) {
 			int64_t k = g * group_size + j;
-			dst[k] = s * (float)(q[k / per] >> (k % per * bits) & mask) + z;
+			uint32_t word;
+			memcpy(&word, q + k / per, 4);
+			dst[k] = s * (float)(word >> (k % per * bits) & mask) + z;
 		}
 	}
 }
