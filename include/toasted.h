@@ -102,7 +102,9 @@ const float *toast_session_logits(const struct toast_session *s);
 
 struct toast_tokenizer;
 
-/* Load tokenizer.json (+ tokenizer_config.json when present) from a model directory. */
+/* Load tokenizer.json (+ tokenizer_config.json, generation_config.json, config.json and
+ * chat_template.jinja when present) from a model directory. Byte-level BPE only: anything else
+ * is TOAST_ERR_UNSUPPORTED with a message naming it. */
 enum toast_status toast_tok_load(const char *model_dir, struct toast_tokenizer **out, struct toast_error *err);
 void toast_tok_free(struct toast_tokenizer *tok);
 int toast_tok_n_vocab(const struct toast_tokenizer *tok);
@@ -182,6 +184,8 @@ struct toast_sampling {
 	uint64_t seed;        /* same seed, same logits: same tokens */
 };
 void toast_sampling_init(struct toast_sampling *s); /* the defaults above; temperature 0.7, top_p 0.8, top_k 20 */
+/* Sampling applies, in this order (as transformers does): repetition penalty, temperature, top-k,
+ * top-p, min-p, then a draw from a generator seeded with seed (state per sampler, no globals). */
 
 struct toast_sampler;
 enum toast_status toast_sampler_new(const struct toast_sampling *s, int n_vocab, struct toast_sampler **out,
@@ -208,24 +212,30 @@ struct toast_gen_opts {
 };
 
 struct toast_gen_result {
-	int n_prompt;        /* prompt tokens of the request */
+	int n_prompt;        /* prompt tokens of the request: those the session held before + n_prompt */
 	int n_prefilled;     /* of those, tokens actually run through the model (the rest came from state) */
-	int n_generated;
+	int n_generated;     /* tokens passed to the callback (a final end-of-generation token included) */
 	enum toast_finish finish;
 	double t_prefill;    /* seconds */
 	double t_first;      /* seconds from the call to the first generated token */
 	double t_decode;     /* seconds spent generating after the first token */
 };
 
-/* Called for each piece of generated text (complete UTF-8 characters only) with the token that
- * completed it; text may be empty when a token's bytes are held back. Return nonzero to cancel. */
+/* Called once for every generated token, in order, with the text that token completes
+ * (complete UTF-8 characters only; empty while a character or a possible stop string is held
+ * back, and for an end-of-generation token, whose text is not emitted). The last call carries
+ * whatever was still held back. Return nonzero to cancel (the token is still fed). */
 typedef int (*toast_token_cb)(void *ud, int32_t id, const char *text, size_t len);
 
 /*
  * Generate from a session: the prompt tokens are fed after what the session already holds
  * (from n_keep = toast_session_n_past(s): the caller may have restored a prefix), then tokens
- * are sampled until a stop condition. The end-of-generation token itself is fed into the
- * session too, so the session state covers prompt + generated tokens.
+ * are sampled until a stop condition: an end-of-generation token (unless opts->ignore_eos), a
+ * stop string (its text and what follows are never emitted), max_tokens, or a full context
+ * (TOAST_FINISH_CTX). Every token passed to the callback is fed into the session, the final one
+ * included, so the session ends holding prompt + generated tokens; a token is sampled only when
+ * the context has room to feed it. tok may be NULL (no text, no end-of-generation tokens).
+ * TOAST_ERR_CTX_FULL (nothing generated) when the prompt leaves no room for one token.
  */
 enum toast_status toast_generate(struct toast_session *s, const struct toast_tokenizer *tok, const int32_t *prompt,
 				 int n_prompt, const struct toast_gen_opts *opts, toast_token_cb cb, void *ud,

@@ -82,8 +82,6 @@ static void test_qwen_cases(void)
 		free(got);
 		free(got2);
 	}
-	/* a template that raises: Qwen3's tool-call path with a bad message sequence still renders;
-	 * the ChatML-free failure is checked on hand-made templates below */
 	json_decref(cases);
 	toast_tok_free(tok);
 }

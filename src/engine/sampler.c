@@ -6,8 +6,8 @@
  * top-k, top-p, min-p, then a draw. Temperature 0 is argmax (lowest id on ties) after the
  * penalty. Reproducible: the same seed and the same logits give the same tokens (xoshiro256**
  * seeded through splitmix64; no global state).
- * Cost: O(n_vocab) per token; a full sort happens only when top-p needs more than the 256 most
- * likely tokens with no top-k.
+ * Cost: O(n_vocab) per token: top-k and top-p select the most likely candidates in linear time
+ * and sort only those (256 first, 4x more while top-p needs more).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -19,7 +19,7 @@
 #define SAMPLER_PARTIAL 256 /* candidates kept by the partial selection before a full sort */
 
 struct sampler_cand {
-	float logit;
+	float logit; /* logit / temperature, then exp(that - max) */
 	int32_t id;
 };
 
@@ -198,39 +198,44 @@ int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits)
 	float max = c[0].logit;
 	for (int i = 1; i < k; i++)
 		max = c[i].logit > max ? c[i].logit : max;
+	/* from here on, logit holds the unnormalised probability exp(logit - max) */
+	double z = 0;
+	for (int i = 0; i < k; i++)
+		z += c[i].logit = expf(c[i].logit - max);
 	if (sp->p.top_p < 1) {
-		/* the nucleus in order of probability: sort a partial selection, all k if it is short */
-		double z = 0, zpart = 0;
+		/* the nucleus in order of probability: the most likely `part` tokens, 4x more until
+		 * they hold top_p of the mass, then sorted */
 		int part = k < SAMPLER_PARTIAL ? k : SAMPLER_PARTIAL;
-		if (part < k)
-			sampler_select(c, k, part);
-		for (int i = 0; i < k; i++)
-			z += exp((double)c[i].logit - max);
-		for (int i = 0; i < part; i++)
-			zpart += exp((double)c[i].logit - max);
-		if (part < k && zpart < sp->p.top_p * z)
-			part = k;
+		for (;;) {
+			if (part < k)
+				sampler_select(c, k, part);
+			double zpart = 0;
+			for (int i = 0; i < part; i++)
+				zpart += c[i].logit;
+			if (part == k || zpart >= sp->p.top_p * z)
+				break;
+			part = part > k / 4 ? k : part * 4;
+		}
 		qsort(c, (size_t)part, sizeof(*c), sampler_cmp);
 		/* keep each token while the probability before it is below top_p */
 		double cum = 0;
 		int m = 0;
 		while (m < part && cum < sp->p.top_p)
-			cum += exp((double)c[m++].logit - max) / z;
+			cum += c[m++].logit / z;
 		k = m;
 	}
-	/* min-p: p >= min_p * p_max, i.e. exp(logit - max) >= min_p; the top token always stays */
+	/* min-p: p >= min_p * p_max, i.e. exp(logit - max) >= min_p; the top token (1) always stays */
 	int keep = 0;
 	double keep_z = 0;
 	for (int i = 0; i < k; i++) {
-		double w = exp((double)c[i].logit - max);
-		if (w >= sp->p.min_p || c[i].logit == max) {
+		if (c[i].logit >= sp->p.min_p || c[i].logit == 1.0f) {
 			c[keep++] = c[i];
-			keep_z += w;
+			keep_z += c[i].logit;
 		}
 	}
 	double u = (double)(sampler_next(sp) >> 11) * 0x1.0p-53 * keep_z, acc = 0;
 	for (int i = 0; i < keep; i++) {
-		acc += exp((double)c[i].logit - max);
+		acc += c[i].logit;
 		if (u < acc)
 			return c[i].id;
 	}

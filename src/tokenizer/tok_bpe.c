@@ -137,9 +137,9 @@ static struct tok_bpe_merge bpe_heap_pop(struct tok_bpe_scratch *s, size_t *n)
 /* Queue the merge of symbol a with its right neighbour, if there is one. */
 static void bpe_queue(const struct toast_tokenizer *tok, struct tok_bpe_scratch *s, size_t *nh, int32_t a)
 {
-	int32_t b = s->sym[a].next;
-	if (a < 0 || b < 0)
+	if (a < 0 || s->sym[a].next < 0)
 		return;
+	int32_t b = s->sym[a].next;
 	uint32_t rank;
 	int32_t res;
 	if (s->sym[a].id >= 0 && s->sym[b].id >= 0 && tok_merges_get(tok, s->sym[a].id, s->sym[b].id, &rank, &res))

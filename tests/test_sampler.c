@@ -1,0 +1,289 @@
+/*
+ * test_sampler.c - sampling and generation:
+ * - temperature 0 is argmax (lowest id on ties), with and without a repetition penalty;
+ * - a fixed seed reproduces the same tokens, another seed does not;
+ * - top-k, top-p and min-p keep exactly the tokens worked out by hand on small distributions,
+ *   and draws follow the renormalised probabilities;
+ * - a 152k vocabulary with a nucleus wider than the partial selection still samples correctly;
+ * - toast_generate on models/qwen3next-vocab: greedy chat case 0 exactly, text streamed in
+ *   whole characters, stop strings never emitted (and a partial match that fails loses
+ *   nothing), the context limit ends generation with every token fed, the session holds prompt
+ *   + generated tokens, a prompt that does not fit is TOAST_ERR_CTX_FULL.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+#include "toasted.h"
+#include "util/utf8.h"
+
+static struct toast_sampler *mk(float temp, int top_k, float top_p, float min_p, uint64_t seed, int n_vocab)
+{
+	struct toast_sampling s;
+	toast_sampling_init(&s);
+	s.temperature = temp;
+	s.top_k = top_k;
+	s.top_p = top_p;
+	s.min_p = min_p;
+	s.seed = seed;
+	struct toast_sampler *sp = NULL;
+	struct toast_error err = {0};
+	CHECK(toast_sampler_new(&s, n_vocab, &sp, &err) == TOAST_OK, "%s", err.msg);
+	return sp;
+}
+
+/* Draw n times; counts[id]++. */
+static void draw(struct toast_sampler *sp, const float *logits, int n, int *counts)
+{
+	for (int i = 0; i < n; i++)
+		counts[toast_sampler_sample(sp, logits)]++;
+}
+
+static void test_greedy(void)
+{
+	float l[1000];
+	uint64_t x = 7;
+	for (int i = 0; i < 1000; i++) {
+		x = x * 6364136223846793005ull + 1;
+		l[i] = (float)((x >> 40) % 1000) / 100.0f;
+	}
+	int best = 0;
+	for (int i = 1; i < 1000; i++)
+		if (l[i] > l[best])
+			best = i;
+	struct toast_sampler *sp = mk(0, 20, 0.8f, 0.1f, 1, 1000);
+	for (int i = 0; i < 5; i++)
+		CHECK(toast_sampler_sample(sp, l) == best, "temperature 0 is not argmax");
+	toast_sampler_free(sp);
+	float tie[4] = {1, 3, 3, 0};
+	sp = mk(0, 0, 1, 0, 1, 4);
+	CHECK(toast_sampler_sample(sp, tie) == 1, "ties go to the lowest id");
+	toast_sampler_free(sp);
+	/* repetition penalty: a seen positive logit is divided, a negative one multiplied */
+	struct toast_sampling s;
+	toast_sampling_init(&s);
+	s.temperature = 0;
+	s.repeat_penalty = 2;
+	s.repeat_last_n = 4;
+	struct toast_error err = {0};
+	CHECK(toast_sampler_new(&s, 4, &sp, &err) == TOAST_OK, "%s", err.msg);
+	float pen[4] = {2.0f, 1.5f, -1.0f, -0.6f};
+	CHECK(toast_sampler_sample(sp, pen) == 0, "before the penalty");
+	toast_sampler_accept(sp, 0);
+	CHECK(toast_sampler_sample(sp, pen) == 1, "2.0 / 2 = 1.0 < 1.5");
+	toast_sampler_accept(sp, 1);
+	float neg[4] = {-5, -5, -1.0f, -0.6f};
+	toast_sampler_accept(sp, 3);
+	CHECK(toast_sampler_sample(sp, neg) == 2, "-0.6 * 2 = -1.2 < -1.0");
+	toast_sampler_free(sp);
+	CHECK(pen[0] == 2.0f, "logits are not modified");
+}
+
+static void test_seed(void)
+{
+	float l[50];
+	for (int i = 0; i < 50; i++)
+		l[i] = (float)(i % 7) * 0.3f;
+	int a[200], b[200], c[200];
+	struct toast_sampler *s1 = mk(1, 0, 1, 0, 42, 50), *s2 = mk(1, 0, 1, 0, 42, 50), *s3 = mk(1, 0, 1, 0, 43, 50);
+	int same = 1, diff = 0;
+	for (int i = 0; i < 200; i++) {
+		a[i] = toast_sampler_sample(s1, l);
+		b[i] = toast_sampler_sample(s2, l);
+		c[i] = toast_sampler_sample(s3, l);
+		same &= a[i] == b[i];
+		diff += a[i] != c[i];
+	}
+	CHECK(same, "the same seed gives different tokens");
+	CHECK(diff > 100, "another seed gives nearly the same tokens (%d of 200 differ)", diff);
+	toast_sampler_free(s1);
+	toast_sampler_free(s2);
+	toast_sampler_free(s3);
+}
+
+/* probabilities 0.5 0.3 0.15 0.05 (as logits) */
+static void test_truncation(void)
+{
+	const float l[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
+	const int N = 20000;
+	static const struct {
+		int top_k;
+		float top_p, min_p;
+		int keep; /* tokens 0..keep-1 survive */
+	} cases[] = {
+		{0, 1, 0, 4},     {1, 1, 0, 1},    {2, 1, 0, 2},     {3, 1, 0, 3},   {0, 0.79f, 0, 2}, {0, 0.85f, 0, 3},
+		{0, 0.4f, 0, 1},  {0, 0.96f, 0, 4}, {0, 1, 0.2f, 3}, {0, 1, 0.5f, 2}, {0, 1, 0.9f, 1}, {3, 0.85f, 0.5f, 2},
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		struct toast_sampler *sp = mk(1, cases[k].top_k, cases[k].top_p, cases[k].min_p, 5, 4);
+		int counts[4] = {0};
+		draw(sp, l, N, counts);
+		double z = 0;
+		for (int i = 0; i < cases[k].keep; i++)
+			z += (double)expf(l[i]);
+		for (int i = 0; i < 4; i++) {
+			double want = i < cases[k].keep ? exp(l[i]) / z : 0;
+			double got = (double)counts[i] / N;
+			/* 20,000 draws: a standard deviation is at most 0.0036 */
+			CHECK(fabs(got - want) < 0.02 && (want > 0 || counts[i] == 0),
+			      "case %zu (top_k %d top_p %g min_p %g): token %d drawn %.3f, want %.3f", k, cases[k].top_k,
+			      cases[k].top_p, cases[k].min_p, i, got, want);
+		}
+		toast_sampler_free(sp);
+	}
+	/* temperature: logits / T before the softmax */
+	const float t[2] = {1.0f, 0.0f};
+	struct toast_sampler *sp = mk(0.5f, 0, 1, 0, 9, 2);
+	int counts[2] = {0};
+	draw(sp, t, N, counts);
+	double want = 1 / (1 + exp(-2.0));
+	CHECK(fabs((double)counts[0] / N - want) < 0.02, "temperature 0.5: %.3f want %.3f", (double)counts[0] / N, want);
+	toast_sampler_free(sp);
+}
+
+static void test_big_vocab(void)
+{
+	/* 152k tokens: 1000 share the mass almost evenly, top_p 0.9 needs ~900 of them (more than the
+	 * partial selection of 256), the rest are far below */
+	int V = 152000;
+	float *l = malloc((size_t)V * sizeof(float));
+	for (int i = 0; i < V; i++)
+		l[i] = i % 152 == 0 ? 10.0f + (float)(i % 7) * 1e-3f : -20.0f;
+	struct toast_sampler *sp = mk(1, 0, 0.9f, 0, 3, V);
+	int ok = 1, seen = 0;
+	int *counts = calloc((size_t)V, sizeof(int));
+	for (int i = 0; i < 1000; i++) {
+		int id = toast_sampler_sample(sp, l);
+		ok &= id % 152 == 0;
+		seen += counts[id]++ == 0;
+	}
+	CHECK(ok, "a token outside the nucleus was drawn");
+	CHECK(seen > 450, "only %d distinct tokens of a ~900-token nucleus", seen);
+	toast_sampler_free(sp);
+	free(counts);
+	free(l);
+	/* invalid settings are refused */
+	struct toast_sampling s;
+	toast_sampling_init(&s);
+	s.top_p = 0;
+	struct toast_error err = {0};
+	CHECK(toast_sampler_new(&s, 10, &sp, &err) == TOAST_ERR_INVALID, "top_p 0 accepted");
+	toast_sampling_init(&s);
+	s.temperature = -1;
+	CHECK(toast_sampler_new(&s, 10, &sp, &err) == TOAST_ERR_INVALID, "negative temperature accepted");
+}
+
+struct collect {
+	char text[8192];
+	size_t n;
+	int32_t ids[256];
+	int n_ids;
+	bool whole;
+};
+
+static int collect_cb(void *ud, int32_t id, const char *text, size_t len)
+{
+	struct collect *c = ud;
+	c->whole = c->whole && toast_utf8_valid(text, len);
+	if (c->n + len < sizeof(c->text)) {
+		memcpy(c->text + c->n, text, len);
+		c->n += len;
+	}
+	if (c->n_ids < 256)
+		c->ids[c->n_ids++] = id;
+	return 0;
+}
+
+static enum toast_status gen(struct toast_engine *e, const int32_t *prompt, int n_prompt, int n_ctx, const char *stop,
+			     int max_tokens, struct collect *c, struct toast_gen_result *res, int *n_past,
+			     struct toast_error *err)
+{
+	struct toast_session *s = NULL;
+	enum toast_status st = toast_session_new(e, n_ctx, &s, err);
+	struct toast_gen_opts o = {.max_tokens = max_tokens, .ignore_eos = true};
+	toast_sampling_init(&o.sampling);
+	o.sampling.temperature = 0;
+	const char *stops[1] = {stop};
+	o.stop = stops;
+	o.n_stop = stop ? 1 : 0;
+	memset(c, 0, sizeof(*c));
+	c->whole = true;
+	if (st == TOAST_OK)
+		st = toast_generate(s, toast_engine_tokenizer(e), prompt, n_prompt, &o, collect_cb, c, res, err);
+	*n_past = s ? toast_session_n_past(s) : -1;
+	toast_session_free(s);
+	return st;
+}
+
+static void test_generate(void)
+{
+	char dir[1024], path[1100];
+	snprintf(dir, sizeof(dir), "%s/models/qwen3next-vocab", test_data_dir());
+	snprintf(path, sizeof(path), "%s/chat-cases.json", dir);
+	json_t *cases = json_load_file(path, 0, NULL);
+	CHECK(cases != NULL, "%s is missing", path);
+	struct toast_engine_opts eo;
+	toast_engine_opts_init(&eo);
+	eo.backend = "cpu";
+	struct toast_engine *e = NULL;
+	struct toast_error err = {0};
+	CHECK(toast_engine_open(dir, &eo, &e, &err) == TOAST_OK, "%s", err.msg);
+	CHECK(!e || toast_engine_tokenizer(e) != NULL, "the engine did not load tokenizer.json");
+	if (!cases || !e || !toast_engine_tokenizer(e)) {
+		json_decref(cases);
+		toast_engine_close(e);
+		return;
+	}
+	json_t *c0 = json_array_get(cases, 0), *pid = json_object_get(c0, "prompt_ids"), *gid = json_object_get(c0, "greedy_ids");
+	const char *want = json_string_value(json_object_get(c0, "greedy_text"));
+	int32_t prompt[64];
+	int np = (int)json_array_size(pid);
+	for (int i = 0; i < np && i < 64; i++)
+		prompt[i] = (int32_t)json_integer_value(json_array_get(pid, (size_t)i));
+	struct collect c;
+	struct toast_gen_result res;
+	int n_past;
+	/* greedy: ids and text exactly, whole characters, everything fed */
+	enum toast_status st = gen(e, prompt, np, 256, NULL, 24, &c, &res, &n_past, &err);
+	CHECK(st == TOAST_OK, "%s", err.msg);
+	bool same = c.n_ids == 24;
+	for (int i = 0; same && i < 24; i++)
+		same = c.ids[i] == json_integer_value(json_array_get(gid, (size_t)i));
+	CHECK(same, "greedy ids differ from chat case 0");
+	CHECK(c.n == strlen(want) && memcmp(c.text, want, c.n) == 0, "greedy text differs: %.*s", (int)c.n, c.text);
+	CHECK(c.whole, "a callback got a partial character");
+	CHECK(res.finish == TOAST_FINISH_LENGTH && res.n_generated == 24 && res.n_prompt == np && res.n_prefilled == np,
+	      "result: finish %d, %d generated, %d prompt", res.finish, res.n_generated, res.n_prompt);
+	CHECK(n_past == np + 24, "the session holds %d tokens, want prompt + generated = %d", n_past, np + 24);
+	/* a stop string: the text before it, nothing of it */
+	const char *at = strstr(want, "swinger");
+	st = gen(e, prompt, np, 256, "swinger", 24, &c, &res, &n_past, &err);
+	CHECK(st == TOAST_OK && res.finish == TOAST_FINISH_STOP && at && c.n == (size_t)(at - want) &&
+		      memcmp(c.text, want, c.n) == 0,
+	      "stop string: got \"%.*s\"", (int)c.n, c.text);
+	CHECK(n_past == np + res.n_generated, "stop: the session holds %d, want %d", n_past, np + res.n_generated);
+	/* a stop string whose start appears but that never completes: nothing is lost */
+	st = gen(e, prompt, np, 256, "swingerclub!", 24, &c, &res, &n_past, &err);
+	CHECK(st == TOAST_OK && c.n == strlen(want) && memcmp(c.text, want, c.n) == 0, "partial stop match lost text");
+	/* the context fills: generation ends there, every token fed */
+	st = gen(e, prompt, np, np + 5, NULL, 0, &c, &res, &n_past, &err);
+	CHECK(st == TOAST_OK && res.finish == TOAST_FINISH_CTX && res.n_generated == 5 && n_past == np + 5,
+	      "context limit: finish %d, %d generated, n_past %d", res.finish, res.n_generated, n_past);
+	/* a prompt that leaves no room */
+	st = gen(e, prompt, np, np, NULL, 0, &c, &res, &n_past, &err);
+	CHECK(st == TOAST_ERR_CTX_FULL && strstr(err.msg, "no room"), "full context: %s", err.msg);
+	json_decref(cases);
+	toast_engine_close(e);
+}
+
+int main(void)
+{
+	test_greedy();
+	test_seed();
+	test_truncation();
+	test_big_vocab();
+	test_generate();
+	return test_done("test_sampler");
+}
