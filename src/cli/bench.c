@@ -1,3 +1,155 @@
-/* bench.c - placeholder replaced below */
+/*
+ * bench.c - `toasted bench`: prefill and decode speed of a model directory or a synthetic model
+ * of a real shape, against the physical floor measured in the same run: decode time vs the
+ * bytes a step must read / the copy bandwidth of the backend's memory.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli/cli.h"
-int cli_bench(int argc, char **argv) { return 2; }
+#include "util/timeutil.h"
+
+#define BENCH_MAX_LIST 8
+
+struct bench_opts {
+	const char *model;
+	struct toast_engine_opts eo;
+	int prompts[BENCH_MAX_LIST], n_prompts;
+	int ctxs[BENCH_MAX_LIST], n_ctxs;
+	int n_decode;
+};
+
+static bool bench_list(const char *opt, const char *v, int *out, int *n)
+{
+	*n = 0;
+	char *dup = strdup(v), *save = NULL;
+	bool ok = dup != NULL;
+	for (char *tok = strtok_r(dup, ",", &save); ok && tok; tok = strtok_r(NULL, ",", &save)) {
+		long x;
+		ok = *n < BENCH_MAX_LIST && cli_int(opt, tok, 0, 1 << 22, &x);
+		if (ok)
+			out[(*n)++] = (int)x;
+	}
+	free(dup);
+	return ok && *n > 0;
+}
+
+static int32_t *bench_ids(int n, int n_vocab)
+{
+	int32_t *ids = malloc((size_t)n * sizeof(int32_t));
+	uint32_t x = 12345;
+	for (int i = 0; ids && i < n; i++) {
+		x = x * 1664525u + 1013904223u;
+		ids[i] = (int32_t)((x >> 8) % (uint32_t)n_vocab);
+	}
+	return ids;
+}
+
+int cli_bench(int argc, char **argv)
+{
+	struct bench_opts o = {.prompts = {512}, .n_prompts = 1, .ctxs = {0}, .n_ctxs = 1, .n_decode = 32};
+	toast_engine_opts_init(&o.eo);
+	for (int i = 1; i < argc; i++) {
+		const char *v;
+		long n;
+		if ((v = cli_optval(argc, argv, &i, "--synthetic"))) {
+			o.eo.synthetic = v;
+		} else if ((v = cli_optval(argc, argv, &i, "--layers"))) {
+			if (!cli_int("--layers", v, 1, 4096, &n))
+				return 2;
+			o.eo.synthetic_layers = (int)n;
+		} else if ((v = cli_optval(argc, argv, &i, "--backend"))) {
+			o.eo.backend = v;
+		} else if ((v = cli_optval(argc, argv, &i, "--threads"))) {
+			if (!cli_int("--threads", v, 1, 1024, &n))
+				return 2;
+			o.eo.n_threads = (int)n;
+		} else if ((v = cli_optval(argc, argv, &i, "--chunk"))) {
+			if (!cli_int("--chunk", v, 1, 4096, &n))
+				return 2;
+			o.eo.chunk = (int)n;
+		} else if ((v = cli_optval(argc, argv, &i, "--prompt"))) {
+			if (!bench_list("--prompt", v, o.prompts, &o.n_prompts))
+				return 2;
+		} else if ((v = cli_optval(argc, argv, &i, "--ctx"))) {
+			if (!bench_list("--ctx", v, o.ctxs, &o.n_ctxs))
+				return 2;
+		} else if ((v = cli_optval(argc, argv, &i, "--decode"))) {
+			if (!cli_int("--decode", v, 1, 1 << 20, &n))
+				return 2;
+			o.n_decode = (int)n;
+		} else if (argv[i][0] == '-' || o.model) {
+			fprintf(stderr, "toasted bench: unexpected argument %s\n", argv[i]);
+			return 2;
+		} else {
+			o.model = argv[i];
+		}
+	}
+	if (!o.model && !o.eo.synthetic) {
+		fprintf(stderr, "usage: toasted bench (MODEL_DIR | --synthetic qwen3-next-80b-a3b [--layers N]) [--backend cpu|cuda]\n"
+				"                     [--threads N] [--chunk N] [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N]\n");
+		return 2;
+	}
+	struct toast_error err = {0};
+	struct toast_engine *e = NULL;
+	double t0 = toast_now();
+	enum toast_status st = toast_engine_open(o.model, &o.eo, &e, &err);
+	if (st != TOAST_OK) {
+		fprintf(stderr, "toasted bench: %s\n", err.msg);
+		return cli_status_exit(st) ? cli_status_exit(st) : 1;
+	}
+	const struct toast_model_info *in = toast_engine_info(e);
+	printf("model: %s%s (%s), %d layers (%d attention), backend %s, loaded in %.1f s\n",
+	       o.eo.synthetic ? "synthetic " : "", o.eo.synthetic ? o.eo.synthetic : o.model, in->arch, in->n_layer,
+	       in->n_layer_attn, in->backend, toast_now() - t0);
+	printf("weights: %.2f GB; a decode step reads %.3f GB of weights\n", in->weight_bytes / 1e9, in->decode_bytes / 1e9);
+	double bw = toast_engine_bandwidth(e);
+	printf("memory bandwidth (copy, read+write): %.1f GB/s\n", bw / 1e9);
+	int max_ctx = 0;
+	for (int i = 0; i < o.n_prompts; i++)
+		max_ctx = o.prompts[i] > max_ctx ? o.prompts[i] : max_ctx;
+	for (int i = 0; i < o.n_ctxs; i++)
+		max_ctx = o.ctxs[i] > max_ctx ? o.ctxs[i] : max_ctx;
+	max_ctx += o.n_decode + 1;
+	int32_t *ids = bench_ids(max_ctx, in->n_vocab);
+	struct toast_session *s = NULL;
+	st = ids ? toast_session_new(e, max_ctx < in->n_ctx_train ? max_ctx : in->n_ctx_train, &s, &err) : TOAST_ERR_NOMEM;
+	int rc = 0;
+	printf("\n%-24s %10s %12s %12s\n", "test", "tokens", "ms", "tok/s");
+	for (int i = 0; st == TOAST_OK && i < o.n_prompts; i++) {
+		toast_session_reset(s);
+		double t = toast_now();
+		st = toast_session_feed(s, ids, o.prompts[i], NULL, &err);
+		t = toast_now() - t;
+		char name[64];
+		snprintf(name, sizeof(name), "prefill %d", o.prompts[i]);
+		if (st == TOAST_OK)
+			printf("%-24s %10d %12.1f %12.1f\n", name, o.prompts[i], t * 1e3, o.prompts[i] / t);
+	}
+	printf("\n%-10s %10s %12s %12s %14s %10s\n", "decode@ctx", "tok/s", "ms/token", "GB/step", "floor ms", "x floor");
+	for (int i = 0; st == TOAST_OK && i < o.n_ctxs; i++) {
+		toast_session_reset(s);
+		toast_session_bench_seek(s, o.ctxs[i]);
+		st = toast_session_feed(s, ids, 1, NULL, &err); /* warm-up (and CUDA graph capture) */
+		double t = toast_now();
+		for (int k = 0; st == TOAST_OK && k < o.n_decode; k++)
+			st = toast_session_feed(s, ids + 1 + k, 1, NULL, &err);
+		t = (toast_now() - t) / o.n_decode;
+		/* bytes a step must read: weights, recurrent state read and written, KV rows read */
+		double bytes = (double)in->decode_bytes + 2.0 * in->state_bytes_fixed +
+			       (double)in->kv_bytes_per_tok * (o.ctxs[i] + 1);
+		double floor_s = bytes / bw;
+		if (st == TOAST_OK)
+			printf("%-10d %10.1f %12.3f %12.3f %14.3f %10.2f\n", o.ctxs[i], 1 / t, t * 1e3, bytes / 1e9,
+			       floor_s * 1e3, t / floor_s);
+	}
+	if (st != TOAST_OK) {
+		fprintf(stderr, "toasted bench: %s\n", err.msg);
+		rc = 1;
+	}
+	toast_session_free(s);
+	free(ids);
+	toast_engine_close(e);
+	return rc;
+}

@@ -21,6 +21,8 @@
 #include "format/safetensors.h"
 #include "util/fs.h"
 
+#define CHECK_MAX_TOKENS (1 << 20)
+
 struct check_opts {
 	const char *model, *reference;
 	struct toast_engine_opts eo;
@@ -101,7 +103,7 @@ static int check_sequences(struct toast_engine *e, const struct toast_tensordir 
 		snprintf(name, sizeof(name), "logits%d", n);
 		const struct toast_tensor *lg = toast_tensordir_find(ref, name);
 		if (ids->dtype != TOAST_DT_I32 || ids->n_dims != 1 || !lg || lg->dtype != TOAST_DT_F32 || lg->n_dims != 2 ||
-		    lg->shape[0] != ids->shape[0] || lg->shape[1] != V || ids->shape[0] < 1 || ids->shape[0] > (1 << 20)) {
+		    lg->shape[0] != ids->shape[0] || lg->shape[1] != V || ids->shape[0] < 1 || ids->shape[0] > CHECK_MAX_TOKENS) {
 			fprintf(stderr, "toasted check: ids%d/logits%d: expected I32 [n] and F32 [n][%d]\n", n, n, V);
 			return 2;
 		}
@@ -109,7 +111,8 @@ static int check_sequences(struct toast_engine *e, const struct toast_tensordir 
 		struct toast_error err = {0};
 		struct toast_session *s = NULL;
 		float *out = malloc((size_t)len * V * sizeof(float));
-		enum toast_status st = out ? toast_session_new(e, len, &s, &err) : TOAST_ERR_NOMEM;
+		enum toast_status st = out ? toast_session_new(e, len, &s, &err)
+					   : toast_err_set(&err, TOAST_ERR_NOMEM, "out of memory for %d x %d logits", len, V);
 		if (st == TOAST_OK)
 			st = toast_session_feed(s, ids->data, len, out, &err);
 		if (st != TOAST_OK) {
@@ -143,6 +146,41 @@ static int check_sequences(struct toast_engine *e, const struct toast_tensordir 
 	return rc;
 }
 
+struct layer_ctx {
+	const struct toast_tensordir *ref;
+	char line[1024];
+	size_t len;
+};
+
+static void check_layer_cb(void *ud, int index, const float *x, int n_tokens, int n_embd)
+{
+	struct layer_ctx *c = ud;
+	char name[32];
+	snprintf(name, sizeof(name), "hidden0.%d", index);
+	const struct toast_tensor *t = toast_tensordir_find(c->ref, name);
+	if (!t || t->dtype != TOAST_DT_F32 || t->n_elems != (int64_t)n_tokens * n_embd || c->len >= sizeof(c->line) - 32)
+		return;
+	int bad;
+	double e = check_err(x, t->data, n_tokens, n_embd, 1, &bad);
+	c->len += (size_t)snprintf(c->line + c->len, sizeof(c->line) - c->len, " %d:%.2g", index, e);
+}
+
+/* per-layer errors of ids0 against hidden0.N when the reference has them: where a mismatch starts */
+static void check_layers(struct toast_engine *e, const struct toast_tensordir *ref)
+{
+	const struct toast_tensor *ids = toast_tensordir_find(ref, "ids0");
+	if (!toast_tensordir_find(ref, "hidden0.0") || !ids || ids->dtype != TOAST_DT_I32 || ids->n_dims != 1)
+		return;
+	struct layer_ctx c = {.ref = ref};
+	struct toast_error err;
+	struct toast_session *s = NULL;
+	int len = (int)ids->shape[0];
+	if (toast_session_new(e, len, &s, &err) == TOAST_OK &&
+	    toast_session_feed_layers(s, ids->data, len, NULL, check_layer_cb, &c, &err) == TOAST_OK)
+		printf("per-layer error (ids0; 0 = embedding, last = final norm):%s\n", c.line);
+	toast_session_free(s);
+}
+
 static int check_greedy(struct toast_engine *e, const struct toast_tensordir *ref, const char *json_path,
 			const struct check_opts *o)
 {
@@ -157,8 +195,13 @@ static int check_greedy(struct toast_engine *e, const struct toast_tensordir *re
 	json_t *greedy = json_object_get(doc, "greedy");
 	const char *from = json_string_value(json_object_get(doc, "greedy_from"));
 	const struct toast_tensor *ids = toast_tensordir_find(ref, from ? from : "ids0");
-	if (!json_is_array(greedy) || !ids || ids->dtype != TOAST_DT_I32 || ids->n_dims != 1) {
-		fprintf(stderr, "toasted check: %s: needs a \"greedy\" list continuing %s\n", json_path, from ? from : "ids0");
+	bool ok = json_is_array(greedy) && json_array_size(greedy) <= CHECK_MAX_TOKENS && ids &&
+		  ids->dtype == TOAST_DT_I32 && ids->n_dims == 1 && ids->shape[0] >= 1 && ids->shape[0] <= CHECK_MAX_TOKENS;
+	for (size_t i = 0; ok && i < json_array_size(greedy); i++)
+		ok = json_is_integer(json_array_get(greedy, i));
+	if (!ok) {
+		fprintf(stderr, "toasted check: %s: needs a \"greedy\" list of token ids continuing %s (I32 [n])\n",
+			json_path, from ? from : "ids0");
 		json_decref(doc);
 		return 2;
 	}
@@ -294,10 +337,12 @@ int cli_check(int argc, char **argv)
 		}
 		printf("\n");
 	}
-	if (rc != 2 && n_checked == 0) {
+	if (rc == 0 && n_checked == 0) {
 		fprintf(stderr, "toasted check: %s has no ids0/logits0\n", o.reference);
 		rc = 2;
 	}
+	if (rc != 2)
+		check_layers(e, &ref);
 	if (rc != 2) {
 		int g = check_greedy(e, &ref, jsonpath, &o);
 		rc = g == 2 ? 2 : (rc || g);

@@ -14,9 +14,14 @@
 int cli_check(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_convert(int argc, char **argv);
+int cli_pull(int argc, char **argv);
+int cli_publish(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_detokenize(int argc, char **argv);
+int cli_start(int argc, char **argv);
+int cli_stop(int argc, char **argv);
+int cli_status(int argc, char **argv);
 
 /* Parse an integer option value in [lo, hi]; prints an error and returns false otherwise. */
 bool cli_int(const char *opt, const char *val, long lo, long hi, long *out);

@@ -3,9 +3,9 @@
  *
  * The conversation: the messages of --messages FILE.json (an OpenAI-style array), then a system
  * message from --system (put first), then one user message whose body is PROMPT, or stdin, or
- * both as PROMPT + "\n\n" + stdin (the way `cat file | toast "summarise"` composes them; stdin is
- * read only when it is not a terminal, and an empty stdin counts as none). Text is made valid
- * UTF-8 first (invalid bytes -> U+FFFD, as the tokenizer would). The model's chat template
+ * both as PROMPT + "\n\n" + stdin: toast_compose_user(), the rule `cat file | toast "summarise"`
+ * uses too (stdin is read only when it is not a terminal, and an empty stdin counts as none;
+ * invalid UTF-8 becomes U+FFFD, as the tokenizer would). The model's chat template
  * renders it with the generation prompt (--no-think: enable_thinking false), the text is
  * tokenized and toast_generate() streams the reply.
  *
@@ -22,7 +22,8 @@
 
 #include "cli/cli.h"
 #include "util/err.h"
-#include "util/utf8.h"
+#include "proto/proto.h"
+#include "util/buf.h"
 
 #define RUN_MAX_INPUT ((size_t)256 << 20)
 #define RUN_MAX_STOP 16
@@ -223,21 +224,11 @@ static char *run_messages(const struct run_opts *o)
 		json_decref(msgs);
 		return NULL;
 	}
-	if (o->prompt || n_in) {
-		size_t pl = o->prompt ? strlen(o->prompt) : 0, n = pl + (pl && n_in ? 2 : 0) + n_in;
-		char *body = malloc(n + 1);
-		if (body) {
-			memcpy(body, o->prompt ? o->prompt : "", pl);
-			if (pl && n_in)
-				memcpy(body + pl, "\n\n", 2);
-			memcpy(body + n - n_in, in ? in : "", n_in);
-			size_t cn;
-			char *clean = toast_utf8_sanitize(body, n, &cn);
-			json_array_append_new(msgs, json_pack("{s:s, s:s%}", "role", "user", "content", clean ? clean : "", cn));
-			free(clean);
-			free(body);
-		}
-	}
+	struct toast_buf body;
+	toast_buf_init(&body);
+	if ((o->prompt || n_in) && toast_compose_user(&body, o->prompt, in, n_in))
+		json_array_append_new(msgs, json_pack("{s:s, s:s%}", "role", "user", "content", body.data, body.len));
+	toast_buf_deinit(&body);
 	free(in);
 	char *s = NULL;
 	if (json_array_size(msgs) == 0)

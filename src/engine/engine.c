@@ -11,13 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/modeldir.h"
 #include "models/quantize.h"
 #include "tokenizer/tok_gguf.h"
 #include "util/fs.h"
 #include "util/mem.h"
+#include "util/timeutil.h"
 
 #define ENGINE_DEFAULT_CHUNK 64
 #define ENGINE_MAX_CHUNK 4096
+#define ENGINE_MAX_THREADS 1024
 
 void toast_engine_opts_init(struct toast_engine_opts *o)
 {
@@ -46,8 +49,15 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 		toast_engine_opts_init(&defaults);
 		opts = &defaults;
 	}
+	/* a directory that `toasted pull` left incomplete must not be served, whatever it holds */
+	enum toast_status rc = opts->synthetic ? TOAST_OK : toast_modeldir_check(path, err);
+	if (rc != TOAST_OK)
+		return rc;
 	if (opts->chunk < 0 || opts->chunk > ENGINE_MAX_CHUNK)
 		return toast_err_set(err, TOAST_ERR_INVALID, "chunk size %d outside [1, %d]", opts->chunk, ENGINE_MAX_CHUNK);
+	if (opts->n_threads < 0 || opts->n_threads > ENGINE_MAX_THREADS)
+		return toast_err_set(err, TOAST_ERR_INVALID, "thread count %d outside [1, %d]", opts->n_threads,
+				     ENGINE_MAX_THREADS);
 	struct toast_engine *e = calloc(1, sizeof(*e));
 	if (!e)
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
@@ -57,15 +67,28 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 		return toast_err_set(err, TOAST_ERR_INVALID,
 				     "unknown quantisation \"%s\" (q8_0, q4_0, q4_1, q4_k_m, q5_k_m, q6_k, bf16)", opts->quant);
 	}
-	enum toast_status rc = engine_backend(opts, &e->be, err);
-	if (rc == TOAST_OK)
-		rc = toast_model_load(&e->model, path, e->be, e->quant, err);
+	rc = engine_backend(opts, &e->be, err);
+	if (rc == TOAST_OK && opts->synthetic) {
+		const char *cfg = toast_model_preset(opts->synthetic);
+		rc = cfg ? toast_model_load_synthetic(&e->model, cfg, opts->synthetic_layers, e->be, err)
+			 : toast_err_set(err, TOAST_ERR_INVALID, "unknown synthetic shape \"%s\" (qwen3-next-80b-a3b, qwen3.5-35b-a3b)",
+					 opts->synthetic);
+	} else if (rc == TOAST_OK) {
+		rc = toast_model_load(&e->model, path, e->be, e->quant, opts->progress, opts->progress_ud, err);
+	}
+	/* the CUDA GDN kernels read value heads in Hugging Face order only: refuse rather than
+	 * compute a wrong model until they honour toast_gdn_args.v_heads_tiled */
+	if (rc == TOAST_OK && e->model.hp.v_heads_tiled && strcmp(e->be->name, "cpu") != 0)
+		rc = toast_err_set(err, TOAST_ERR_UNSUPPORTED,
+				   "%s: this GGUF's value heads are in llama.cpp's tiled order, which the %s backend does not "
+				   "support yet (use --backend cpu)",
+				   path, e->be->name);
 	if (rc == TOAST_OK)
 		rc = toast_model_work_new(&e->model, e->chunk, &e->work, err);
 	char tok_path[4096];
 	if (rc == TOAST_OK && e->model.is_gguf && toast_gguf_find(&e->model.gguf, "tokenizer.ggml.tokens"))
 		rc = toast_tok_from_gguf(&e->model.gguf, &e->tok, err);
-	else if (rc == TOAST_OK && toast_path_join(tok_path, sizeof(tok_path), path, "tokenizer.json") &&
+	else if (rc == TOAST_OK && !opts->synthetic && toast_path_join(tok_path, sizeof(tok_path), path, "tokenizer.json") &&
 		 toast_file_exists(tok_path))
 		rc = toast_tok_load(path, &e->tok, err);
 	if (rc != TOAST_OK) {
@@ -90,8 +113,8 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	in->kv_bytes_per_tok = (size_t)in->n_layer_attn * 2 * hp->n_head_kv * hp->head_dim * e->be->act_size;
 	in->state_bytes_fixed =
 		(size_t)(hp->n_layer - in->n_layer_attn) *
-		((size_t)(hp->ssm_conv_k - 1) * (2 * hp->ssm_n_k_head * hp->ssm_d_k + hp->ssm_n_v_head * hp->ssm_d_v) *
-			 e->be->act_size +
+		(2 * (size_t)(hp->ssm_conv_k - 1) * (2 * hp->ssm_n_k_head * hp->ssm_d_k + hp->ssm_n_v_head * hp->ssm_d_v) *
+			 sizeof(float) +
 		 (size_t)hp->ssm_n_v_head * hp->ssm_d_v * hp->ssm_d_k * sizeof(float));
 	*out = e;
 	return TOAST_OK;
@@ -162,6 +185,34 @@ void toast_session_reset(struct toast_session *s)
 	s->have_logits = false;
 }
 
+double toast_engine_bandwidth(struct toast_engine *e)
+{
+	struct toast_backend *be = e->be;
+	size_t n = (size_t)1 << 30;
+	void *a = be->ops->alloc(be, n), *b = be->ops->alloc(be, n);
+	double best = 0;
+	if (a && b) {
+		struct toast_error err;
+		be->ops->copy(be, b, a, n); /* first touch */
+		be->ops->sync(be, &err);
+		for (int i = 0; i < 5; i++) {
+			double t0 = toast_now();
+			be->ops->copy(be, b, a, n);
+			be->ops->sync(be, &err);
+			double bw = 2.0 * (double)n / (toast_now() - t0);
+			best = bw > best ? bw : best;
+		}
+	}
+	be->ops->release(be, a);
+	be->ops->release(be, b);
+	return best;
+}
+
+void toast_session_bench_seek(struct toast_session *s, int n)
+{
+	s->n_past = n < s->state.n_ctx ? n : s->state.n_ctx;
+}
+
 int toast_session_n_past(const struct toast_session *s)
 {
 	return s->n_past;
@@ -177,8 +228,8 @@ const float *toast_session_logits(const struct toast_session *s)
 	return s->have_logits ? s->logits : NULL;
 }
 
-enum toast_status toast_session_feed_hook(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
-					  toast_layer_hook hook, void *hook_ud, struct toast_error *err)
+enum toast_status toast_session_feed_layers(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
+					  toast_layer_cb hook, void *hook_ud, struct toast_error *err)
 {
 	struct toast_engine *e = s->e;
 	int V = e->model.hp.n_vocab;
@@ -212,5 +263,5 @@ enum toast_status toast_session_feed_hook(struct toast_session *s, const int32_t
 enum toast_status toast_session_feed(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
 				     struct toast_error *err)
 {
-	return toast_session_feed_hook(s, ids, n, all_logits, NULL, NULL, err);
+	return toast_session_feed_layers(s, ids, n, all_logits, NULL, NULL, err);
 }

@@ -25,8 +25,5 @@ struct toast_session {
 	bool have_logits;
 };
 
-/* toast_session_feed with a per-layer hook (tests compare hidden states layer by layer). */
-enum toast_status toast_session_feed_hook(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
-					  toast_layer_hook hook, void *hook_ud, struct toast_error *err);
 
 #endif

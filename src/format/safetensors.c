@@ -27,11 +27,6 @@ static const struct {
 	{"U64", TOAST_DT_UNKNOWN, 8}, {"F8_E4M3", TOAST_DT_UNKNOWN, 1}, {"F8_E5M2", TOAST_DT_UNKNOWN, 1},
 };
 
-struct st_pending {
-	json_t *root;
-	size_t data_start;
-};
-
 static enum toast_status st_parse_header(struct toast_tensordir *st, int file, json_t **out_root,
 					 size_t *out_count, struct toast_error *err)
 {
@@ -111,15 +106,50 @@ static enum toast_status st_add_tensor(struct toast_tensordir *st, int file, siz
 		return toast_err_set(err, TOAST_ERR_FORMAT,
 				     "%s: tensor %s: %lld data bytes for %zu elements of %s (want %zu)", path, name,
 				     (long long)(oe - ob), numel, t->dtype_name, want);
+	/* writers pad the header so that every tensor is aligned to its elements; kernels rely on it */
+	if ((data_start + (size_t)ob) % (size_t)elsize)
+		return toast_err_set(err, TOAST_ERR_FORMAT,
+				     "%s: tensor %s: data at file offset %zu is not aligned to its %d-byte elements", path,
+				     name, data_start + (size_t)ob, elsize);
 	size_t nlen = strlen(name);
 	memcpy(*name_pos, name, nlen + 1);
 	t->name = *name_pos;
 	*name_pos += nlen + 1;
 	t->data = (const char *)m->data + data_start + ob;
+	t->offset = (size_t)ob;
 	t->n_bytes = want;
 	t->file = file;
 	st->n_tensors++;
 	return TOAST_OK;
+}
+
+static int st_cmp_offset(const void *a, const void *b)
+{
+	const struct toast_tensor *x = *(const struct toast_tensor *const *)a;
+	const struct toast_tensor *y = *(const struct toast_tensor *const *)b;
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* A header whose tensors share bytes lies about at least one of them. */
+static enum toast_status st_check_overlap(struct toast_tensordir *st, struct toast_error *err)
+{
+	const struct toast_tensor **by = malloc((st->n_tensors ? (size_t)st->n_tensors : 1) * sizeof(*by));
+	if (!by)
+		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	int n = 0;
+	for (int i = 0; i < st->n_tensors; i++)
+		if (st->tensors[i].n_bytes)
+			by[n++] = &st->tensors[i];
+	qsort(by, (size_t)n, sizeof(*by), st_cmp_offset);
+	enum toast_status rc = TOAST_OK;
+	for (int i = 1; i < n && rc == TOAST_OK; i++)
+		if (by[i]->file == by[i - 1]->file && by[i]->offset < by[i - 1]->offset + by[i - 1]->n_bytes)
+			rc = toast_err_set(err, TOAST_ERR_FORMAT, "%s: tensors %s and %s overlap", st->paths[by[i]->file],
+					   by[i - 1]->name, by[i]->name);
+	free(by);
+	return rc;
 }
 
 /* Map files paths[0..n), parse all headers, build the directory. */
@@ -169,6 +199,8 @@ static enum toast_status st_load(struct toast_tensordir *st, struct toast_error 
 	}
 	if (rc == TOAST_OK)
 		rc = toast_tensordir_index(st, st->paths[0], err);
+	if (rc == TOAST_OK)
+		rc = st_check_overlap(st, err);
 done:
 	for (int f = 0; f < st->n_files; f++)
 		json_decref(roots[f]);
@@ -218,13 +250,14 @@ static enum toast_status st_open_index(struct toast_tensordir *st, const char *d
 		return toast_err_set(err, TOAST_ERR_FORMAT, "%s: no weight_map object%s%s", index_path,
 				     root ? "" : ": ", root ? "" : je.text);
 	}
-	/* the distinct shard names, in first-seen order */
+	/* the distinct shard names, in first-seen order (hashed: an index may name a million) */
 	size_t n_map = json_object_size(wm);
 	const char **shards = calloc(n_map ? n_map : 1, sizeof(*shards));
+	struct toast_strmap seen;
 	int n_shards = 0;
 	const char *k;
 	json_t *v;
-	rc = shards ? TOAST_OK : toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	rc = shards && toast_strmap_init(&seen, 16) == 0 ? TOAST_OK : toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	json_object_foreach(wm, k, v)
 	{
 		if (rc != TOAST_OK)
@@ -234,12 +267,17 @@ static enum toast_status st_open_index(struct toast_tensordir *st, const char *d
 			rc = toast_err_set(err, TOAST_ERR_FORMAT, "%s: tensor %s: bad shard file name", index_path, k);
 			break;
 		}
-		int seen = 0;
-		for (int i = 0; i < n_shards && !seen; i++)
-			seen = strcmp(shards[i], fname) == 0;
-		if (!seen)
-			shards[n_shards++] = fname;
+		size_t len = strlen(fname);
+		if (toast_strmap_get(&seen, fname, len) >= 0)
+			continue;
+		if (toast_strmap_put(&seen, fname, len, n_shards) != 0)
+			rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+		shards[n_shards++] = fname;
 	}
+	if (shards)
+		toast_strmap_deinit(&seen);
+	if (rc == TOAST_OK && n_shards == 0)
+		rc = toast_err_set(err, TOAST_ERR_FORMAT, "%s: weight_map names no tensors", index_path);
 	if (rc == TOAST_OK)
 		rc = st_alloc_files(st, n_shards, err);
 	for (int i = 0; rc == TOAST_OK && i < n_shards; i++) {

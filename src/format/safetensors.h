@@ -1,9 +1,10 @@
 /*
- * safetensors.h - fill a tensor directory from one safetensors file or a sharded set.
+ * safetensors.h - fill a tensor directory (tensordir.h) from one safetensors file or a sharded set.
  *
  * Files are mmapped; tensor data pointers point into the mappings and stay valid until
  * toast_tensordir_close(). Every header entry is validated on open (known size for its dtype, offsets
- * inside the file, byte count equal to the shape's), so a tensor found here is safe to read.
+ * inside the file, byte count equal to the shape's, data aligned to its elements, no two tensors
+ * sharing bytes), so a tensor found here is safe to read.
  */
 #ifndef TOAST_FORMAT_SAFETENSORS_H
 #define TOAST_FORMAT_SAFETENSORS_H

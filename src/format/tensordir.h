@@ -26,6 +26,7 @@ struct toast_tensor {
 	int64_t shape[TOAST_MAX_DIMS]; /* outermost first (PyTorch order; GGUF's ne[] reversed) */
 	int64_t n_elems;
 	const void *data;
+	size_t offset; /* of data in its file's data section (safetensors) */
 	size_t n_bytes;
 	int file; /* index of the shard */
 };

@@ -79,17 +79,24 @@ struct toast_model {
 	struct toast_backend *be;
 	size_t weight_bytes, decode_bytes;
 	bool quantized; /* some matrix is of a quantised type */
+	bool output_tied;    /* lm_head is the embedding table */
+	bool synthetic;      /* weights made by the backend, no files (benchmarks) */
+	char **synth_names;  /* names of synthetic weights, owned */
+	size_t n_synth_names;
+	toast_progress_cb progress; /* while loading: after each layer is prepared (may be NULL) */
+	void *progress_ud;
 };
 
-/* The bound (data != NULL) per-layer weights of l, experts excepted; returns their count. */
+/* The bound (n_out > 0) per-layer weights of l, experts excepted; returns their count. */
 #define TOAST_LAYER_MAX_WEIGHTS 25
 int toast_layer_weights(struct toast_layer *l, struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS]);
 
 /* Per-session state: KV caches of attention layers, conv and recurrent states of GDN layers. */
 struct toast_state {
+	uint64_t id; /* unique per state made: keys recorded decode steps */
 	int n_ctx;
 	void **k_cache, **v_cache; /* [n_layer] act [n_ctx][n_head_kv*head_dim], NULL for GDN layers */
-	void **conv;               /* [n_layer] act [conv_k-1][conv_dim], NULL for attention layers */
+	float **conv;              /* [n_layer] f32 [2][conv_k-1][conv_dim], NULL for attention layers */
 	float **ssm;               /* [n_layer] f32 [n_v_head][d_v][d_k], NULL for attention layers */
 	size_t kv_bytes_per_tok, fixed_bytes;
 };
@@ -98,16 +105,18 @@ struct toast_state {
 struct toast_work {
 	int max_T;
 	float *x;      /* f32 [max_T][n_embd] */
-	void *h;       /* act [max_T][n_embd] */
-	void *q, *k, *v, *o;  /* attention */
-	void *qkv, *z, *b, *a, *g_out; /* gdn */
-	void *ff_g, *ff_u;    /* dense MLP */
+	void *h;       /* act [max_T][n_embd]: the normed residual, when a layer hook wants it */
+	float *q, *k, *v;     /* attention projections (f32) */
+	void *o;              /* attention output (act) */
+	float *qkv, *z, *b, *a; /* gdn projections (f32) */
+	void *g_out;           /* gdn output (act) */
+	float *ff_g, *ff_u;   /* dense MLP gate and up (f32) */
+	void *ff_act;         /* SiLU(gate) * up (act) */
 	float *logits;        /* f32 [max_T][n_vocab] */
 };
 
-/* Called with host f32 copies of the residual stream: index 0 after the embedding, il after
- * decoder layer il-1 for il < n_layer, and n_layer after the final norm. */
-typedef void (*toast_layer_hook)(void *ud, int index, const float *x, int T, int n_embd);
+/* the per-layer callback of toast_session_feed_layers() (toasted.h) */
+typedef toast_layer_cb toast_layer_hook;
 
 /*
  * Quantisation mixes, named as llama.cpp names its file types (`toasted convert --type`,
@@ -125,12 +134,21 @@ enum toast_quant_mix {
 };
 
 /*
- * Load a model: a directory (config.json + safetensors) or a GGUF file. quant: TOAST_MIX_NONE to
- * use the weights as stored, else quantise the float matrices at load time (toast_model_quantize).
+ * Load and bind a model: a directory (config.json + safetensors) or a GGUF file. quant:
+ * TOAST_MIX_NONE to use the weights as stored, else quantise the matrices at load time
+ * (toast_model_quantize). progress (may be NULL) is called after each layer's weights are
+ * prepared on the backend and may cancel the load (TOAST_ERR_CANCELLED).
  */
 enum toast_status toast_model_load(struct toast_model *m, const char *path, struct toast_backend *be,
-				   enum toast_quant_mix quant, struct toast_error *err);
+				   enum toast_quant_mix quant, toast_progress_cb progress, void *progress_ud,
+				   struct toast_error *err);
 void toast_model_unload(struct toast_model *m);
+/* A model of the shape described by config_json (a config.json text) with synthetic weights
+ * (backend.h): for benchmarks at real shapes. n_layer > 0 overrides the layer count. */
+enum toast_status toast_model_load_synthetic(struct toast_model *m, const char *config_json, int n_layer,
+					     struct toast_backend *be, struct toast_error *err);
+/* The config.json text of a named real model shape ("qwen3-next-80b-a3b", ...), or NULL. */
+const char *toast_model_preset(const char *name);
 /* Parse config.json text into hp (exposed for tests). */
 enum toast_status toast_hparams_parse(struct toast_hparams *hp, const char *json_text, struct toast_error *err);
 void toast_hparams_free(struct toast_hparams *hp);

@@ -137,11 +137,8 @@ enum toast_status toast_model_quantize(struct toast_model *m, enum toast_quant_m
 	float *row = malloc((size_t)widest * sizeof(float));
 	if (!row)
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
-	bool tied = m->output.data == m->tok_embd.data;
 	enum toast_status rc = qm_weight(m, &m->tok_embd, mix, row, err);
-	if (tied)
-		m->output = m->tok_embd;
-	else if (rc == TOAST_OK)
+	if (rc == TOAST_OK && !m->output_tied) /* a tied head is the embedding, set when prepared */
 		rc = qm_weight(m, &m->output, mix, row, err);
 	for (int il = 0; il < hp->n_layer && rc == TOAST_OK; il++) {
 		struct toast_layer *l = &m->layers[il];

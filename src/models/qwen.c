@@ -91,6 +91,22 @@ static void bind_as(struct binder *b, struct toast_weight *w, const char *name, 
 {
 	if (b->rc != TOAST_OK)
 		return;
+	if (b->m->synthetic) {
+		size_t es = n_out == 1 ? 4 : 2;
+		char **names = realloc(b->m->synth_names, (b->m->n_synth_names + 1) * sizeof(char *));
+		char *nm = names ? toast_strdup(name) : NULL;
+		if (names)
+			b->m->synth_names = names;
+		if (!nm) {
+			b->rc = toast_err_set(b->err, TOAST_ERR_NOMEM, "out of memory");
+			return;
+		}
+		b->m->synth_names[b->m->n_synth_names++] = nm;
+		*w = (struct toast_weight){.name = nm, .type = es == 4 ? TOAST_DT_F32 : TOAST_DT_BF16, .n_in = n_in,
+					   .n_out = n_out, .n_bytes = (size_t)(n_in * n_out) * es};
+		b->m->weight_bytes += w->n_bytes;
+		return;
+	}
 	const struct toast_tensor *t = toast_tensordir_find(&b->m->td, name);
 	if (!t) {
 		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "missing tensor %s", name);
@@ -126,7 +142,7 @@ static void bind_as(struct binder *b, struct toast_weight *w, const char *name, 
 		return;
 	}
 	if (!mx.s && !bind_dtype_ok(t->dtype)) {
-		b->rc = toast_err_set(b->err, TOAST_ERR_UNSUPPORTED, "tensor %s has type %s (toasted computes with "
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "tensor %s has type %s (toasted computes with "
 				      BIND_TYPES ")", name, t->dtype_name);
 		return;
 	}
@@ -151,6 +167,9 @@ static void bindf(struct binder *b, struct toast_weight *w, int64_t n_out, int64
 
 static bool has_tensor(struct binder *b, const char *fmt, int il, const char *rest)
 {
+	if (b->m->synthetic) /* what a real checkpoint of the architecture has */
+		return strstr(rest, "in_proj_qkvz") || strstr(rest, "in_proj_ba") ? b->m->hp.arch == TOAST_ARCH_QWEN3_NEXT
+										      : true;
 	char name[512];
 	snprintf(name, sizeof(name), fmt, b->prefix, il, rest);
 	return toast_tensordir_find(&b->m->td, name) != NULL;
@@ -327,7 +346,7 @@ int toast_layer_weights(struct toast_layer *l, struct toast_weight *ws[TOAST_LAY
 	_Static_assert(sizeof(all) / sizeof(all[0]) == TOAST_LAYER_MAX_WEIGHTS, "layer weight list");
 	int n = 0;
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-		if (all[i]->data)
+		if (all[i]->n_out > 0) /* bound (synthetic weights have no data until prepared) */
 			ws[n++] = all[i];
 	return n;
 }
@@ -335,7 +354,7 @@ int toast_layer_weights(struct toast_layer *l, struct toast_weight *ws[TOAST_LAY
 static size_t weight_decode_bytes(struct toast_model *m)
 {
 	const struct toast_hparams *hp = &m->hp;
-	size_t n = m->output.n_bytes + m->output_norm.n_bytes;
+	size_t n = (m->output_tied ? m->tok_embd.n_bytes : m->output.n_bytes) + m->output_norm.n_bytes;
 	for (int il = 0; il < hp->n_layer; il++) {
 		struct toast_layer *l = &m->layers[il];
 		struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS];
@@ -371,22 +390,27 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 	enum toast_status rc = be->ops->prepare_weight(be, &m->tok_embd, err);
 	if (rc == TOAST_OK)
 		rc = be->ops->prepare_weight(be, &m->output_norm, err);
-	if (rc == TOAST_OK && m->output.data != m->tok_embd.data)
-		rc = be->ops->prepare_weight(be, &m->output, err);
+	if (m->output_tied)
+		m->output = m->tok_embd;
 	else if (rc == TOAST_OK)
-		m->output.dev = m->tok_embd.dev;
+		rc = be->ops->prepare_weight(be, &m->output, err);
+	size_t done = m->tok_embd.n_bytes + m->output_norm.n_bytes + (m->output_tied ? 0 : m->output.n_bytes);
 	for (int il = 0; il < m->hp.n_layer && rc == TOAST_OK; il++) {
 		struct toast_layer *l = &m->layers[il];
 		struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS];
 		int nw = toast_layer_weights(l, ws);
-		for (int i = 0; i < nw && rc == TOAST_OK; i++)
+		for (int i = 0; i < nw && rc == TOAST_OK; i++) {
 			rc = be->ops->prepare_weight(be, ws[i], err);
-		if (l->is_moe && rc == TOAST_OK)
-			rc = be->ops->prepare_experts(be, &l->gate_exps, err);
-		if (l->is_moe && rc == TOAST_OK)
-			rc = be->ops->prepare_experts(be, &l->up_exps, err);
-		if (l->is_moe && rc == TOAST_OK)
-			rc = be->ops->prepare_experts(be, &l->down_exps, err);
+			done += ws[i]->n_bytes;
+		}
+		struct toast_experts *xs[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
+		for (int i = 0; i < 3 && l->is_moe && rc == TOAST_OK; i++) {
+			rc = be->ops->prepare_experts(be, xs[i], err);
+			done += (size_t)xs[i]->n_expert * xs[i]->w[0].n_bytes;
+		}
+		if (rc == TOAST_OK && m->progress &&
+		    m->progress(m->progress_ud, done < m->weight_bytes ? done : m->weight_bytes, m->weight_bytes))
+			rc = toast_err_set(err, TOAST_ERR_CANCELLED, "loading cancelled");
 	}
 	return rc;
 }
@@ -396,6 +420,10 @@ static enum toast_status model_open(struct toast_model *m, const char *path, str
 {
 	struct stat sb;
 	if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode)) { /* a file: GGUF */
+		if (!toast_gguf_is_gguf(path))
+			return toast_err_set(err, TOAST_ERR_IO,
+					     "%s/config.json: not a directory, and %s is not a GGUF file (bad magic)", path,
+					     path);
 		m->is_gguf = true;
 		enum toast_status rc = toast_gguf_open(&m->gguf, path, err);
 		if (rc == TOAST_OK)
@@ -409,6 +437,8 @@ static enum toast_status model_open(struct toast_model *m, const char *path, str
 	if (rc == TOAST_OK) {
 		rc = toast_hparams_parse(&m->hp, text, err);
 		free(text);
+		if (rc != TOAST_OK)
+			toast_err_prefix(err, "%s/", path); /* "DIR/config.json: ..." */
 	}
 	if (rc == TOAST_OK)
 		rc = toast_st_open_dir(&m->td, path, err);
@@ -429,16 +459,50 @@ static enum toast_status model_open(struct toast_model *m, const char *path, str
 	return rc;
 }
 
+static enum toast_status model_bind(struct toast_model *m, enum toast_quant_mix quant, struct toast_error *err);
+
 enum toast_status toast_model_load(struct toast_model *m, const char *path, struct toast_backend *be,
-				   enum toast_quant_mix quant, struct toast_error *err)
+				   enum toast_quant_mix quant, toast_progress_cb progress, void *progress_ud,
+				   struct toast_error *err)
 {
 	memset(m, 0, sizeof(*m));
 	m->be = be;
+	m->progress = progress;
+	m->progress_ud = progress_ud;
 	enum toast_status rc = model_open(m, path, err);
 	if (rc != TOAST_OK) {
 		toast_model_unload(m);
 		return rc;
 	}
+	rc = model_bind(m, quant, err);
+	if (rc != TOAST_OK) {
+		toast_err_prefix(err, "%s: ", path);
+		toast_model_unload(m);
+	}
+	return rc;
+}
+
+enum toast_status toast_model_load_synthetic(struct toast_model *m, const char *config_json, int n_layer,
+					     struct toast_backend *be, struct toast_error *err)
+{
+	memset(m, 0, sizeof(*m));
+	m->be = be;
+	m->synthetic = true;
+	enum toast_status rc = toast_hparams_parse(&m->hp, config_json, err);
+	if (rc == TOAST_OK && n_layer > 0 && n_layer < m->hp.n_layer)
+		m->hp.n_layer = n_layer; /* the per-layer tables are longer than needed: harmless */
+	if (rc == TOAST_OK)
+		rc = model_bind(m, TOAST_MIX_NONE, err);
+	if (rc != TOAST_OK) {
+		toast_err_prefix(err, "synthetic model: ");
+		toast_model_unload(m);
+	}
+	return rc;
+}
+
+static enum toast_status model_bind(struct toast_model *m, enum toast_quant_mix quant, struct toast_error *err)
+{
+	enum toast_status rc;
 	const struct toast_hparams *hp = &m->hp;
 	struct binder b = {m, "model.", err, TOAST_OK};
 	if (toast_tensordir_find(&m->td, "model.language_model.embed_tokens.weight"))
@@ -450,8 +514,8 @@ enum toast_status toast_model_load(struct toast_model *m, const char *path, stru
 	bindf(&b, &m->output_norm, 1, hp->n_embd, "%snorm.weight", b.prefix);
 	if (!hp->tie_embd || toast_tensordir_find(&m->td, "lm_head.weight"))
 		bind_as(&b, &m->output, "lm_head.weight", hp->n_vocab, hp->n_embd);
-	else if (b.rc == TOAST_OK)
-		m->output = m->tok_embd;
+	else
+		m->output_tied = true; /* set from tok_embd once it is prepared */
 	for (int il = 0; il < hp->n_layer && b.rc == TOAST_OK; il++)
 		bind_layer(&b, il);
 	rc = b.rc;
@@ -461,10 +525,6 @@ enum toast_status toast_model_load(struct toast_model *m, const char *path, stru
 		m->decode_bytes = weight_decode_bytes(m);
 		m->quantized = model_quantized(m);
 		rc = model_prepare(m, err);
-	}
-	if (rc != TOAST_OK) {
-		toast_err_prefix(err, "%s: ", path);
-		toast_model_unload(m);
 	}
 	return rc;
 }
@@ -481,6 +541,9 @@ void toast_model_unload(struct toast_model *m)
 			free(m->layers[il].down_exps.w);
 		}
 	free(m->layers);
+	for (size_t i = 0; i < m->n_synth_names; i++)
+		free(m->synth_names[i]);
+	free(m->synth_names);
 	toast_tensordir_close(&m->td);
 	toast_gguf_close(&m->gguf);
 	toast_hparams_free(&m->hp);
@@ -521,9 +584,10 @@ static size_t state_kv_row_bytes(const struct toast_model *m)
 	return (size_t)m->hp.n_head_kv * m->hp.head_dim * m->be->act_size;
 }
 
+/* two slots: see toast_gdn_args */
 static size_t state_conv_bytes(const struct toast_model *m)
 {
-	return (size_t)(m->hp.ssm_conv_k - 1) * ssm_conv_dim(&m->hp) * m->be->act_size;
+	return 2 * (size_t)(m->hp.ssm_conv_k - 1) * ssm_conv_dim(&m->hp) * sizeof(float);
 }
 
 static size_t state_ssm_bytes(const struct toast_model *m)
@@ -535,9 +599,11 @@ static size_t state_ssm_bytes(const struct toast_model *m)
 enum toast_status toast_model_state_new(const struct toast_model *m, int n_ctx, struct toast_state *s,
 					struct toast_error *err)
 {
+	static _Atomic uint64_t next_id = 1;
 	memset(s, 0, sizeof(*s));
 	struct toast_backend *be = m->be;
 	int L = m->hp.n_layer;
+	s->id = next_id++;
 	s->n_ctx = n_ctx;
 	s->k_cache = calloc((size_t)L, sizeof(void *));
 	s->v_cache = calloc((size_t)L, sizeof(void *));
@@ -579,10 +645,11 @@ void toast_model_state_zero(const struct toast_model *m, struct toast_state *s)
 
 void toast_model_work_free(const struct toast_model *m, struct toast_work *w)
 {
-	if (!w || !m || !m->be) /* nothing was allocated when the model did not load */
+	if (!w || !m || !m->be) /* no backend: the model failed to load and w was never allocated */
 		return;
 	struct toast_backend *be = m->be;
-	void *bufs[] = {w->x, w->h, w->q, w->k, w->v, w->o, w->qkv, w->z, w->b, w->a, w->g_out, w->ff_g, w->ff_u, w->logits};
+	void *bufs[] = {w->x, w->h, w->q, w->k, w->v, w->o, w->qkv, w->z, w->b, w->a, w->g_out, w->ff_g, w->ff_u,
+			w->ff_act, w->logits};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		be->ops->release(be, bufs[i]);
 	memset(w, 0, sizeof(*w));
@@ -600,16 +667,17 @@ enum toast_status toast_model_work_new(const struct toast_model *m, int max_T, s
 	w->max_T = max_T;
 	bool ok = (w->x = be->ops->alloc(be, T * hp->n_embd * sizeof(float))) &&
 		  (w->h = be->ops->alloc(be, T * hp->n_embd * as)) &&
-		  (w->q = be->ops->alloc(be, T * hp->n_head * hp->head_dim * 2 * as)) &&
-		  (w->k = be->ops->alloc(be, T * hp->n_head_kv * hp->head_dim * as)) &&
-		  (w->v = be->ops->alloc(be, T * hp->n_head_kv * hp->head_dim * as)) &&
+		  (w->q = be->ops->alloc(be, T * hp->n_head * hp->head_dim * 2 * sizeof(float))) &&
+		  (w->k = be->ops->alloc(be, T * hp->n_head_kv * hp->head_dim * sizeof(float))) &&
+		  (w->v = be->ops->alloc(be, T * hp->n_head_kv * hp->head_dim * sizeof(float))) &&
 		  (w->o = be->ops->alloc(be, T * hp->n_head * hp->head_dim * as)) &&
-		  (w->qkv = be->ops->alloc(be, T * ((size_t)ssm_conv_dim(hp) + vdim) * as + 1)) &&
-		  (w->z = be->ops->alloc(be, T * vdim * as + 1)) &&
-		  (w->b = be->ops->alloc(be, T * 2 * hp->ssm_n_v_head * as + 1)) &&
-		  (w->a = be->ops->alloc(be, T * hp->ssm_n_v_head * as + 1)) &&
-		  (w->g_out = be->ops->alloc(be, T * vdim * as + 1)) && (w->ff_g = be->ops->alloc(be, T * ff * as + 1)) &&
-		  (w->ff_u = be->ops->alloc(be, T * ff * as + 1)) &&
+		  (w->qkv = be->ops->alloc(be, T * ((size_t)ssm_conv_dim(hp) + vdim) * sizeof(float) + 1)) &&
+		  (w->z = be->ops->alloc(be, T * vdim * sizeof(float) + 1)) &&
+		  (w->b = be->ops->alloc(be, T * 2 * hp->ssm_n_v_head * sizeof(float) + 1)) &&
+		  (w->a = be->ops->alloc(be, T * hp->ssm_n_v_head * sizeof(float) + 1)) &&
+		  (w->g_out = be->ops->alloc(be, T * vdim * as + 1)) &&
+		  (w->ff_g = be->ops->alloc(be, T * ff * sizeof(float) + 1)) &&
+		  (w->ff_u = be->ops->alloc(be, T * ff * sizeof(float) + 1)) && (w->ff_act = be->ops->alloc(be, T * ff * as + 1)) &&
 		  (w->logits = be->ops->alloc(be, T * hp->n_vocab * sizeof(float)));
 	if (!ok) {
 		toast_model_work_free(m, w);
@@ -649,14 +717,26 @@ static enum toast_status fwd_hook(struct toast_backend *be, toast_layer_hook hoo
 	return rc;
 }
 
+/* the normed residual as a matmul input (the norm is fused into the projections that read it) */
+static struct toast_mm_in fwd_normed(const struct toast_model *m, const float *x, const struct toast_weight *norm_w)
+{
+	return (struct toast_mm_in){.norm_x = x, .norm_w = norm_w, .eps = m->hp.norm_eps, .plus_one = m->hp.norm_plus_one};
+}
+
+static struct toast_mm_in fwd_act(const void *act)
+{
+	return (struct toast_mm_in){.act = act};
+}
+
 static void fwd_attention(const struct toast_model *m, const struct toast_layer *l, struct toast_state *s,
 			  struct toast_work *w, int il, int T, int pos)
 {
 	const struct toast_hparams *hp = &m->hp;
 	struct toast_backend *be = m->be;
-	be->ops->matmul(be, w->q, TOAST_MM_ACT, w->h, &l->wq, T);
-	be->ops->matmul(be, w->k, TOAST_MM_ACT, w->h, &l->wk, T);
-	be->ops->matmul(be, w->v, TOAST_MM_ACT, w->h, &l->wv, T);
+	struct toast_mm_in in = fwd_normed(m, w->x, &l->attn_norm);
+	struct toast_mm_out qkv[3] = {
+		{w->q, TOAST_MM_F32, &l->wq}, {w->k, TOAST_MM_F32, &l->wk}, {w->v, TOAST_MM_F32, &l->wv}};
+	be->ops->matmul(be, &in, qkv, 3, T);
 	struct toast_attn_args a = {
 		.q = w->q, .k = w->k, .v = w->v,
 		.q_norm = l->has_qk_norm ? &l->q_norm : NULL, .k_norm = l->has_qk_norm ? &l->k_norm : NULL,
@@ -667,20 +747,26 @@ static void fwd_attention(const struct toast_model *m, const struct toast_layer 
 		.out = w->o,
 	};
 	be->ops->attention(be, &a);
-	be->ops->matmul(be, w->x, TOAST_MM_ADD, w->o, &l->wo, T);
+	struct toast_mm_in oin = fwd_act(w->o);
+	struct toast_mm_out o = {w->x, TOAST_MM_ADD, &l->wo};
+	be->ops->matmul(be, &oin, &o, 1, T);
 }
 
 static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, struct toast_state *s,
-		    struct toast_work *w, int il, int T)
+		    struct toast_work *w, int il, int T, int pos)
 {
 	const struct toast_hparams *hp = &m->hp;
 	struct toast_backend *be = m->be;
-	be->ops->matmul(be, w->qkv, TOAST_MM_ACT, w->h, &l->ssm_qkv, T);
+	struct toast_mm_in in = fwd_normed(m, w->x, &l->attn_norm);
+	struct toast_mm_out outs[4];
+	int n = 0;
+	outs[n++] = (struct toast_mm_out){w->qkv, TOAST_MM_F32, &l->ssm_qkv};
 	if (!l->qkvz_grouped)
-		be->ops->matmul(be, w->z, TOAST_MM_ACT, w->h, &l->ssm_z, T);
-	be->ops->matmul(be, w->b, TOAST_MM_ACT, w->h, &l->ssm_b, T);
+		outs[n++] = (struct toast_mm_out){w->z, TOAST_MM_F32, &l->ssm_z};
+	outs[n++] = (struct toast_mm_out){w->b, TOAST_MM_F32, &l->ssm_b};
 	if (!l->ba_grouped)
-		be->ops->matmul(be, w->a, TOAST_MM_ACT, w->h, &l->ssm_a, T);
+		outs[n++] = (struct toast_mm_out){w->a, TOAST_MM_F32, &l->ssm_a};
+	be->ops->matmul(be, &in, outs, n, T);
 	struct toast_gdn_args a = {
 		.qkv = w->qkv, .z = w->z, .b = w->b, .a = w->a,
 		.qkvz_grouped = l->qkvz_grouped, .ba_grouped = l->ba_grouped,
@@ -689,10 +775,12 @@ static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, st
 		.norm_w = &l->ssm_norm,
 		.n_k_head = hp->ssm_n_k_head, .n_v_head = hp->ssm_n_v_head, .d_k = hp->ssm_d_k, .d_v = hp->ssm_d_v,
 		.conv_k = hp->ssm_conv_k, .eps = hp->norm_eps,
-		.conv_state = s->conv[il], .ssm_state = s->ssm[il], .T = T, .out = w->g_out,
+		.conv_state = s->conv[il], .ssm_state = s->ssm[il], .pos = pos, .T = T, .out = w->g_out,
 	};
 	be->ops->gdn(be, &a);
-	be->ops->matmul(be, w->x, TOAST_MM_ADD, w->g_out, &l->ssm_out, T);
+	struct toast_mm_in oin = fwd_act(w->g_out);
+	struct toast_mm_out o = {w->x, TOAST_MM_ADD, &l->ssm_out};
+	be->ops->matmul(be, &oin, &o, 1, T);
 }
 
 static void fwd_ffn(const struct toast_model *m, const struct toast_layer *l, struct toast_work *w, int T)
@@ -700,15 +788,18 @@ static void fwd_ffn(const struct toast_model *m, const struct toast_layer *l, st
 	const struct toast_hparams *hp = &m->hp;
 	struct toast_backend *be = m->be;
 	if (!l->is_moe) {
-		be->ops->matmul(be, w->ff_g, TOAST_MM_ACT, w->h, &l->ffn_gate, T);
-		be->ops->matmul(be, w->ff_u, TOAST_MM_ACT, w->h, &l->ffn_up, T);
-		be->ops->swiglu(be, w->ff_g, w->ff_g, w->ff_u, T, hp->n_ff);
-		be->ops->matmul(be, w->x, TOAST_MM_ADD, w->ff_g, &l->ffn_down, T);
+		struct toast_mm_in in = fwd_normed(m, w->x, &l->ffn_norm);
+		struct toast_mm_out gu[2] = {{w->ff_g, TOAST_MM_F32, &l->ffn_gate}, {w->ff_u, TOAST_MM_F32, &l->ffn_up}};
+		be->ops->matmul(be, &in, gu, 2, T);
+		be->ops->swiglu(be, w->ff_act, w->ff_g, w->ff_u, T, hp->n_ff);
+		struct toast_mm_in din = fwd_act(w->ff_act);
+		struct toast_mm_out d = {w->x, TOAST_MM_ADD, &l->ffn_down};
+		be->ops->matmul(be, &din, &d, 1, T);
 		return;
 	}
 	struct toast_moe_args a = {
-		.h = w->h, .x = w->x, .router = &l->router,
-		.gate = &l->gate_exps, .up = &l->up_exps, .down = &l->down_exps,
+		.x = w->x, .norm_w = &l->ffn_norm, .eps = hp->norm_eps, .plus_one = hp->norm_plus_one,
+		.router = &l->router, .gate = &l->gate_exps, .up = &l->up_exps, .down = &l->down_exps,
 		.n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used, .norm_topk = hp->norm_topk,
 		.sh_gate = l->has_shexp ? &l->sh_gate : NULL, .sh_up = l->has_shexp ? &l->sh_up : NULL,
 		.sh_down = l->has_shexp ? &l->sh_down : NULL,
@@ -734,17 +825,19 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 					     hp->n_vocab);
 	enum toast_status rc = TOAST_OK;
 	be->ops->begin_step(be, ids, T, pos);
+	/* a decode step can be replayed from a recording: same state, same buffers, T == 1 */
+	bool record = T == 1 && !all_logits && !hook && be->ops->graph_begin;
+	if (record && be->ops->graph_begin(be, s->id))
+		return be->ops->sync(be, err);
 	be->ops->embed(be, w->x, &m->tok_embd, T);
 	if (hook)
 		rc = fwd_hook(be, hook, hook_ud, 0, w->x, false, T, E, err);
 	for (int il = 0; il < hp->n_layer && rc == TOAST_OK; il++) {
 		const struct toast_layer *l = &m->layers[il];
-		be->ops->rmsnorm(be, w->h, w->x, &l->attn_norm, T, E, hp->norm_eps, hp->norm_plus_one);
 		if (l->is_attn)
 			fwd_attention(m, l, s, w, il, T, pos);
 		else
-			fwd_gdn(m, l, s, w, il, T);
-		be->ops->rmsnorm(be, w->h, w->x, &l->ffn_norm, T, E, hp->norm_eps, hp->norm_plus_one);
+			fwd_gdn(m, l, s, w, il, T, pos);
 		fwd_ffn(m, l, w, T);
 		if (hook && il + 1 < hp->n_layer)
 			rc = fwd_hook(be, hook, hook_ud, il + 1, w->x, false, T, E, err);
@@ -753,15 +846,16 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 		return rc;
 	/* final norm and head: every row for all_logits (and the hook), else the last row only */
 	int rows = all_logits || hook ? T : 1;
-	const float *xin = w->x + (size_t)(T - rows) * E;
-	be->ops->rmsnorm(be, w->h, xin, &m->output_norm, rows, E, hp->norm_eps, hp->norm_plus_one);
+	struct toast_mm_in in = fwd_normed(m, w->x + (size_t)(T - rows) * E, &m->output_norm);
+	in.norm_out = hook ? w->h : NULL;
+	struct toast_mm_out head = {w->logits, TOAST_MM_F32, &m->output};
+	be->ops->matmul(be, &in, &head, 1, rows);
 	if (hook)
 		rc = fwd_hook(be, hook, hook_ud, hp->n_layer, w->h, true, rows, E, err);
-	if (!all_logits && rows > 1) {
-		rows = 1;
-		be->ops->copy(be, w->h, (const char *)w->h + (size_t)(T - 1) * E * be->act_size, (size_t)E * be->act_size);
-	}
-	be->ops->matmul(be, w->logits, TOAST_MM_F32, w->h, &m->output, rows);
+	if (rc == TOAST_OK && hook && !all_logits) /* the caller reads the last token's logits from row 0 */
+		be->ops->copy(be, w->logits, w->logits + (size_t)(T - 1) * hp->n_vocab, (size_t)hp->n_vocab * sizeof(float));
+	if (record)
+		be->ops->graph_end(be, s->id);
 	if (rc == TOAST_OK)
 		rc = be->ops->sync(be, err);
 	return rc;

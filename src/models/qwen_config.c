@@ -6,6 +6,7 @@
  * full_attention_interval, torch_dtype), and Qwen3.5's multimodal wrapper (text_config).
  * Every value is range-checked: a config is outside input.
  */
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -76,34 +77,43 @@ static bool cfg_bool(struct cfg *c, const char *key, bool def)
 	return json_is_true(v);
 }
 
+/* token ids outside the vocabulary are ignored: the model can never produce them */
+static bool cfg_token_ok(json_t *v, int n_vocab)
+{
+	return json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < n_vocab;
+}
+
 static void cfg_token_ids(struct cfg *c, const char *key, struct toast_hparams *hp)
 {
 	json_t *v = cfg_get(c, key);
-	if (!v)
-		return;
-	if (json_is_integer(v) && hp->n_eos < TOAST_MAX_EOS) {
+	if (cfg_token_ok(v, hp->n_vocab) && hp->n_eos < TOAST_MAX_EOS) {
 		hp->eos[hp->n_eos++] = (int32_t)json_integer_value(v);
 	} else if (json_is_array(v)) {
 		size_t i;
 		json_t *e;
-		json_array_foreach(v, i, e) if (json_is_integer(e) && hp->n_eos < TOAST_MAX_EOS) hp->eos[hp->n_eos++] =
+		json_array_foreach(v, i, e) if (cfg_token_ok(e, hp->n_vocab) && hp->n_eos < TOAST_MAX_EOS) hp->eos[hp->n_eos++] =
 			(int32_t)json_integer_value(e);
 	}
 }
 
+/* Defaults for keys a config.json leaves out are the reference's (transformers 5.17 config
+ * classes): a different default would silently compute another model. */
 static const struct {
 	const char *name;
 	enum toast_arch arch;
+	int head_dim;        /* 0: hidden_size / num_attention_heads */
+	int n_head_kv;
+	double rot_fraction; /* partial_rotary_factor */
 } cfg_archs[] = {
-	{"qwen3", TOAST_ARCH_QWEN3},
-	{"qwen3_moe", TOAST_ARCH_QWEN3_MOE},
-	{"qwen3_next", TOAST_ARCH_QWEN3_NEXT},
-	{"qwen3_5_text", TOAST_ARCH_QWEN35},
-	{"qwen3_5_moe_text", TOAST_ARCH_QWEN35_MOE},
-	{"llama", TOAST_ARCH_LLAMA},
+	{"qwen3", TOAST_ARCH_QWEN3, 128, 32, 1.0},
+	{"qwen3_moe", TOAST_ARCH_QWEN3_MOE, 0, 4, 1.0},
+	{"qwen3_next", TOAST_ARCH_QWEN3_NEXT, 256, 2, 0.25},
+	{"qwen3_5_text", TOAST_ARCH_QWEN35, 256, 4, 0.25},
+	{"qwen3_5_moe_text", TOAST_ARCH_QWEN35_MOE, 256, 2, 0.25},
+	{"llama", TOAST_ARCH_LLAMA, 0, 0, 1.0},
 };
 
-static enum toast_status cfg_rope(struct cfg *c, struct toast_hparams *hp)
+static enum toast_status cfg_rope(struct cfg *c, struct toast_hparams *hp, double rot_fraction)
 {
 	json_t *rp = cfg_get(c, "rope_parameters");
 	json_t *rs = cfg_get(c, "rope_scaling");
@@ -115,7 +125,7 @@ static enum toast_status cfg_rope(struct cfg *c, struct toast_hparams *hp)
 		theta = cfg_num(c, c->root, "rope_theta", 10000.0, NULL);
 	double prf = rp ? cfg_num(c, rp, "partial_rotary_factor", 0, &found) : 0;
 	if (!found)
-		prf = cfg_num(c, c->root, "partial_rotary_factor", 1.0, NULL);
+		prf = cfg_num(c, c->root, "partial_rotary_factor", rot_fraction, NULL);
 	json_t *scaling = rp ? rp : rs;
 	if (json_is_object(scaling)) {
 		json_t *t = json_object_get(scaling, "rope_type");
@@ -128,8 +138,11 @@ static enum toast_status cfg_rope(struct cfg *c, struct toast_hparams *hp)
 	}
 	if (c->rc != TOAST_OK)
 		return c->rc;
-	if (!(theta > 0) || !isfinite(theta) || !(prf > 0) || prf > 1)
-		return toast_err_set(c->err, TOAST_ERR_FORMAT, "config.json: bad rope_theta or partial_rotary_factor");
+	if (!(theta > 0) || theta > FLT_MAX)
+		return toast_err_set(c->err, TOAST_ERR_FORMAT, "config.json: rope_theta %g must be positive and fit a float",
+				     theta);
+	if (!(prf > 0) || prf > 1)
+		return toast_err_set(c->err, TOAST_ERR_FORMAT, "config.json: partial_rotary_factor %g must be in (0, 1]", prf);
 	hp->rope_theta = (float)theta;
 	/* the reference runs a checkpoint in its own dtype, RoPE frequencies included */
 	json_t *dt = cfg_get(c, "dtype");
@@ -159,19 +172,23 @@ static enum toast_status cfg_layers(struct cfg *c, struct toast_hparams *hp)
 	if (lt) {
 		if (!json_is_array(lt) || json_array_size(lt) != (size_t)L)
 			return toast_err_set(c->err, TOAST_ERR_FORMAT,
-					     "config.json: layer_types must list %d layer types", L);
+					     "config.json: layer_types must list num_hidden_layers (%d) layer types", L);
 		for (int il = 0; il < L; il++) {
 			const char *s = json_string_value(json_array_get(lt, (size_t)il));
-			if (s && strcmp(s, "full_attention") == 0)
+			if (!s)
+				return toast_err_set(c->err, TOAST_ERR_FORMAT, "config.json: layer_types[%d] is not a string", il);
+			if (strcmp(s, "full_attention") == 0)
 				hp->layer_is_attn[il] = true;
-			else if (s && strcmp(s, "linear_attention") == 0 && hybrid)
+			else if (strcmp(s, "linear_attention") == 0 && hybrid)
 				hp->layer_is_attn[il] = false;
 			else
 				return toast_err_set(c->err, TOAST_ERR_UNSUPPORTED,
-						     "config.json: layer_types[%d] \"%s\" is not supported", il, s ? s : "?");
+						     "config.json: layer_types[%d] \"%s\" is not supported", il, s);
 		}
 	} else {
 		int interval = hybrid ? cfg_int(c, "full_attention_interval", 4, 1, CFG_MAX_DIM) : 1;
+		if (c->rc != TOAST_OK)
+			return c->rc;
 		for (int il = 0; il < L; il++)
 			hp->layer_is_attn[il] = (il + 1) % interval == 0;
 	}
@@ -182,6 +199,8 @@ static enum toast_status cfg_layers(struct cfg *c, struct toast_hparams *hp)
 			hp->layer_is_moe[il] = true;
 	} else if (hp->arch == TOAST_ARCH_QWEN3_MOE || hp->arch == TOAST_ARCH_QWEN3_NEXT) {
 		int step = cfg_int(c, "decoder_sparse_step", 1, 1, CFG_MAX_DIM);
+		if (c->rc != TOAST_OK)
+			return c->rc;
 		for (int il = 0; il < L; il++)
 			hp->layer_is_moe[il] = hp->n_expert > 0 && (il + 1) % step == 0;
 		json_t *only = cfg_get(c, "mlp_only_layers");
@@ -199,6 +218,27 @@ static enum toast_status cfg_layers(struct cfg *c, struct toast_hparams *hp)
 	return c->rc;
 }
 
+/* Variants the reference computes and the engine does not: refuse them rather than compute
+ * another model. */
+static void cfg_unsupported(struct cfg *c, const struct toast_hparams *hp)
+{
+	enum toast_arch A = hp->arch;
+	json_t *act = cfg_get(c, "hidden_act");
+	if (c->rc == TOAST_OK && act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0))
+		c->rc = toast_err_set(c->err, TOAST_ERR_UNSUPPORTED, "config.json: hidden_act \"%s\" is not supported (silu)",
+				      json_is_string(act) ? json_string_value(act) : "?");
+	if (c->rc == TOAST_OK && cfg_bool(c, "attention_bias", false))
+		c->rc = toast_err_set(c->err, TOAST_ERR_UNSUPPORTED, "config.json: attention_bias is not supported");
+	/* sliding windows: every layer of qwen3_moe, layers from max_window_layers on of qwen3
+	 * (unless layer_types says otherwise, which cfg_layers checks) */
+	bool sliding = (A == TOAST_ARCH_QWEN3 || A == TOAST_ARCH_QWEN3_MOE) && cfg_bool(c, "use_sliding_window", false) &&
+		       cfg_get(c, "sliding_window");
+	if (sliding && A == TOAST_ARCH_QWEN3)
+		sliding = !cfg_get(c, "layer_types") && cfg_int(c, "max_window_layers", 28, 0, 1 << 20) < hp->n_layer;
+	if (c->rc == TOAST_OK && sliding)
+		c->rc = toast_err_set(c->err, TOAST_ERR_UNSUPPORTED, "config.json: sliding-window attention is not supported");
+}
+
 void toast_hparams_free(struct toast_hparams *hp)
 {
 	if (!hp)
@@ -213,27 +253,29 @@ enum toast_status toast_hparams_parse(struct toast_hparams *hp, const char *json
 	memset(hp, 0, sizeof(*hp));
 	json_error_t je;
 	json_t *doc = json_loads(json_text, 0, &je);
-	if (!doc || !json_is_object(doc)) {
+	if (!doc)
+		return toast_err_set(err, TOAST_ERR_FORMAT, "config.json: not valid JSON (line %d: %s)", je.line, je.text);
+	if (!json_is_object(doc)) {
 		json_decref(doc);
-		return toast_err_set(err, TOAST_ERR_FORMAT, "config.json: not a JSON object (line %d: %s)", je.line,
-				     doc ? "" : je.text);
+		return toast_err_set(err, TOAST_ERR_FORMAT, "config.json: not a JSON object");
 	}
 	struct cfg c = {doc, err, TOAST_OK};
-	const char *mt = json_string_value(json_object_get(doc, "model_type"));
+	json_t *jmt = json_object_get(doc, "model_type");
+	const char *mt = json_string_value(jmt);
+	if (jmt && !mt) {
+		json_decref(doc);
+		return toast_err_set(err, TOAST_ERR_FORMAT, "config.json: \"model_type\" must be a string");
+	}
 	json_t *tc = json_object_get(doc, "text_config");
 	if (mt && (strcmp(mt, "qwen3_5") == 0 || strcmp(mt, "qwen3_5_moe") == 0) && json_is_object(tc)) {
 		c.root = tc; /* the multimodal wrapper: the text decoder's config is nested */
 		const char *tmt = json_string_value(json_object_get(tc, "model_type"));
 		mt = tmt ? tmt : (strcmp(mt, "qwen3_5") == 0 ? "qwen3_5_text" : "qwen3_5_moe_text");
 	}
-	bool known = false;
-	for (size_t i = 0; mt && i < sizeof(cfg_archs) / sizeof(cfg_archs[0]); i++)
-		if (strcmp(mt, cfg_archs[i].name) == 0) {
-			hp->arch = cfg_archs[i].arch;
-			hp->arch_name = cfg_archs[i].name;
-			known = true;
-		}
-	if (!known) {
+	size_t ai = 0, n_archs = sizeof(cfg_archs) / sizeof(cfg_archs[0]);
+	while (mt && ai < n_archs && strcmp(mt, cfg_archs[ai].name) != 0)
+		ai++;
+	if (!mt || ai == n_archs) {
 		enum toast_status rc = toast_err_set(err, mt ? TOAST_ERR_UNSUPPORTED : TOAST_ERR_FORMAT,
 						     mt ? "config.json: model_type \"%s\" is not supported (qwen3, qwen3_moe, "
 							  "qwen3_next, qwen3_5_text, qwen3_5_moe_text, llama)"
@@ -242,6 +284,8 @@ enum toast_status toast_hparams_parse(struct toast_hparams *hp, const char *json
 		json_decref(doc);
 		return rc;
 	}
+	hp->arch = cfg_archs[ai].arch;
+	hp->arch_name = cfg_archs[ai].name;
 	enum toast_arch A = hp->arch;
 	bool hybrid = A == TOAST_ARCH_QWEN3_NEXT || A == TOAST_ARCH_QWEN35 || A == TOAST_ARCH_QWEN35_MOE;
 	bool moe = A == TOAST_ARCH_QWEN3_MOE || A == TOAST_ARCH_QWEN3_NEXT || A == TOAST_ARCH_QWEN35_MOE;
@@ -249,12 +293,14 @@ enum toast_status toast_hparams_parse(struct toast_hparams *hp, const char *json
 	hp->n_embd = cfg_int(&c, "hidden_size", -1, 1, CFG_MAX_DIM);
 	hp->n_layer = cfg_int(&c, "num_hidden_layers", -1, 1, 4096);
 	hp->n_head = cfg_int(&c, "num_attention_heads", -1, 1, 4096);
-	hp->n_head_kv = cfg_int(&c, "num_key_value_heads", hp->n_head, 1, 4096);
-	hp->head_dim = cfg_int(&c, "head_dim", hp->n_head ? hp->n_embd / hp->n_head : 0, 1, 65536);
-	hp->n_ctx_train = cfg_int(&c, "max_position_embeddings", 4096, 1, 1 << 26);
+	hp->n_head_kv = cfg_int(&c, "num_key_value_heads", cfg_archs[ai].n_head_kv, 1, 4096);
+	int hd = cfg_archs[ai].head_dim ? cfg_archs[ai].head_dim : hp->n_head ? hp->n_embd / hp->n_head : 0;
+	hp->head_dim = cfg_int(&c, "head_dim", hd, 1, 65536);
+	hp->n_ctx_train = cfg_int(&c, "max_position_embeddings", 32768, 1, 1 << 26);
 	hp->norm_eps = (float)cfg_num(&c, c.root, "rms_norm_eps", 1e-6, NULL);
 	hp->tie_embd = cfg_bool(&c, "tie_word_embeddings", false);
 	hp->norm_plus_one = hybrid;
+	cfg_unsupported(&c, hp);
 	if (A == TOAST_ARCH_LLAMA && c.rc == TOAST_OK &&
 	    (cfg_bool(&c, "attention_bias", false) || cfg_bool(&c, "mlp_bias", false)))
 		c.rc = toast_err_set(err, TOAST_ERR_UNSUPPORTED, "config.json: attention_bias / mlp_bias are not supported");
@@ -262,12 +308,13 @@ enum toast_status toast_hparams_parse(struct toast_hparams *hp, const char *json
 	/* intermediate_size is used by dense layers only (checked when a dense layer is bound) */
 	hp->n_ff = cfg_int(&c, "intermediate_size", moe ? 0 : -1, moe ? 0 : 1, CFG_MAX_DIM);
 	if (moe) {
-		int ne = cfg_int(&c, "num_experts", 0, 0, 1 << 16);
-		if (ne == 0)
-			ne = cfg_int(&c, "num_local_experts", -1, 1, 1 << 16);
+		/* qwen3_moe and qwen3_next with 0 experts are all dense, like the reference */
+		const char *ne_key = cfg_get(&c, "num_local_experts") && !cfg_get(&c, "num_experts") ? "num_local_experts"
+												: "num_experts";
+		int ne = cfg_int(&c, ne_key, -1, A == TOAST_ARCH_QWEN35_MOE ? 1 : 0, 1 << 16);
 		hp->n_expert = ne;
-		hp->n_expert_used = cfg_int(&c, "num_experts_per_tok", -1, 1, ne > 0 ? ne : 1);
-		hp->n_ff_exp = cfg_int(&c, "moe_intermediate_size", -1, 1, CFG_MAX_DIM);
+		hp->n_expert_used = ne > 0 ? cfg_int(&c, "num_experts_per_tok", -1, 1, ne) : 0;
+		hp->n_ff_exp = ne > 0 ? cfg_int(&c, "moe_intermediate_size", -1, 1, CFG_MAX_DIM) : 0;
 		hp->n_ff_shexp = A == TOAST_ARCH_QWEN3_MOE ? 0 : cfg_int(&c, "shared_expert_intermediate_size", 0, 0, CFG_MAX_DIM);
 		hp->norm_topk = A == TOAST_ARCH_QWEN35_MOE ? true : cfg_bool(&c, "norm_topk_prob", A == TOAST_ARCH_QWEN3_NEXT);
 	}
@@ -280,20 +327,22 @@ enum toast_status toast_hparams_parse(struct toast_hparams *hp, const char *json
 	}
 	hp->bos = -1;
 	json_t *bos = cfg_get(&c, "bos_token_id");
-	if (json_is_integer(bos))
+	if (cfg_token_ok(bos, hp->n_vocab))
 		hp->bos = (int32_t)json_integer_value(bos);
 	cfg_token_ids(&c, "eos_token_id", hp);
 	enum toast_status rc = c.rc;
-	if (rc == TOAST_OK && (hp->n_head % hp->n_head_kv || !(hp->norm_eps > 0)))
+	if (rc == TOAST_OK && hp->n_head % hp->n_head_kv)
 		rc = toast_err_set(err, TOAST_ERR_FORMAT,
-				   "config.json: num_attention_heads %d not a multiple of num_key_value_heads %d, or bad eps",
-				   hp->n_head, hp->n_head_kv);
+				   "config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d", hp->n_head,
+				   hp->n_head_kv);
+	if (rc == TOAST_OK && !(hp->norm_eps > 0 && hp->norm_eps < 1))
+		rc = toast_err_set(err, TOAST_ERR_FORMAT, "config.json: rms_norm_eps must be in (0, 1)");
 	if (rc == TOAST_OK && hybrid && hp->ssm_n_v_head % hp->ssm_n_k_head)
 		rc = toast_err_set(err, TOAST_ERR_FORMAT,
 				   "config.json: linear_num_value_heads %d not a multiple of linear_num_key_heads %d",
 				   hp->ssm_n_v_head, hp->ssm_n_k_head);
 	if (rc == TOAST_OK)
-		rc = cfg_rope(&c, hp);
+		rc = cfg_rope(&c, hp, cfg_archs[ai].rot_fraction);
 	if (rc == TOAST_OK)
 		rc = cfg_layers(&c, hp);
 	json_decref(doc);

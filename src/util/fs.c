@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/mem.h"
+
 enum toast_status toast_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
 				  struct toast_error *err)
 {
@@ -99,4 +101,34 @@ int toast_file_exists(const char *path)
 {
 	struct stat st;
 	return stat(path, &st) == 0;
+}
+
+bool toast_mkdirs_for(const char *path, unsigned mode)
+{
+	char buf[4096];
+	size_t n = strlen(path);
+	if (n >= sizeof(buf))
+		return false;
+	memcpy(buf, path, n + 1);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(buf, (mode_t)mode) != 0 && errno != EEXIST)
+			return false;
+		*p = '/';
+	}
+	return true;
+}
+
+char *toast_state_path(const char *rel)
+{
+	const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+	char buf[4096];
+	int n = -1;
+	if (xdg && xdg[0] == '/')
+		n = snprintf(buf, sizeof(buf), "%s/%s", xdg, rel);
+	else if (home && home[0] == '/')
+		n = snprintf(buf, sizeof(buf), "%s/.local/state/%s", home, rel);
+	return n > 0 && (size_t)n < sizeof(buf) ? toast_strdup(buf) : NULL;
 }

@@ -4,6 +4,7 @@
 #ifndef TOAST_UTIL_FS_H
 #define TOAST_UTIL_FS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "util/err.h"
@@ -24,5 +25,9 @@ void toast_map_close(struct toast_map *m);
 /* dir + "/" + name into buf; false if it does not fit. */
 int toast_path_join(char *buf, size_t n, const char *dir, const char *name);
 int toast_file_exists(const char *path);
+/* $XDG_STATE_HOME/rel, else $HOME/.local/state/rel (malloc'd); NULL when neither is set. */
+char *toast_state_path(const char *rel);
+/* Create the missing directories above the file path (each with mode); false if one cannot be made. */
+bool toast_mkdirs_for(const char *path, unsigned mode);
 
 #endif

@@ -6,6 +6,7 @@
 #include "util/pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -142,6 +143,8 @@ void toast_pool_for(struct toast_pool *p, int n, void (*fn)(void *ctx, int i, in
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	pool_run(p, 0);
-	while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
-		;
+	/* yield after a short spin: on a loaded machine the workers we wait for may be descheduled */
+	for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++)
+		if (spins > 1000)
+			sched_yield();
 }

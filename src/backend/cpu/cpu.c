@@ -146,16 +146,43 @@ static enum toast_status cpu_sync(struct toast_backend *be, struct toast_error *
 	return TOAST_OK;
 }
 
+/* a synthetic weight: BF16 matrices, F32 vectors, values per toast_synthetic_value() */
 static enum toast_status cpu_prepare_weight(struct toast_backend *be, struct toast_weight *w,
 					    struct toast_error *err)
 {
+	struct cpu_backend *cb = cpu_of(be);
+	w->dev_type = w->type;
+	if (w->data)
+		return TOAST_OK;
+	size_t n = (size_t)w->n_in * (size_t)w->n_out, es = w->n_out == 1 ? 4 : 2;
+	void **owned = realloc(cb->owned, (cb->n_owned + 1) * sizeof(void *));
+	void *p = owned ? toast_aalloc(n * es) : NULL;
+	if (owned)
+		cb->owned = owned;
+	if (!p)
+		return toast_err_set(err, TOAST_ERR_NOMEM, "%s: cannot allocate %zu bytes", w->name, n * es);
+	cb->owned[cb->n_owned++] = p;
+	uint64_t seed = toast_synthetic_seed(w->name);
+	for (size_t i = 0; i < n; i++) {
+		float v = toast_synthetic_value(seed, i, w->n_in, w->n_out);
+		if (es == 4)
+			((float *)p)[i] = v;
+		else
+			((uint16_t *)p)[i] = toast_f32_to_bf16(v);
+	}
+	w->type = w->dev_type = es == 4 ? TOAST_DT_F32 : TOAST_DT_BF16;
+	w->data = p;
+	w->n_bytes = n * es;
 	return TOAST_OK;
 }
 
 static enum toast_status cpu_prepare_experts(struct toast_backend *be, struct toast_experts *x,
 					     struct toast_error *err)
 {
-	return TOAST_OK;
+	enum toast_status rc = TOAST_OK;
+	for (int e = 0; e < x->n_expert && rc == TOAST_OK; e++)
+		rc = cpu_prepare_weight(be, &x->w[e], err);
+	return rc;
 }
 
 static void cpu_begin_step(struct toast_backend *be, const int32_t *ids, int T, int pos)
@@ -175,32 +202,27 @@ static void cpu_embed(struct toast_backend *be, float *x, const struct toast_wei
 		cpu_to_f32(W, (int64_t)ids[t] * W->n_in, W->n_in, x + (size_t)t * W->n_in);
 }
 
-static void cpu_rmsnorm(struct toast_backend *be, void *out, const float *x, const struct toast_weight *w, int T,
-			int n, float eps, bool plus_one)
+void cpu_norm_rows(const float *x, const struct toast_weight *w, int T, int n, float eps, bool plus_one, float *out,
+		   float *wtmp)
 {
-	struct cpu_backend *cb = cpu_of(be);
-	if (!cpu_scratch(cb, (size_t)n))
-		return;
-	float *wf = cb->scratch[0];
-	cpu_to_f32(w, 0, n, wf);
+	cpu_to_f32(w, 0, n, wtmp);
 	for (int t = 0; t < T; t++) {
 		const float *xr = x + (size_t)t * n;
-		float *o = (float *)out + (size_t)t * n;
+		float *o = out + (size_t)t * n;
 		double ss = 0;
 		for (int i = 0; i < n; i++)
 			ss += (double)xr[i] * xr[i];
 		float r = 1.0f / sqrtf((float)(ss / n) + eps);
 		for (int i = 0; i < n; i++)
-			o[i] = xr[i] * r * (plus_one ? 1.0f + wf[i] : wf[i]);
+			o[i] = xr[i] * r * (plus_one ? 1.0f + wtmp[i] : wtmp[i]);
 	}
 }
 
-static void cpu_swiglu(struct toast_backend *be, void *out, const void *g, const void *u, int T, int n)
+static void cpu_swiglu(struct toast_backend *be, void *out, const float *g, const float *u, int T, int n)
 {
-	const float *gf = g, *uf = u;
 	float *o = out;
 	for (size_t i = 0; i < (size_t)T * n; i++)
-		o[i] = cpu_silu(gf[i]) * uf[i];
+		o[i] = cpu_silu(g[i]) * u[i];
 }
 
 static void cpu_free(struct toast_backend *be)
@@ -212,6 +234,9 @@ static void cpu_free(struct toast_backend *be)
 			toast_afree(cb->scratch[t]);
 	free(cb->scratch);
 	toast_afree(cb->shared);
+	for (size_t i = 0; i < cb->n_owned; i++)
+		toast_afree(cb->owned[i]);
+	free(cb->owned);
 	free(cb);
 }
 
@@ -228,7 +253,6 @@ static const struct toast_backend_ops cpu_ops = {
 	.prepare_experts = cpu_prepare_experts,
 	.begin_step = cpu_begin_step,
 	.embed = cpu_embed,
-	.rmsnorm = cpu_rmsnorm,
 	.matmul = cpu_matmul,
 	.swiglu = cpu_swiglu,
 	.attention = cpu_attention,

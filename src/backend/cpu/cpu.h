@@ -26,6 +26,8 @@ struct cpu_backend {
 	const int32_t *ids;
 	int step_T, step_pos;
 	bool oom; /* a scratch allocation failed: reported by sync() */
+	void **owned; /* synthetic weights made by prepare_weight, freed with the backend */
+	size_t n_owned;
 };
 
 static inline struct cpu_backend *cpu_of(struct toast_backend *be)
@@ -44,6 +46,10 @@ void cpu_to_f32(const struct toast_weight *w, int64_t off, int64_t n, float *dst
 float cpu_dot_row(const struct toast_weight *w, int64_t r, const float *x, float *tmp);
 float cpu_dot(const float *a, const float *b, int64_t n);
 
+/* out[t] = RMSNorm(x[t]) with w (f32 rows of n); wtmp holds n floats */
+void cpu_norm_rows(const float *x, const struct toast_weight *w, int T, int n, float eps, bool plus_one, float *out,
+		   float *wtmp);
+
 /* y[n_out] = W x for one input vector (threaded over rows); mode as in toast_mm_mode, f32 in/out. */
 void cpu_matvec_rows(struct cpu_backend *cb, float *out, enum toast_mm_mode mode, const float *in,
 		     const struct toast_weight *W, int T);
@@ -61,7 +67,7 @@ static inline float cpu_sigmoid(float x)
 void cpu_attention(struct toast_backend *be, const struct toast_attn_args *a);
 void cpu_gdn(struct toast_backend *be, const struct toast_gdn_args *a);
 void cpu_moe(struct toast_backend *be, const struct toast_moe_args *a);
-void cpu_matmul(struct toast_backend *be, void *out, enum toast_mm_mode mode, const void *in,
-		const struct toast_weight *W, int T);
+void cpu_matmul(struct toast_backend *be, const struct toast_mm_in *in, const struct toast_mm_out *outs, int n_outs,
+		int T);
 
 #endif

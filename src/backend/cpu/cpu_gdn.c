@@ -26,7 +26,9 @@ static void gdn_conv_task(void *p, int task, int tid)
 	const struct toast_gdn_args *a = c->a;
 	int K = a->conv_k, cd = c->conv_dim, T = a->T;
 	int c0 = task * 64, c1 = c0 + 64 < cd ? c0 + 64 : cd;
-	float *st = a->conv_state;
+	size_t slot = (size_t)(K - 1) * cd;
+	const float *st = a->conv_state + (size_t)(a->pos & 1) * slot;
+	float *st_new = a->conv_state + (size_t)((a->pos + T) & 1) * slot;
 	float *win = c->cb->scratch[tid]; /* [K-1+T] for one channel */
 	for (int ch = c0; ch < c1; ch++) {
 		for (int j = 0; j < K - 1; j++)
@@ -41,7 +43,7 @@ static void gdn_conv_task(void *p, int task, int tid)
 			c->conv[(size_t)t * cd + ch] = cpu_silu(s);
 		}
 		for (int j = 0; j < K - 1; j++)
-			st[(size_t)j * cd + ch] = win[T + j];
+			st_new[(size_t)j * cd + ch] = win[T + j];
 	}
 }
 

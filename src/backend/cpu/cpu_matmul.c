@@ -5,6 +5,8 @@
  */
 #include "backend/cpu/cpu.h"
 
+#include <string.h>
+
 #define MM_ROWS_PER_TASK 16
 
 struct mm_ctx {
@@ -47,8 +49,21 @@ void cpu_matvec_rows(struct cpu_backend *cb, float *out, enum toast_mm_mode mode
 	toast_pool_for(cb->pool, n_tasks, mm_task, &c);
 }
 
-void cpu_matmul(struct toast_backend *be, void *out, enum toast_mm_mode mode, const void *in,
-		const struct toast_weight *W, int T)
+void cpu_matmul(struct toast_backend *be, const struct toast_mm_in *in, const struct toast_mm_out *outs, int n_outs,
+		int T)
 {
-	cpu_matvec_rows(cpu_of(be), out, mode, in, W, T);
+	struct cpu_backend *cb = cpu_of(be);
+	const float *x = in->act;
+	if (!x) {
+		int64_t n = outs[0].W->n_in;
+		float *y = cpu_shared(cb, (size_t)T * n);
+		if (!y || !cpu_scratch(cb, (size_t)n))
+			return;
+		cpu_norm_rows(in->norm_x, in->norm_w, T, (int)n, in->eps, in->plus_one, y, cb->scratch[0]);
+		if (in->norm_out)
+			memcpy(in->norm_out, y, (size_t)T * n * sizeof(float));
+		x = y;
+	}
+	for (int i = 0; i < n_outs; i++)
+		cpu_matvec_rows(cb, outs[i].out, outs[i].mode, x, outs[i].W, T);
 }

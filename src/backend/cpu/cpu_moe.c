@@ -133,14 +133,16 @@ void cpu_moe(struct toast_backend *be, const struct toast_moe_args *a)
 	int nb = (a->n_ff + MOE_ROWS - 1) / MOE_ROWS, nbs = (a->n_ff_sh + MOE_ROWS - 1) / MOE_ROWS;
 	size_t n_tk = (size_t)T * k;
 	size_t need = (size_t)T * ne * 2 + n_tk * 3 + (size_t)ne + 1 + (size_t)ne * nb + (size_t)nbs +
-		      n_tk * a->n_ff + (size_t)T * a->n_ff_sh + (size_t)T;
+		      n_tk * a->n_ff + (size_t)T * a->n_ff_sh + (size_t)T + (size_t)T * E;
 	float *sh = cpu_shared(cb, need);
 	size_t row = (size_t)(E > a->n_ff ? E : a->n_ff);
 	row = row > (size_t)a->n_ff_sh ? row : (size_t)a->n_ff_sh;
 	if (!sh || !cpu_scratch(cb, row + (size_t)T))
 		return;
-	struct moe_ctx c = {.cb = cb, .a = a, .h = a->h};
-	float *logits = sh, *prob = logits + (size_t)T * ne;
+	struct moe_ctx c = {.cb = cb, .a = a};
+	float *h = sh, *logits = h + (size_t)T * E, *prob = logits + (size_t)T * ne;
+	cpu_norm_rows(a->x, a->norm_w, T, E, a->eps, a->plus_one, h, cb->scratch[0]);
+	c.h = h;
 	c.sel = (int32_t *)(prob + (size_t)T * ne);
 	c.wt = (float *)(c.sel + n_tk);
 	c.order = (int32_t *)(c.wt + n_tk);
@@ -150,7 +152,7 @@ void cpu_moe(struct toast_backend *be, const struct toast_moe_args *a)
 	c.sact = c.act + n_tk * a->n_ff;
 	c.sgate = c.sact + (size_t)T * a->n_ff_sh;
 
-	cpu_matvec_rows(cb, logits, TOAST_MM_F32, a->h, a->router, T);
+	cpu_matvec_rows(cb, logits, TOAST_MM_F32, h, a->router, T);
 	for (int t = 0; t < T; t++)
 		moe_route(logits + (size_t)t * ne, ne, k, a->norm_topk, c.sel + (size_t)t * k, c.wt + (size_t)t * k,
 			  prob + (size_t)t * ne);

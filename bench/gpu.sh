@@ -1,0 +1,79 @@
+#!/bin/bash
+# One GPU session's work in one call: correctness of every CUDA op and model against the CPU
+# oracle, then timing. Run on the device machine from the repository root, with carry/gpu
+# (made here by tools/gpu-bundle.sh) carried. Full logs go to $OUT; a short table is printed last.
+# Usage: bench/gpu.sh [quick|full]
+set -u
+MODE=${1:-full}
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+B=carry/gpu/bin
+CUBLAS_DIR=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
+export LD_LIBRARY_PATH=$PWD/carry/gpu/lib:/usr/local/cuda/lib64:${CUBLAS_DIR:-}:${LD_LIBRARY_PATH:-}
+{
+	date -u
+	nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+	ldd $B/toasted | grep -E "not found|cublas|cudart|jansson"
+} >"$OUT/env.log" 2>&1
+cat "$OUT/env.log"
+sh tools/unpack-testdata.sh tests/data build/testdata >/dev/null || echo "unpack failed"
+summary=()
+# 1. every op against the scalar reference
+timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
+rc=$?
+summary+=("test_ops (cpu + cuda ops vs reference): rc=$rc, $(grep -c 'failed' "$OUT/test_ops.log") failures")
+grep -E "failed|cuda" "$OUT/test_ops.log" | head -40
+rm -f "$OUT/checks.log"
+# 2. every shared model against its reference on the GPU
+for m in qwen3-tiny qwen3moe-tiny qwen35-tiny qwen35moe-tiny qwen3next-tiny qwen3next-tiny-hubcfg qwen3-odd qwen3moe-odd qwen35moe-odd qwen3next-odd; do
+	for c in 64 1 7; do
+		echo "== $m chunk $c" >>"$OUT/checks.log"
+		timeout 120 $B/toasted check build/testdata/models/$m --backend cuda --chunk $c >"$OUT/check.tmp" 2>&1
+		rc=$?
+		cat "$OUT/check.tmp" >>"$OUT/checks.log"
+		summary+=("check $m chunk $c: rc=$rc $(grep -E '^ids|^greedy|^toasted' "$OUT/check.tmp" | tr '\n' ' ')")
+	done
+done
+# 3a. each op alone at the real decode shapes (clocks ramped by sustained load, unlike ncu)
+timeout 200 $B/test_ops --perf >"$OUT/ops-perf.log" 2>&1
+cat "$OUT/ops-perf.log"
+# 3. timing at the real Qwen3-Next shape, 12 of 48 layers in bf16
+if [ "$MODE" = full ]; then
+	timeout 400 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 1024 \
+		--prompt 128 --ctx 0,28000,68000 --decode 64 >"$OUT/bench.log" 2>&1
+	summary+=("bench rc=$?")
+	cat "$OUT/bench.log"
+fi
+rm -f "$OUT/check.tmp"
+grep -h "per-layer" "$OUT/checks.log" | sort -u | head -20
+# 3b. what the slow kernels do (ncu metrics on the op timings: achieved DRAM bytes, occupancy)
+if [ "$MODE" = full ] && command -v ncu >/dev/null; then
+	timeout 200 ncu --csv --print-units base -k regex:'k_moe|k_attn_tile|k_gdn_decode' --launch-count 8 \
+		--metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread \
+		$B/test_ops --perf >"$OUT/ncu-ops.csv" 2>&1
+	python3 - "$OUT/ncu-ops.csv" <<'PY'
+import csv, sys, collections
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+h = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+if h is None:
+    print("ncu: no rows"); sys.exit()
+c = rows[h]; ki, mi, vi, ii = c.index("Kernel Name"), c.index("Metric Name"), c.index("Metric Value"), c.index("ID")
+d = collections.OrderedDict()
+for r in rows[h + 1:]:
+    if len(r) > vi:
+        d.setdefault((r[ii], r[ki].split("(")[0][:40]), {})[r[mi]] = r[vi]
+for (i, k), m in d.items():
+    print(k, {a.split("__")[1][:18]: b for a, b in m.items()})
+PY
+fi
+# 4. where a decode step's time goes (kernel durations, ncu)
+if [ "$MODE" = full ] && command -v ncu >/dev/null; then
+	timeout 300 ncu --csv --metrics gpu__time_duration.sum --print-units base -k regex:'^k_[^f]' \
+		$B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --prompt 1 --ctx 0 --decode 2 \
+		>"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+	python3 tools/ncu-summary.py "$OUT/ncu.csv" 4 >"$OUT/profile.txt" 2>&1
+	cat "$OUT/profile.txt"
+fi
+echo
+echo "==== summary ===="
+printf '%s\n' "${summary[@]}"

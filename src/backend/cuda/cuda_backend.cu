@@ -1,0 +1,544 @@
+/*
+ * cuda_backend.cu - the CUDA backend: device selection, memory, weight upload, steps, the
+ * recording and replay of decode steps as CUDA graphs, and the op table. Kernels live in the
+ * k_*.cu files, one op family each.
+ *
+ * Weights on the device: matrices (n_out > 1) as bf16 (f16/f32 sources are converted once at
+ * upload), vectors (n_out == 1) as f32. Expert sets are packed into one [n_expert][n_out][n_in]
+ * buffer whose base is toast_experts.dev.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+extern "C" {
+#include "util/half.h"
+}
+
+bool cu_fail(struct cuda_backend *cb, cudaError_t e, const char *what)
+{
+	if (e == cudaSuccess)
+		return false;
+	if (!cb->failed) {
+		cb->failed = true;
+		snprintf(cb->fail_msg, sizeof(cb->fail_msg), "cuda: %s: %s", what, cudaGetErrorString(e));
+	}
+	return true;
+}
+
+void cu_fail_msg(struct cuda_backend *cb, const char *fmt, ...)
+{
+	if (cb->failed)
+		return;
+	cb->failed = true;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cb->fail_msg, sizeof(cb->fail_msg), fmt, ap);
+	va_end(ap);
+}
+
+/* fold the events recorded since the last sync into the per-kernel table */
+static void cu_prof_flush(struct cuda_backend *cb)
+{
+	for (int i = 1; i < cb->prof_n; i++) {
+		float ms = 0;
+		cudaEventElapsedTime(&ms, cb->prof_ev[i - 1], cb->prof_ev[i]);
+		int r = 0;
+		while (r < cb->prof_rows_n && strcmp(cb->prof_rows[r].op, cb->prof_op[i]) != 0)
+			r++;
+		if (r == cb->prof_rows_n && r < 64)
+			cb->prof_rows[cb->prof_rows_n++] = {cb->prof_op[i], 0, 0};
+		if (r < 64) {
+			cb->prof_rows[r].ms += ms;
+			cb->prof_rows[r].calls++;
+		}
+	}
+	cb->prof_n = 0;
+	cudaEventRecord(cb->prof_ev[cb->prof_n], cb->stream);
+	cb->prof_op[cb->prof_n++] = "idle";
+}
+
+static void cu_prof_print(struct cuda_backend *cb)
+{
+	double tot = 0;
+	for (int r = 0; r < cb->prof_rows_n; r++)
+		tot += cb->prof_rows[r].ms;
+	fprintf(stderr, "cuda profile (TOASTED_CUDA_PROFILE): kernel, calls, total ms, us/call, share\n");
+	for (int r = 0; r < cb->prof_rows_n; r++) {
+		const struct cuda_backend::cu_prof_row *p = &cb->prof_rows[r];
+		fprintf(stderr, "  %-28s %8ld %10.3f %9.2f %5.1f%%\n", p->op, p->calls, p->ms, 1e3 * p->ms / p->calls,
+			100 * p->ms / tot);
+	}
+}
+
+void cu_launched(struct cuda_backend *cb, const char *op)
+{
+	if (cu_fail(cb, cudaGetLastError(), op))
+		return;
+	if (cb->prof && !cb->capturing) {
+		if (cb->prof_n == 1024)
+			cu_prof_flush(cb); /* waits: only in profiling runs */
+		cudaEventRecord(cb->prof_ev[cb->prof_n], cb->stream);
+		cb->prof_op[cb->prof_n++] = op;
+	}
+	if (cb->debug_sync && !cb->capturing)
+		cu_fail(cb, cudaStreamSynchronize(cb->stream), op);
+}
+
+/* Recorded steps hold pointers to the scratch and step buffers: drop them when those move. */
+static void cu_forget_graphs(struct cuda_backend *cb)
+{
+	for (int i = 0; i < CU_MAX_GRAPHS; i++) {
+		if (cb->graphs[i].exec)
+			cudaGraphExecDestroy(cb->graphs[i].exec);
+		cb->graphs[i].exec = NULL;
+		cb->graphs[i].key = 0;
+	}
+}
+
+size_t cu_allow_smem(struct cuda_backend *cb, const void *func)
+{
+	struct cudaFuncAttributes fa;
+	if (cu_fail(cb, cudaFuncGetAttributes(&fa, func), "kernel attributes"))
+		return 0;
+	size_t room = cb->smem_optin > fa.sharedSizeBytes ? cb->smem_optin - fa.sharedSizeBytes : 0;
+	if (cu_fail(cb, cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)room),
+		    "shared memory limit"))
+		return 0;
+	return room;
+}
+
+void *cu_scratch(struct cuda_backend *cb, size_t n)
+{
+	if (n <= cb->scratch_bytes)
+		return cb->scratch;
+	if (cb->capturing) {
+		cu_fail(cb, cudaErrorStreamCaptureUnsupported, "scratch growth while recording a step");
+		return NULL;
+	}
+	size_t want = n + n / 4;
+	cudaStreamSynchronize(cb->stream);
+	cu_forget_graphs(cb);
+	cudaFree(cb->scratch);
+	cb->scratch = NULL;
+	cb->scratch_bytes = 0;
+	if (cu_fail(cb, cudaMalloc(&cb->scratch, want), "scratch allocation"))
+		return NULL;
+	cb->scratch_bytes = want;
+	return cb->scratch;
+}
+
+/* ---- memory ---- */
+
+static void *cuda_alloc(struct toast_backend *be, size_t n)
+{
+	void *p = NULL;
+	if (cudaMalloc(&p, n ? n : 1) != cudaSuccess) {
+		cudaGetLastError(); /* out of memory is reported to the caller, not sticky */
+		return NULL;
+	}
+	if (cudaMemset(p, 0, n) != cudaSuccess) {
+		cudaFree(p);
+		return NULL;
+	}
+	return p;
+}
+
+static void cuda_release(struct toast_backend *be, void *p)
+{
+	if (p)
+		cudaFree(p);
+}
+
+static void cuda_write(struct toast_backend *be, void *dst, const void *src, size_t n)
+{
+	struct cuda_backend *cb = cu_of(be);
+	if (!cb->failed)
+		cu_fail(cb, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cb->stream), "write");
+	if (!cb->failed)
+		cu_fail(cb, cudaStreamSynchronize(cb->stream), "write");
+}
+
+static enum toast_status cuda_sync(struct toast_backend *be, struct toast_error *err)
+{
+	struct cuda_backend *cb = cu_of(be);
+	if (!cb->failed)
+		cu_fail(cb, cudaStreamSynchronize(cb->stream), "sync");
+	if (cb->failed)
+		return toast_err_set(err, TOAST_ERR_BACKEND, "%s (the CUDA context is unusable: reopen the engine)",
+				     cb->fail_msg);
+	if (cb->prof)
+		cu_prof_flush(cb);
+	return TOAST_OK;
+}
+
+static enum toast_status cuda_read(struct toast_backend *be, void *dst, const void *src, size_t n,
+				   struct toast_error *err)
+{
+	struct cuda_backend *cb = cu_of(be);
+	if (!cb->failed)
+		cu_fail(cb, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, cb->stream), "read");
+	return cuda_sync(be, err);
+}
+
+static void cuda_copy(struct toast_backend *be, void *dst, const void *src, size_t n)
+{
+	struct cuda_backend *cb = cu_of(be);
+	if (!cb->failed)
+		cu_fail(cb, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, cb->stream), "copy");
+}
+
+static void cuda_zero(struct toast_backend *be, void *dst, size_t n)
+{
+	struct cuda_backend *cb = cu_of(be);
+	if (!cb->failed)
+		cu_fail(cb, cudaMemsetAsync(dst, 0, n, cb->stream), "zero");
+}
+
+/* ---- weights ---- */
+
+static enum toast_status cu_own(struct cuda_backend *cb, size_t n, void **out, const char *name,
+				struct toast_error *err)
+{
+	if (cb->n_owned == cb->cap_owned) {
+		size_t cap = cb->cap_owned ? cb->cap_owned * 2 : 256;
+		void **p = (void **)realloc(cb->owned, cap * sizeof(void *));
+		if (!p)
+			return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+		cb->owned = p;
+		cb->cap_owned = cap;
+	}
+	if (cudaMalloc(out, n ? n : 1) != cudaSuccess) {
+		cudaGetLastError();
+		size_t fr = 0, tot = 0;
+		cudaMemGetInfo(&fr, &tot);
+		return toast_err_set(err, TOAST_ERR_NOMEM, "%s: cannot allocate %zu MB on the GPU (%zu MB free of %zu)",
+				     name, n >> 20, fr >> 20, tot >> 20);
+	}
+	cb->owned[cb->n_owned++] = *out;
+	return TOAST_OK;
+}
+
+/* Upload host weight data (any plain type) into dst as dst_type (BF16 or F32). */
+static enum toast_status cu_upload(struct cuda_backend *cb, void *dst, enum toast_dtype dst_type,
+				   const struct toast_weight *w, struct toast_error *err)
+{
+	size_t n = (size_t)w->n_in * (size_t)w->n_out;
+	if (w->type == dst_type)
+		return cu_fail(cb, cudaMemcpy(dst, w->data, w->n_bytes, cudaMemcpyHostToDevice), "weight upload")
+			       ? toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", w->name, cb->fail_msg)
+			       : TOAST_OK;
+	if (w->type != TOAST_DT_F32 && w->type != TOAST_DT_F16 && w->type != TOAST_DT_BF16)
+		return toast_err_set(err, TOAST_ERR_UNSUPPORTED, "%s: dtype %s is not supported by the CUDA backend",
+				     w->name, toast_dtype_name(w->type));
+	size_t es = dst_type == TOAST_DT_F32 ? 4 : 2;
+	void *tmp = malloc(n * es);
+	if (!tmp)
+		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory converting %s", w->name);
+	for (size_t i = 0; i < n; i++) {
+		float v = w->type == TOAST_DT_F32   ? ((const float *)w->data)[i]
+			  : w->type == TOAST_DT_F16 ? toast_f16_to_f32(((const uint16_t *)w->data)[i])
+						    : toast_bf16_to_f32(((const uint16_t *)w->data)[i]);
+		if (es == 4)
+			((float *)tmp)[i] = v;
+		else
+			((uint16_t *)tmp)[i] = toast_f32_to_bf16(v);
+	}
+	bool bad = cu_fail(cb, cudaMemcpy(dst, tmp, n * es, cudaMemcpyHostToDevice), "weight upload");
+	free(tmp);
+	return bad ? toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", w->name, cb->fail_msg) : TOAST_OK;
+}
+
+static enum toast_dtype cu_dev_type(const struct toast_weight *w)
+{
+	return w->n_out == 1 ? TOAST_DT_F32 : TOAST_DT_BF16;
+}
+
+static enum toast_status cuda_prepare_weight(struct toast_backend *be, struct toast_weight *w,
+					     struct toast_error *err)
+{
+	struct cuda_backend *cb = cu_of(be);
+	enum toast_dtype dt = cu_dev_type(w);
+	size_t n = (size_t)w->n_in * (size_t)w->n_out, es = dt == TOAST_DT_F32 ? 4 : 2;
+	void *d = NULL;
+	enum toast_status rc = cu_own(cb, n * es, &d, w->name, err);
+	if (rc != TOAST_OK)
+		return rc;
+	w->dev = d;
+	w->dev_type = dt;
+	if (!w->data) {
+		cu_fill_synthetic(cb, d, dt, n, toast_synthetic_seed(w->name), w->n_in, w->n_out);
+		return cuda_sync(be, err);
+	}
+	return cu_upload(cb, d, dt, w, err);
+}
+
+static enum toast_status cuda_prepare_experts(struct toast_backend *be, struct toast_experts *x,
+					      struct toast_error *err)
+{
+	struct cuda_backend *cb = cu_of(be);
+	if (x->n_expert <= 0)
+		return TOAST_OK;
+	const struct toast_weight *w0 = &x->w[0];
+	size_t per = (size_t)w0->n_in * (size_t)w0->n_out * 2;
+	void *d = NULL;
+	enum toast_status rc = cu_own(cb, per * (size_t)x->n_expert, &d, w0->name, err);
+	x->dev = d;
+	for (int e = 0; rc == TOAST_OK && e < x->n_expert; e++) {
+		struct toast_weight *w = &x->w[e];
+		if (w->n_in != w0->n_in || w->n_out != w0->n_out)
+			return toast_err_set(err, TOAST_ERR_FORMAT, "%s: experts of different shapes", w->name);
+		w->dev = (char *)d + per * (size_t)e;
+		w->dev_type = TOAST_DT_BF16;
+		if (w->data)
+			rc = cu_upload(cb, w->dev, TOAST_DT_BF16, w, err);
+		else
+			cu_fill_synthetic(cb, w->dev, TOAST_DT_BF16, (size_t)w->n_in * w->n_out,
+					  toast_synthetic_seed(w->name), w->n_in, w->n_out);
+	}
+	return rc == TOAST_OK ? cuda_sync(be, err) : rc;
+}
+
+/* ---- steps and recorded steps ---- */
+
+static void cuda_begin_step(struct toast_backend *be, const int32_t *ids, int T, int pos)
+{
+	struct cuda_backend *cb = cu_of(be);
+	if (cb->failed)
+		return;
+	if (T > cb->step_cap) {
+		cudaStreamSynchronize(cb->stream);
+		cu_forget_graphs(cb);
+		cudaFreeHost(cb->h_step);
+		cudaFree(cb->d_step);
+		cb->h_step = NULL;
+		cb->d_step = NULL;
+		cb->step_cap = 0;
+		int cap = T < 64 ? 64 : T;
+		if (cu_fail(cb, cudaMallocHost(&cb->h_step, (size_t)(cap + 2) * 4), "step buffer") ||
+		    cu_fail(cb, cudaMalloc(&cb->d_step, (size_t)(cap + 2) * 4), "step buffer"))
+			return;
+		cb->step_cap = cap;
+	}
+	/* the previous step's copy may still read h_step */
+	cu_fail(cb, cudaEventSynchronize(cb->step_copied), "step event");
+	cb->h_step[0] = pos;
+	cb->h_step[1] = T;
+	memcpy(cb->h_step + 2, ids, (size_t)T * 4);
+	cu_fail(cb, cudaMemcpyAsync(cb->d_step, cb->h_step, (size_t)(T + 2) * 4, cudaMemcpyHostToDevice, cb->stream),
+		"step upload");
+	cu_fail(cb, cudaEventRecord(cb->step_copied, cb->stream), "step event");
+	cb->step_T = T;
+	cb->step_pos = pos;
+}
+
+static bool cuda_graph_begin(struct toast_backend *be, uint64_t key)
+{
+	struct cuda_backend *cb = cu_of(be);
+	if (cb->failed)
+		return true; /* nothing will run: sync reports the error */
+	if (cb->prof)
+		return false; /* profiling times each kernel: no recording */
+	struct cu_graph *slot = NULL, *lru = &cb->graphs[0];
+	for (int i = 0; i < CU_MAX_GRAPHS; i++) {
+		if (cb->graphs[i].key == key)
+			slot = &cb->graphs[i];
+		if (cb->graphs[i].last_use < lru->last_use)
+			lru = &cb->graphs[i];
+	}
+	cb->graph_clock++;
+	if (slot && slot->exec) {
+		slot->last_use = cb->graph_clock;
+		cu_fail(cb, cudaGraphLaunch(slot->exec, cb->stream), "graph launch");
+		return true;
+	}
+	if (!slot) { /* first sight of this key: run normally once (sizes scratch), record next time */
+		if (lru->exec)
+			cudaGraphExecDestroy(lru->exec);
+		lru->exec = NULL;
+		lru->key = key;
+		lru->last_use = cb->graph_clock;
+		return false;
+	}
+	if (cu_fail(cb, cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal), "begin capture"))
+		return true;
+	cb->capturing = true;
+	cb->capture_key = key;
+	return false;
+}
+
+static void cuda_graph_end(struct toast_backend *be, uint64_t key)
+{
+	struct cuda_backend *cb = cu_of(be);
+	if (!cb->capturing || cb->capture_key != key)
+		return;
+	cudaGraph_t g = NULL;
+	cb->capturing = false;
+	cudaError_t e = cudaStreamEndCapture(cb->stream, &g);
+	if (cu_fail(cb, e, "end capture") || cb->failed) {
+		if (g)
+			cudaGraphDestroy(g);
+		return;
+	}
+	struct cu_graph *slot = NULL;
+	for (int i = 0; i < CU_MAX_GRAPHS; i++)
+		if (cb->graphs[i].key == key)
+			slot = &cb->graphs[i];
+	if (slot && !cu_fail(cb, cudaGraphInstantiate(&slot->exec, g, 0), "graph instantiate")) {
+		slot->last_use = cb->graph_clock;
+		cu_fail(cb, cudaGraphLaunch(slot->exec, cb->stream), "graph launch");
+	}
+	cudaGraphDestroy(g);
+}
+
+/* ---- ops ---- */
+
+static void cuda_embed(struct toast_backend *be, float *x, const struct toast_weight *W, int T)
+{
+	if (!cu_of(be)->failed)
+		cu_embed(cu_of(be), x, W, T);
+}
+
+static void cuda_matmul(struct toast_backend *be, const struct toast_mm_in *in, const struct toast_mm_out *outs,
+			int n_outs, int T)
+{
+	if (!cu_of(be)->failed)
+		cu_matmul(cu_of(be), in, outs, n_outs, T);
+}
+
+static void cuda_swiglu(struct toast_backend *be, void *out, const float *g, const float *u, int T, int n)
+{
+	if (!cu_of(be)->failed)
+		cu_swiglu(cu_of(be), (bf16 *)out, g, u, T, n);
+}
+
+static void cuda_attention(struct toast_backend *be, const struct toast_attn_args *a)
+{
+	if (!cu_of(be)->failed)
+		cu_attention(cu_of(be), a);
+}
+
+static void cuda_gdn(struct toast_backend *be, const struct toast_gdn_args *a)
+{
+	if (!cu_of(be)->failed)
+		cu_gdn(cu_of(be), a);
+}
+
+static void cuda_moe(struct toast_backend *be, const struct toast_moe_args *a)
+{
+	if (!cu_of(be)->failed)
+		cu_moe(cu_of(be), a);
+}
+
+static void cuda_free(struct toast_backend *be)
+{
+	struct cuda_backend *cb = cu_of(be);
+	cudaStreamSynchronize(cb->stream);
+	if (cb->prof) {
+		cu_prof_flush(cb);
+		cu_prof_print(cb);
+		for (int i = 0; i < 1024; i++)
+			cudaEventDestroy(cb->prof_ev[i]);
+	}
+	for (int i = 0; i < CU_MAX_GRAPHS; i++)
+		if (cb->graphs[i].exec)
+			cudaGraphExecDestroy(cb->graphs[i].exec);
+	for (size_t i = 0; i < cb->n_owned; i++)
+		cudaFree(cb->owned[i]);
+	free(cb->owned);
+	cudaFree(cb->scratch);
+	cudaFree(cb->d_step);
+	cudaFreeHost(cb->h_step);
+	cudaFreeHost(cb->h_counts);
+	cudaFree(cb->cublas_ws);
+	cudaFree(cb->counters);
+	if (cb->cublas)
+		cublasDestroy(cb->cublas);
+	cudaEventDestroy(cb->step_copied);
+	cudaStreamDestroy(cb->stream);
+	free(cb);
+}
+
+static const struct toast_backend_ops cuda_ops = {
+	cuda_free,
+	cuda_alloc,
+	cuda_release,
+	cuda_write,
+	cuda_read,
+	cuda_copy,
+	cuda_zero,
+	cuda_sync,
+	cuda_prepare_weight,
+	cuda_prepare_experts,
+	cuda_begin_step,
+	cuda_graph_begin,
+	cuda_graph_end,
+	cuda_embed,
+	cuda_matmul,
+	cuda_swiglu,
+	cuda_attention,
+	cuda_gdn,
+	cuda_moe,
+};
+
+extern "C" bool toast_backend_cuda_available(void)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();
+		return false;
+	}
+	return n > 0;
+}
+
+extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, struct toast_error *err)
+{
+	*out = NULL;
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess || n == 0) {
+		cudaGetLastError();
+		return toast_err_set(err, TOAST_ERR_UNSUPPORTED, "no usable CUDA device (%s)",
+				     e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+	}
+	struct cuda_backend *cb = (struct cuda_backend *)calloc(1, sizeof(*cb));
+	if (!cb)
+		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	cudaDeviceProp prop;
+	cb->dev = 0;
+	const char *dbg = getenv("TOASTED_CUDA_SYNC");
+	cb->debug_sync = dbg && *dbg == '1';
+	bool ok = cudaSetDevice(cb->dev) == cudaSuccess && cudaGetDeviceProperties(&prop, cb->dev) == cudaSuccess &&
+		  cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) == cudaSuccess &&
+		  cudaEventCreateWithFlags(&cb->step_copied, cudaEventDisableTiming) == cudaSuccess &&
+		  cublasCreate(&cb->cublas) == CUBLAS_STATUS_SUCCESS &&
+		  cublasSetStream(cb->cublas, cb->stream) == CUBLAS_STATUS_SUCCESS &&
+		  cudaMalloc(&cb->cublas_ws, 32u << 20) == cudaSuccess &&
+		  cudaMalloc(&cb->counters, 64 * sizeof(unsigned)) == cudaSuccess &&
+		  cudaMemset(cb->counters, 0, 64 * sizeof(unsigned)) == cudaSuccess &&
+		  cublasSetWorkspace(cb->cublas, cb->cublas_ws, 32u << 20) == CUBLAS_STATUS_SUCCESS;
+	if (!ok) {
+		cudaError_t le = cudaGetLastError();
+		cuda_free(&cb->base);
+		return toast_err_set(err, TOAST_ERR_BACKEND, "cannot initialise CUDA device 0: %s", cudaGetErrorString(le));
+	}
+	const char *prof = getenv("TOASTED_CUDA_PROFILE");
+	if (prof && *prof == '1') {
+		cb->prof = true;
+		for (int i = 0; i < 1024; i++)
+			cudaEventCreate(&cb->prof_ev[i]);
+		cu_prof_flush(cb);
+	}
+	cb->n_sm = prop.multiProcessorCount;
+	cb->smem_optin = prop.sharedMemPerBlockOptin;
+	cb->base.ops = &cuda_ops;
+	cb->base.name = "cuda";
+	cb->base.act_type = TOAST_DT_BF16;
+	cb->base.act_size = 2;
+	cb->base.impl = cb;
+	*out = &cb->base;
+	return TOAST_OK;
+}

@@ -1,0 +1,186 @@
+/*
+ * cuda_common.cuh - internals shared by the CUDA backend's .cu files: the backend struct,
+ * error handling, bf16 helpers and the launchers each op family exports to cuda_backend.cu.
+ *
+ * Invariants: one stream; every launch is followed by cu_launched() (which checks the launch
+ * and, with TOASTED_CUDA_SYNC=1, synchronises so an asynchronous fault names its op); once an
+ * error is recorded the backend is poisoned (cb->failed) and every later op is a no-op until
+ * the engine is reopened. Activations are bf16, accumulation f32, recurrent state f32.
+ */
+#ifndef TOAST_CUDA_COMMON_CUH
+#define TOAST_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+extern "C" {
+#include "backend/backend.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+#define CU_MAX_GRAPHS 8
+
+struct cu_graph {
+	uint64_t key;
+	cudaGraphExec_t exec;
+	uint64_t last_use;
+};
+
+struct cuda_backend {
+	struct toast_backend base;
+	int dev, n_sm;
+	size_t smem_optin;
+	cudaStream_t stream;
+	cublasHandle_t cublas;
+	void *cublas_ws;
+	bool debug_sync;
+	bool failed;
+	char fail_msg[384];
+	/* the current step: pinned host copy and device copy of {pos, T, ids[T]} */
+	int32_t *h_step, *d_step;
+	int step_cap;
+	cudaEvent_t step_copied;
+	int step_T, step_pos;
+	/* device scratch for ops, grown outside graph capture */
+	void *scratch;
+	size_t scratch_bytes;
+	unsigned *counters; /* zeroed device counters for "last block" patterns; each user resets its own */
+	/* prefill MoE: pinned host copy of per-expert counts */
+	int32_t *h_counts;
+	int h_counts_cap;
+	/* weights uploaded by prepare_weight/prepare_experts, freed with the backend */
+	void **owned;
+	size_t n_owned, cap_owned;
+	/* TOASTED_CUDA_PROFILE=1: an event after every launch, time per kernel name, printed at exit
+	 * (steps are then not recorded as graphs, so each kernel is timed on its own) */
+	bool prof;
+	int prof_n;
+	cudaEvent_t prof_ev[1024];
+	const char *prof_op[1024];
+	struct cu_prof_row {
+		const char *op;
+		double ms;
+		long calls;
+	} prof_rows[64];
+	int prof_rows_n;
+	/* decode-step graphs */
+	bool capturing;
+	uint64_t capture_key, graph_clock;
+	struct cu_graph graphs[CU_MAX_GRAPHS];
+};
+
+static inline struct cuda_backend *cu_of(struct toast_backend *be)
+{
+	return (struct cuda_backend *)be;
+}
+
+/* Record a CUDA error (first one wins); returns true when there is one. */
+bool cu_fail(struct cuda_backend *cb, cudaError_t e, const char *what);
+/* Record a failure that is not a cudaError_t (cuBLAS status, an unsupported shape). */
+void cu_fail_msg(struct cuda_backend *cb, const char *fmt, ...);
+/* Check a launch (and optionally synchronise): call after every kernel launch. */
+void cu_launched(struct cuda_backend *cb, const char *op);
+/* Let kernel func use as much dynamic shared memory as the device allows beside its static
+ * shared memory; returns that many bytes (0 on error, which is then recorded). */
+size_t cu_allow_smem(struct cuda_backend *cb, const void *func);
+/* Device scratch of at least n bytes (grown when not capturing), or NULL (then failed is set). */
+void *cu_scratch(struct cuda_backend *cb, size_t n);
+
+static inline unsigned cu_blocks(size_t n, unsigned per)
+{
+	return (unsigned)((n + per - 1) / per);
+}
+
+/* ---- device helpers ---- */
+
+__device__ __forceinline__ float cu_warp_sum(float v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+__device__ __forceinline__ float cu_warp_max(float v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+ * sh must hold 32 floats; the function synchronises. */
+__device__ __forceinline__ float cu_block_sum(float v, float *sh)
+{
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = cu_warp_sum(v);
+	__syncthreads();
+	if (lane == 0)
+		sh[w] = v;
+	__syncthreads();
+	float s = lane < nw ? sh[lane] : 0.0f;
+	return cu_warp_sum(s);
+}
+
+__device__ __forceinline__ float cu_silu(float x)
+{
+	return x / (1.0f + __expf(-x));
+}
+
+__device__ __forceinline__ float cu_sigmoid(float x)
+{
+	return 1.0f / (1.0f + __expf(-x));
+}
+
+/* element i of a weight vector stored as dev_type (F32 or BF16) */
+__device__ __forceinline__ float cu_ldw(const void *p, int type, int64_t i)
+{
+	return type == TOAST_DT_F32 ? ((const float *)p)[i] : __bfloat162float(((const bf16 *)p)[i]);
+}
+
+/* 8 bf16 in a uint4 -> 8 floats */
+__device__ __forceinline__ void cu_bf16x8(uint4 u, float *f)
+{
+	const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		float2 t = __bfloat1622float2(h[i]);
+		f[2 * i] = t.x;
+		f[2 * i + 1] = t.y;
+	}
+}
+
+/* ---- launchers (one family per .cu file) ---- */
+
+/* k_basic.cu */
+void cu_embed(struct cuda_backend *cb, float *x, const struct toast_weight *W, int T);
+void cu_swiglu(struct cuda_backend *cb, bf16 *out, const float *g, const float *u, int T, int n);
+void cu_fill_synthetic(struct cuda_backend *cb, void *dst, enum toast_dtype type, size_t n, uint64_t seed,
+		       int64_t n_in, int64_t n_out);
+void cu_f32_to_bf16(struct cuda_backend *cb, bf16 *dst, const float *src, size_t n);
+
+/* k_matmul.cu */
+#define CU_GEMV_MAX_T 8 /* up to this many tokens a matmul is a GEMV (decode); beyond, cuBLAS */
+void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const struct toast_mm_out *outs, int n_outs,
+	       int T);
+/* out[T][W.n_out] (f32) = x[T][W.n_in] (f32) · Wᵀ, any weight type: precise and slow */
+void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const struct toast_weight *W, int T);
+/* rows y = RMSNorm(x) with w, into yf (f32) and/or yb (bf16) */
+void cu_norm_rows(struct cuda_backend *cb, const float *x, const struct toast_weight *w, int T, int64_t n, float eps,
+		  bool plus_one, float *yf, bf16 *yb);
+
+/* k_attn.cu */
+void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a);
+
+/* k_gdn.cu */
+void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a);
+
+/* k_moe.cu */
+void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a);
+
+#endif

@@ -1,0 +1,300 @@
+/*
+ * k_attn.cu - gated attention with a bf16 KV cache (contract: toast_attn_args in backend.h).
+ *
+ * Three kernels: prep (q/k RMSNorm, partial NeoX RoPE, K/V appended to the cache), a split-K
+ * flash-decoding pass (grid: KV head x split x query token; each block serves all query heads
+ * of its KV head, so a K/V row is read once for the group; online softmax per warp), and a
+ * combine pass that merges the splits and applies the sigmoid output gate. The split count
+ * depends only on the cache size, never on pos, so a recorded decode step stays valid while
+ * the context grows: empty splits just report nothing.
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+#define ATTN_MAX_DPL 8 /* head_dim <= 256 */
+
+__global__ void k_attn_prep(const float *q, const float *k, const float *v, const float *qn, const float *kn,
+			    int plus_one, float eps, int n_head, int n_kv, int hd, int n_rot, float theta, int freq_type,
+			    int gated, bf16 *kc, bf16 *vc, float *qout, const int32_t *step)
+{
+	__shared__ float red[32];
+	extern __shared__ float sh[];
+	int t = blockIdx.x, hh = blockIdx.y, d = threadIdx.x;
+	int pos = step[0] + t;
+	bool isq = hh < n_head;
+	int kvh = hh - n_head, kvd = n_kv * hd, qs = gated ? 2 * hd : hd;
+	float x = 0;
+	if (d < hd)
+		x = isq ? q[((size_t)t * n_head + hh) * qs + d] : k[(size_t)t * kvd + kvh * hd + d];
+	const float *nw = isq ? qn : kn;
+	if (nw) {
+		float ss = cu_block_sum(x * x, red);
+		float r = rsqrtf(ss / hd + eps);
+		if (d < hd)
+			x = x * r * (plus_one ? 1.0f + nw[d] : nw[d]);
+	}
+	if (d < hd)
+		sh[d] = x;
+	__syncthreads();
+	int half = n_rot / 2;
+	if (d < n_rot) {
+		int i = d < half ? d : d - half;
+		float inv = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
+		if (freq_type == TOAST_DT_BF16)
+			inv = __bfloat162float(__float2bfloat16(inv));
+		else if (freq_type == TOAST_DT_F16)
+			inv = __half2float(__float2half(inv));
+		float s, c;
+		sincosf((float)pos * inv, &s, &c);
+		x = d < half ? sh[d] * c - sh[d + half] * s : sh[d] * c + sh[d - half] * s;
+	}
+	if (d >= hd)
+		return;
+	if (isq) {
+		qout[((size_t)t * n_head + hh) * hd + d] = x;
+	} else {
+		kc[(size_t)pos * kvd + kvh * hd + d] = __float2bfloat16(x);
+		vc[(size_t)pos * kvd + kvh * hd + d] = __float2bfloat16(v[(size_t)t * kvd + kvh * hd + d]);
+	}
+}
+
+/*
+ * The split-K pass. A block serves one KV head, one split of the keys and qt query tokens:
+ * R = qt * n_rep query rows (row = token * n_rep + rep). Keys come in tiles of 32, one key per
+ * lane: K and V are staged in shared memory as f32, each warp owns rows warp, warp + 8, ...,
+ * a lane scores its key against the warp's row, the warp keeps that row's online softmax and
+ * accumulates P·V with lanes over dims. Partial results per (token, kv head, split, rep):
+ * hd accumulators, then the running max m and sum l.
+ */
+#define AT_WARPS 8
+#define AT_TK 32
+
+/* the K and V rows of a tile, 8 bf16 per uint4; hd % 8 == 0; at most AT_VEC per thread */
+#define AT_VEC 4
+__device__ __forceinline__ void at_fetch(const bf16 *kc, const bf16 *vc, int kvd, int kvh, int hd, int jt, int nk,
+					 uint4 *kr, uint4 *vr)
+{
+	int per = hd / 8;
+#pragma unroll
+	for (int u = 0; u < AT_VEC; u++) {
+		int x = threadIdx.x + u * blockDim.x, j = x / per, c = x % per;
+		bool in = j < nk;
+		kr[u] = in ? __ldg((const uint4 *)(kc + (size_t)(jt + j) * kvd + kvh * hd) + c) : make_uint4(0, 0, 0, 0);
+		vr[u] = in ? __ldg((const uint4 *)(vc + (size_t)(jt + j) * kvd + kvh * hd) + c) : make_uint4(0, 0, 0, 0);
+	}
+}
+
+template <int RPW, int DPL>
+__global__ void __launch_bounds__(AT_WARPS * 32)
+	k_attn_tile(const float *qf, const bf16 *kc, const bf16 *vc, float *part, int n_head, int n_kv, int hd, int n_split,
+		    int qt, int T, const int32_t *step)
+{
+	extern __shared__ float sm[];
+	int kvh = blockIdx.x, split = blockIdx.y, t0 = blockIdx.z * qt;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	int n_rep = n_head / n_kv, kvd = n_kv * hd, hdp = hd + 4; /* K rows padded: float4 reads without bank conflicts */
+	int ntok = min(qt, T - t0), R = ntok * n_rep;
+	float *Ks = sm, *Vs = Ks + AT_TK * hdp, *Qs = Vs + AT_TK * hd;
+	int pos0 = step[0];
+	int L = pos0 + t0 + ntok; /* keys the last query of the block sees */
+	int chunk = (L + n_split - 1) / n_split;
+	int j0 = split * chunk, j1 = min(L, j0 + chunk);
+	float scale = rsqrtf((float)hd);
+	for (int x = threadIdx.x; x < R * hd; x += blockDim.x) {
+		int row = x / hd, d = x % hd;
+		Qs[x] = qf[((size_t)(t0 + row / n_rep) * n_head + kvh * n_rep + row % n_rep) * hd + d] * scale;
+	}
+	float m[RPW], l[RPW], acc[RPW][DPL];
+#pragma unroll
+	for (int i = 0; i < RPW; i++) {
+		m[i] = -INFINITY;
+		l[i] = 0;
+#pragma unroll
+		for (int k = 0; k < DPL; k++)
+			acc[i][k] = 0;
+	}
+	bool vec = hd % 8 == 0; /* 16-byte loads and a prefetched next tile; else plain loads */
+	uint4 kr[AT_VEC], vr[AT_VEC];
+	if (vec && j0 < j1)
+		at_fetch(kc, vc, kvd, kvh, hd, j0, min(AT_TK, j1 - j0), kr, vr);
+	int per = hd / 8;
+	for (int jt = j0; jt < j1; jt += AT_TK) {
+		int nk = min(AT_TK, j1 - jt);
+		__syncthreads(); /* the previous tile is no longer read */
+		if (!vec)
+			for (int x = threadIdx.x; x < AT_TK * hd; x += blockDim.x) {
+				int j = x / hd, d = x % hd;
+				bool in = j < nk;
+				Ks[j * hdp + d] = in ? __bfloat162float(kc[(size_t)(jt + j) * kvd + kvh * hd + d]) : 0.0f;
+				Vs[j * hd + d] = in ? __bfloat162float(vc[(size_t)(jt + j) * kvd + kvh * hd + d]) : 0.0f;
+			}
+#pragma unroll
+		for (int u = 0; u < AT_VEC && vec; u++) {
+			int x = threadIdx.x + u * blockDim.x, j = x / per, c = x % per;
+			if (j < AT_TK) {
+				float f[8];
+				cu_bf16x8(kr[u], f);
+				float4 *kd = (float4 *)(Ks + j * hdp + c * 8);
+				kd[0] = make_float4(f[0], f[1], f[2], f[3]);
+				kd[1] = make_float4(f[4], f[5], f[6], f[7]);
+				cu_bf16x8(vr[u], f);
+				float4 *vd = (float4 *)(Vs + j * hd + c * 8);
+				vd[0] = make_float4(f[0], f[1], f[2], f[3]);
+				vd[1] = make_float4(f[4], f[5], f[6], f[7]);
+			}
+		}
+		__syncthreads();
+		if (vec && jt + AT_TK < j1) /* the next tile's loads fly while this one is computed */
+			at_fetch(kc, vc, kvd, kvh, hd, jt + AT_TK, min(AT_TK, j1 - jt - AT_TK), kr, vr);
+#pragma unroll
+		for (int i = 0; i < RPW; i++) {
+			int row = warp + AT_WARPS * i;
+			if (row >= R)
+				break;
+			int qpos = pos0 + t0 + row / n_rep, j = jt + lane;
+			float s = -INFINITY;
+			if (lane < nk && j <= qpos) {
+				float v = 0;
+				if (hd % 4 == 0) {
+					const float4 *q = (const float4 *)(Qs + row * hd), *k = (const float4 *)(Ks + lane * hdp);
+					for (int d = 0; d < hd / 4; d++) {
+						float4 a = q[d], b = k[d];
+						v += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+					}
+				} else {
+					for (int d = 0; d < hd; d++)
+						v = fmaf(Qs[row * hd + d], Ks[lane * hdp + d], v);
+				}
+				s = v;
+			}
+			float mt = cu_warp_max(s), mn = fmaxf(m[i], mt);
+			if (mn == -INFINITY)
+				continue; /* nothing visible yet for this row */
+			float corr = __expf(m[i] - mn), p = __expf(s - mn);
+			l[i] = l[i] * corr + cu_warp_sum(p);
+#pragma unroll
+			for (int k = 0; k < DPL; k++)
+				acc[i][k] *= corr;
+			for (int jj = 0; jj < nk; jj++) {
+				float pj = __shfl_sync(0xffffffffu, p, jj);
+#pragma unroll
+				for (int k = 0; k < DPL; k++) {
+					int d = lane + 32 * k;
+					if (d < hd)
+						acc[i][k] = fmaf(pj, Vs[jj * hd + d], acc[i][k]);
+				}
+			}
+			m[i] = mn;
+		}
+	}
+#pragma unroll
+	for (int i = 0; i < RPW; i++) {
+		int row = warp + AT_WARPS * i;
+		if (row >= R)
+			break;
+		int t = t0 + row / n_rep, r = row % n_rep;
+		float *dst = part + ((((size_t)t * n_kv + kvh) * n_split + split) * n_rep + r) * (hd + 2);
+#pragma unroll
+		for (int k = 0; k < DPL; k++) {
+			int d = lane + 32 * k;
+			if (d < hd)
+				dst[d] = acc[i][k];
+		}
+		if (lane == 0) {
+			dst[hd] = m[i];
+			dst[hd + 1] = l[i];
+		}
+	}
+}
+
+__global__ void k_attn_combine(const float *part, const float *q, bf16 *out, int n_head, int n_kv, int hd, int n_split,
+			       int gated)
+{
+	int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+	int n_rep = n_head / n_kv, kvh = h / n_rep, r = h % n_rep;
+	if (d >= hd)
+		return;
+	const float *p = part + ((((size_t)t * n_kv + kvh) * n_split) * n_rep + r) * (hd + 2);
+	size_t stride = (size_t)n_rep * (hd + 2);
+	float mt = -INFINITY;
+	for (int s = 0; s < n_split; s++)
+		mt = fmaxf(mt, p[s * stride + hd]);
+	float num = 0, den = 0;
+	for (int s = 0; s < n_split; s++) {
+		float ms = p[s * stride + hd];
+		if (ms == -INFINITY)
+			continue;
+		float f = __expf(ms - mt);
+		num += f * p[s * stride + d];
+		den += f * p[s * stride + hd + 1];
+	}
+	float o = num / den;
+	if (gated)
+		o *= cu_sigmoid(q[((size_t)t * n_head + h) * 2 * hd + hd + d]);
+	out[((size_t)t * n_head + h) * hd + d] = __float2bfloat16(o);
+}
+
+void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
+{
+	int hd = a->head_dim, T = a->T, n_rep = a->n_head / a->n_head_kv;
+	if (hd > ATTN_MAX_DPL * 32 || a->n_rot > hd) {
+		cu_fail_msg(cb, "attention: head_dim %d is not supported (max %d)", hd, ATTN_MAX_DPL * 32);
+		return;
+	}
+	/* splits: enough blocks to fill the GPU at decode, fixed by the cache size */
+	int n_split = 1;
+	if (T == 1) {
+		n_split = a->n_ctx / 256;
+		int cap = (2 * cb->n_sm + a->n_head_kv - 1) / a->n_head_kv;
+		n_split = n_split < 1 ? 1 : n_split > cap ? cap : n_split;
+	}
+	size_t qbytes = (size_t)T * a->n_head * hd * 4;
+	size_t pbytes = (size_t)T * a->n_head_kv * n_split * n_rep * (hd + 2) * 4;
+	char *scr = (char *)cu_scratch(cb, qbytes + pbytes);
+	if (!scr)
+		return;
+	float *qf = (float *)scr, *part = (float *)(scr + qbytes);
+	int threads = (hd + 31) / 32 * 32;
+	dim3 pg(T, a->n_head + a->n_head_kv);
+	k_attn_prep<<<pg, threads, hd * sizeof(float), cb->stream>>>(
+		a->q, a->k, a->v, a->q_norm ? (const float *)a->q_norm->dev : NULL,
+		a->k_norm ? (const float *)a->k_norm->dev : NULL, a->norm_plus_one, a->eps, a->n_head, a->n_head_kv, hd,
+		a->n_rot, a->rope_theta, a->rope_freq_type, a->gated, (bf16 *)a->k_cache, (bf16 *)a->v_cache, qf, cb->d_step);
+	cu_launched(cb, "attention prep");
+	/* decode: one token per block; prefill: 64 / n_rep tokens per block share each K/V tile */
+	int rpw = (n_rep + AT_WARPS - 1) / AT_WARPS, qt = 1;
+	if (T > 1 && n_rep <= AT_WARPS * 8) {
+		qt = (AT_WARPS * 8) / n_rep;
+		rpw = 8;
+	}
+	rpw = rpw <= 1 ? 1 : rpw <= 2 ? 2 : rpw <= 4 ? 4 : 8;
+	if (n_rep > AT_WARPS * 8) {
+		cu_fail_msg(cb, "attention: %d query heads per KV head is not supported (max %d)", n_rep, AT_WARPS * 8);
+		return;
+	}
+	int dpl = (hd + 31) / 32;
+	dpl = dpl <= 2 ? 2 : dpl <= 4 ? 4 : 8;
+	size_t smem = ((size_t)AT_TK * (hd + 4) + (size_t)AT_TK * hd + (size_t)qt * n_rep * hd) * sizeof(float);
+	dim3 sg(a->n_head_kv, n_split, (T + qt - 1) / qt);
+	const void *fn = NULL;
+#define AT_PICK(R, D) if (rpw == R && dpl == D) fn = (const void *)k_attn_tile<R, D>;
+	AT_PICK(1, 2) AT_PICK(1, 4) AT_PICK(1, 8) AT_PICK(2, 2) AT_PICK(2, 4) AT_PICK(2, 8)
+	AT_PICK(4, 2) AT_PICK(4, 4) AT_PICK(4, 8) AT_PICK(8, 2) AT_PICK(8, 4) AT_PICK(8, 8)
+#undef AT_PICK
+	static size_t room[4][4];
+	int ri = rpw == 1 ? 0 : rpw == 2 ? 1 : rpw == 4 ? 2 : 3, di = dpl == 2 ? 0 : dpl == 4 ? 1 : 2;
+	if (!room[ri][di])
+		room[ri][di] = cu_allow_smem(cb, fn);
+	if (smem > room[ri][di]) {
+		cu_fail_msg(cb, "attention: head_dim %d needs more shared memory than the GPU has", hd);
+		return;
+	}
+	const bf16 *kcp = (const bf16 *)a->k_cache, *vcp = (const bf16 *)a->v_cache;
+	void *args[] = {(void *)&qf, (void *)&kcp, (void *)&vcp, (void *)&part, (void *)&a->n_head, (void *)&a->n_head_kv,
+			(void *)&hd, (void *)&n_split, (void *)&qt, (void *)&T, (void *)&cb->d_step};
+	cu_fail(cb, cudaLaunchKernel(fn, sg, dim3(AT_WARPS * 32), args, smem, cb->stream), "attention launch");
+	cu_launched(cb, "attention");
+	dim3 cg(T, a->n_head);
+	k_attn_combine<<<cg, threads, 0, cb->stream>>>(part, a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd,
+							n_split, a->gated);
+	cu_launched(cb, "attention combine");
+}

@@ -1,0 +1,80 @@
+/*
+ * k_basic.cu - small ops: embedding gather, SwiGLU,
+ * synthetic weight fill, f32 -> bf16.
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+/* x[t][i] = W[ids[t]][i]; ids from the step's device copy */
+__global__ void k_embed(float *x, const void *W, int type, int64_t n, const int32_t *step)
+{
+	int t = blockIdx.y;
+	int64_t row = step[2 + t];
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		x[t * n + i] = cu_ldw(W, type, row * n + i);
+}
+
+void cu_embed(struct cuda_backend *cb, float *x, const struct toast_weight *W, int T)
+{
+	dim3 grid(cu_blocks((size_t)W->n_in, 256), T);
+	k_embed<<<grid, 256, 0, cb->stream>>>(x, W->dev, W->dev_type, W->n_in, cb->d_step);
+	cu_launched(cb, "embed");
+}
+
+__global__ void k_swiglu(bf16 *out, const float *g, const float *u, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		out[i] = __float2bfloat16(cu_silu(g[i]) * u[i]);
+}
+
+void cu_swiglu(struct cuda_backend *cb, bf16 *out, const float *g, const float *u, int T, int n)
+{
+	size_t N = (size_t)T * n;
+	unsigned blocks = cu_blocks(N, 256);
+	k_swiglu<<<blocks < 65535u ? blocks : 65535u, 256, 0, cb->stream>>>(out, g, u, N);
+	cu_launched(cb, "swiglu");
+}
+
+/* the device twin of toast_synthetic_value() (backend.c) */
+__device__ float cu_synth(uint64_t seed, uint64_t i, int64_t n_in, int64_t n_out)
+{
+	uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	float u = (float)(z >> 40) * (1.0f / 16777216.0f);
+	if (n_out == 1)
+		return 0.1f * u;
+	return (2.0f * u - 1.0f) / sqrtf((float)n_in);
+}
+
+__global__ void k_fill_synthetic(void *dst, int type, size_t n, uint64_t seed, int64_t n_in, int64_t n_out)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		float v = cu_synth(seed, i, n_in, n_out);
+		if (type == TOAST_DT_F32)
+			((float *)dst)[i] = v;
+		else
+			((bf16 *)dst)[i] = __float2bfloat16(v);
+	}
+}
+
+void cu_fill_synthetic(struct cuda_backend *cb, void *dst, enum toast_dtype type, size_t n, uint64_t seed,
+		       int64_t n_in, int64_t n_out)
+{
+	unsigned blocks = cu_blocks(n, 256);
+	k_fill_synthetic<<<blocks < 65535u ? blocks : 65535u, 256, 0, cb->stream>>>(dst, type, n, seed, n_in, n_out);
+	cu_launched(cb, "synthetic fill");
+}
+
+__global__ void k_f32_to_bf16(bf16 *dst, const float *src, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		dst[i] = __float2bfloat16(src[i]);
+}
+
+void cu_f32_to_bf16(struct cuda_backend *cb, bf16 *dst, const float *src, size_t n)
+{
+	unsigned blocks = cu_blocks(n, 256);
+	k_f32_to_bf16<<<blocks < 65535u ? blocks : 65535u, 256, 0, cb->stream>>>(dst, src, n);
+	cu_launched(cb, "f32 to bf16");
+}
