@@ -66,13 +66,11 @@ for (i, k), m in d.items():
     print(k, {a.split("__")[1][:18]: b for a, b in m.items()})
 PY
 fi
-# 4. where a decode step's time goes (kernel durations, ncu)
-if [ "$MODE" = full ] && command -v ncu >/dev/null; then
-	timeout 300 ncu --csv --metrics gpu__time_duration.sum --print-units base -k regex:'^k_[^f]' \
-		$B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --prompt 1 --ctx 0 --decode 2 \
-		>"$OUT/ncu.csv" 2>"$OUT/ncu.err"
-	python3 tools/ncu-summary.py "$OUT/ncu.csv" 4 >"$OUT/profile.txt" 2>&1
-	cat "$OUT/profile.txt"
+# 4. where a decode step's time goes: every kernel timed with events at working clocks (no graph)
+if [ "$MODE" = full ]; then
+	TOASTED_CUDA_PROFILE=1 timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda \
+		--prompt 1 --ctx 0 --decode 50 >"$OUT/profile.txt" 2>&1
+	grep -A40 "cuda profile" "$OUT/profile.txt"
 fi
 echo
 echo "==== summary ===="

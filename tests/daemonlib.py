@@ -113,12 +113,18 @@ class Daemon:
         ev = self.request({"v": 1, "id": "st", "type": "status"})
         return ev[-1]["done"]["status"]
 
-    def alive(self):
-        try:
-            return self.status()["protocol"] == 1
-        except Exception as e:  # noqa: BLE001 - any failure means not serving
-            print(f"status failed: {e}", file=sys.stderr)
-            return False
+    def alive(self, within=3.0):
+        """The daemon answers status within `within` seconds (connections just dropped may still
+        hold their slots until the loop thread has closed them)."""
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                return self.status()["protocol"] == 1
+            except Exception as e:  # noqa: BLE001 - any failure means not serving
+                if time.monotonic() >= deadline:
+                    print(f"status failed: {e}", file=sys.stderr)
+                    return False
+                time.sleep(0.05)
 
     def signal(self, sig):
         self.proc.send_signal(sig)

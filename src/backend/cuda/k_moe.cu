@@ -87,8 +87,9 @@ __device__ void moe_topk_block(const moe_dims &d, const float *logits, float *s,
 	__syncthreads();
 }
 
-/* the same by one warp with the logits in registers (ne <= 32 * MOE_WARP_TOPK): no block barriers */
-#define MOE_WARP_TOPK 32
+/* the same by one warp with the logits in registers (ne <= 32 * MOE_WARP_TOPK): each lane
+ * keeps the best of its own values, so a round is one warp argmax and one lane's rescan */
+#define MOE_WARP_TOPK 16
 __device__ void moe_topk_warp(const moe_dims &d, const float *logits, int32_t *sel, float *wt)
 {
 	int lane = threadIdx.x & 31;
@@ -106,16 +107,19 @@ __device__ void moe_topk_warp(const moe_dims &d, const float *logits, int32_t *s
 	for (int i = 0; i < MOE_WARP_TOPK; i++)
 		sum += lane + 32 * i < d.ne ? __expf(v[i] - mx) : 0.0f;
 	sum = cu_warp_sum(sum);
+	/* the lane's best: increasing index within the lane, so the first maximum wins */
+	float lb = -INFINITY;
+	int li = 1 << 30;
+#pragma unroll
+	for (int i = 0; i < MOE_WARP_TOPK; i++)
+		if (v[i] > lb) {
+			lb = v[i];
+			li = lane + 32 * i;
+		}
 	float tot = 0;
 	for (int j = 0; j < d.k; j++) {
-		float bv = -INFINITY;
-		int bi = 1 << 30;
-#pragma unroll
-		for (int i = 0; i < MOE_WARP_TOPK; i++)
-			if (v[i] > bv) { /* increasing index within the lane: the first maximum wins */
-				bv = v[i];
-				bi = lane + 32 * i;
-			}
+		float bv = lb;
+		int bi = li;
 		for (int o = 16; o > 0; o >>= 1) {
 			float ov = __shfl_xor_sync(0xffffffffu, bv, o);
 			int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -124,10 +128,20 @@ __device__ void moe_topk_warp(const moe_dims &d, const float *logits, int32_t *s
 				bi = oi;
 			}
 		}
+		if ((bi & 31) == lane) { /* the winner's lane drops it and finds its next best */
 #pragma unroll
-		for (int i = 0; i < MOE_WARP_TOPK; i++)
-			if (bi == lane + 32 * i)
-				v[i] = -INFINITY;
+			for (int i = 0; i < MOE_WARP_TOPK; i++)
+				if (bi == lane + 32 * i)
+					v[i] = -INFINITY;
+			lb = -INFINITY;
+			li = 1 << 30;
+#pragma unroll
+			for (int i = 0; i < MOE_WARP_TOPK; i++)
+				if (v[i] > lb) {
+					lb = v[i];
+					li = lane + 32 * i;
+				}
+		}
 		float p = __expf(bv - mx) / sum;
 		tot += p;
 		if (lane == 0) {
@@ -135,9 +149,8 @@ __device__ void moe_topk_warp(const moe_dims &d, const float *logits, int32_t *s
 			wt[j] = p;
 		}
 	}
-	if (d.norm_topk && lane == 0)
-		for (int j = 0; j < d.k; j++)
-			wt[j] /= tot;
+	if (d.norm_topk && lane < d.k)
+		wt[lane] /= tot;
 }
 
 /* h · sh_gate_inp for one token, by the whole block */
@@ -150,7 +163,26 @@ __device__ float moe_sgate(const float *h, const float *sgw, int E)
 	return cu_sigmoid(cu_block_sum(v, red));
 }
 
-/* decode: norm + router + (last block) top-k. smem: hs [T][E] then ne floats for the top-k */
+/* sum over PL uint4 of a bf16 row (lane's share, already loaded) times f32 x in shared memory */
+template <int PL>
+__device__ __forceinline__ float moe_dot_loaded(const uint4 *w, const float *x, int lane)
+{
+	float acc = 0;
+#pragma unroll
+	for (int p = 0; p < PL; p++) {
+		float f[8];
+		cu_bf16x8(w[p], f);
+		const float4 *xv = (const float4 *)(x + (lane + 32 * p) * 8);
+		float4 x0 = xv[0], x1 = xv[1];
+		acc += f[0] * x0.x + f[1] * x0.y + f[2] * x0.z + f[3] * x0.w + f[4] * x1.x + f[5] * x1.y + f[6] * x1.z +
+		       f[7] * x1.w;
+	}
+	return acc;
+}
+
+/* decode: norm + router + (last block) top-k. smem: hs [T][E] then ne floats for the top-k.
+ * PL > 0: n_embd == 256 * PL, the router row's loads are issued before the norm is computed. */
+template <int PL>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_route(moe_dims d, const float *x, const float *nw, float eps, int plus_one, const bf16 *R, const float *sgw,
 		    float *h, float *logits, int32_t *sel, float *wt, float *sgate, unsigned *counter)
@@ -159,6 +191,13 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	__shared__ float red[32];
 	__shared__ unsigned ticket;
 	int E = d.E;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	int e = blockIdx.x * MOE_WARPS + warp;
+	uint4 rw[PL > 0 ? PL : 1];
+	if (PL > 0 && e < d.ne)
+#pragma unroll
+		for (int p = 0; p < PL; p++)
+			rw[p] = __ldg((const uint4 *)(R + (size_t)e * E) + lane + 32 * p);
 	for (int t = 0; t < d.T; t++) {
 		const float *xr = x + (size_t)t * E;
 		float ss = 0;
@@ -174,28 +213,38 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		}
 	}
 	__syncthreads();
-	/* one router row per warp: many warps in flight, 16-byte loads when the rows allow */
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int e = blockIdx.x * MOE_WARPS + warp;
+	/* one router row per warp */
 	if (e < d.ne) {
 		const bf16 *w = R + (size_t)e * E;
 		float acc[CU_GEMV_MAX_T] = {0};
-		if ((E & 7) == 0) {
+		if (PL > 0) {
+#pragma unroll
+			for (int t = 0; t < CU_GEMV_MAX_T; t++)
+				if (t < d.T)
+					acc[t] = moe_dot_loaded<PL>(rw, hs + t * E, lane);
+		} else if ((E & 7) == 0) {
 #pragma unroll 4
 			for (int i = lane; i < E / 8; i += 32) {
 				float f[8];
 				cu_bf16x8(__ldg((const uint4 *)w + i), f);
-				for (int t = 0; t < d.T; t++)
 #pragma unroll
-					for (int q = 0; q < 8; q++)
-						acc[t] += f[q] * hs[t * E + i * 8 + q];
+				for (int t = 0; t < CU_GEMV_MAX_T; t++)
+					if (t < d.T)
+#pragma unroll
+						for (int q = 0; q < 8; q++)
+							acc[t] += f[q] * hs[t * E + i * 8 + q];
 			}
 		} else {
 			for (int i = lane; i < E; i += 32)
-				for (int t = 0; t < d.T; t++)
-					acc[t] += __bfloat162float(w[i]) * hs[t * E + i];
+#pragma unroll
+				for (int t = 0; t < CU_GEMV_MAX_T; t++)
+					if (t < d.T)
+						acc[t] += __bfloat162float(w[i]) * hs[t * E + i];
 		}
-		for (int t = 0; t < d.T; t++) {
+#pragma unroll
+		for (int t = 0; t < CU_GEMV_MAX_T; t++) {
+			if (t >= d.T)
+				break;
 			float v = cu_warp_sum(acc[t]);
 			if (lane == 0)
 				logits[(size_t)t * d.ne + e] = v;
@@ -241,39 +290,38 @@ __global__ void k_moe_topk(moe_dims d, const float *h, const float *logits, cons
 	}
 }
 
-/* act[t][slot][r] = SiLU(gate·h) * (up·h), one r per warp; slot k is the shared expert */
+/* act[t][slot][r] = SiLU(gate·h) * (up·h), one r per warp; slot k is the shared expert.
+ * PL > 0: n_embd == 256 * PL and both rows' loads are issued before any use. */
+template <int PL>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_gateup(moe_dims d, const float *h, const bf16 *gate, const bf16 *up, const int32_t *sel, const bf16 *sg,
 		     const bf16 *su, float *act)
 {
 	extern __shared__ float hs[];
 	int slot = blockIdx.y, t = blockIdx.z, E = d.E;
-	for (int i = threadIdx.x; i < E; i += blockDim.x)
-		hs[i] = h[(size_t)t * E + i];
-	__syncthreads();
 	bool shared = slot == d.k;
 	int n = shared ? d.Fs : d.F;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int r = blockIdx.x * MOE_WARPS + warp;
+	size_t e = shared ? 0 : (size_t)sel[(size_t)t * d.k + slot];
+	const bf16 *g = (shared ? sg : gate + e * d.F * E) + (size_t)min(r, n - 1) * E;
+	const bf16 *u = (shared ? su : up + e * d.F * E) + (size_t)min(r, n - 1) * E;
+	uint4 gw[PL > 0 ? PL : 1], uw[PL > 0 ? PL : 1];
+	if (PL > 0 && r < n)
+#pragma unroll
+		for (int p = 0; p < PL; p++) {
+			gw[p] = __ldg((const uint4 *)g + lane + 32 * p);
+			uw[p] = __ldg((const uint4 *)u + lane + 32 * p);
+		}
+	for (int i = threadIdx.x; i < E; i += blockDim.x)
+		hs[i] = h[(size_t)t * E + i];
+	__syncthreads();
 	if (r >= n)
 		return;
-	size_t e = shared ? 0 : (size_t)sel[(size_t)t * d.k + slot];
-	const bf16 *g = (shared ? sg : gate + e * d.F * E) + (size_t)r * E;
-	const bf16 *u = (shared ? su : up + e * d.F * E) + (size_t)r * E;
 	float a = 0, b = 0;
-	if ((E & 7) == 0) {
-#pragma unroll 4
-		for (int i = lane; i < E / 8; i += 32) {
-			float fg[8], fu[8];
-			cu_bf16x8(__ldg((const uint4 *)g + i), fg);
-			cu_bf16x8(__ldg((const uint4 *)u + i), fu);
-			const float4 *xv = (const float4 *)(hs + i * 8);
-			float4 x0 = xv[0], x1 = xv[1];
-			a += fg[0] * x0.x + fg[1] * x0.y + fg[2] * x0.z + fg[3] * x0.w + fg[4] * x1.x + fg[5] * x1.y + fg[6] * x1.z +
-			     fg[7] * x1.w;
-			b += fu[0] * x0.x + fu[1] * x0.y + fu[2] * x0.z + fu[3] * x0.w + fu[4] * x1.x + fu[5] * x1.y + fu[6] * x1.z +
-			     fu[7] * x1.w;
-		}
+	if (PL > 0) {
+		a = moe_dot_loaded<PL>(gw, hs, lane);
+		b = moe_dot_loaded<PL>(uw, hs, lane);
 	} else {
 		for (int i = lane; i < E; i += 32) {
 			a += __bfloat162float(g[i]) * hs[i];
@@ -285,8 +333,11 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		act[((size_t)t * (d.k + 1) + slot) * d.Fmax + r] = cu_silu(a) * b;
 }
 
-/* x[t][i] += sum over slots of weight * down_slot[i] · act[t][slot], one row i per warp, the
- * slots' loads issued together */
+#define MOE_DOWN_SLOTS 12 /* slots whose loads a warp issues together */
+
+/* x[t][i] += sum over slots of weight * down_slot[i] · act[t][slot], one row i per warp.
+ * PL > 0: n_ff == n_ff_sh == 256 * PL and at most MOE_DOWN_SLOTS slots: all loads first. */
+template <int PL>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_down(moe_dims d, float *x, const bf16 *down, const int32_t *sel, const float *wt, const bf16 *sd,
 		   const float *sgate, const float *act)
@@ -295,40 +346,41 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	__shared__ const bf16 *rows_base[MOE_MAX_K + 1];
 	__shared__ float wts[MOE_MAX_K + 1];
 	int t = blockIdx.y, E = d.E, nslot = d.k + (sd ? 1 : 0);
-	for (int i = threadIdx.x; i < nslot * d.Fmax; i += blockDim.x)
-		as[i] = act[(size_t)t * (d.k + 1) * d.Fmax + i];
 	for (int s = threadIdx.x; s < nslot; s += blockDim.x) {
 		bool shared = s == d.k;
 		rows_base[s] = shared ? sd : down + (size_t)sel[(size_t)t * d.k + s] * E * d.F;
 		wts[s] = shared ? (sgate ? sgate[t] : 1.0f) : wt[(size_t)t * d.k + s];
 	}
+	for (int i = threadIdx.x; i < nslot * d.Fmax; i += blockDim.x)
+		as[i] = act[(size_t)t * (d.k + 1) * d.Fmax + i];
 	__syncthreads();
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int i = blockIdx.x * MOE_WARPS + warp;
 	if (i >= E)
 		return;
 	float acc = 0;
-	bool vec = (d.F & 7) == 0 && (d.Fs & 7) == 0;
-#pragma unroll 4
-	for (int s = 0; s < nslot; s++) {
-		int F = s == d.k ? d.Fs : d.F;
-		const bf16 *w = rows_base[s] + (size_t)i * F;
-		const float *a = as + s * d.Fmax;
-		float p = 0;
-		if (vec) {
-			for (int q8 = lane; q8 < F / 8; q8 += 32) {
-				float f[8];
-				cu_bf16x8(__ldg((const uint4 *)w + q8), f);
-				const float4 *av = (const float4 *)(a + q8 * 8);
-				float4 a0 = av[0], a1 = av[1];
-				p += f[0] * a0.x + f[1] * a0.y + f[2] * a0.z + f[3] * a0.w + f[4] * a1.x + f[5] * a1.y + f[6] * a1.z +
-				     f[7] * a1.w;
-			}
-		} else {
+	if (PL > 0) {
+		uint4 w[MOE_DOWN_SLOTS][PL > 0 ? PL : 1];
+#pragma unroll
+		for (int s = 0; s < MOE_DOWN_SLOTS; s++)
+			if (s < nslot)
+#pragma unroll
+				for (int p = 0; p < PL; p++)
+					w[s][p] = __ldg((const uint4 *)(rows_base[s] + (size_t)i * d.F) + lane + 32 * p);
+#pragma unroll
+		for (int s = 0; s < MOE_DOWN_SLOTS; s++)
+			if (s < nslot)
+				acc += wts[s] * moe_dot_loaded<PL>(w[s], as + s * d.Fmax, lane);
+	} else {
+		for (int s = 0; s < nslot; s++) {
+			int F = s == d.k ? d.Fs : d.F;
+			const bf16 *w = rows_base[s] + (size_t)i * F;
+			const float *a = as + s * d.Fmax;
+			float p = 0;
 			for (int q = lane; q < F; q += 32)
 				p += __bfloat162float(w[q]) * a[q];
+			acc += wts[s] * p;
 		}
-		acc += wts[s] * p;
 	}
 	acc = cu_warp_sum(acc);
 	if (lane == 0)
@@ -354,13 +406,16 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	float *wt = (float *)(sel + n_sel), *sgate = wt + n_sel;
 	const float *sgw = a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL;
 	size_t route_smem = (n_h + d.ne) * 4;
-	static size_t route_room;
-	if (!route_room)
-		route_room = cu_allow_smem(cb, (const void *)k_moe_route);
-	if (d.T <= CU_GEMV_MAX_T && route_smem <= route_room && a->router->dev_type == TOAST_DT_BF16) {
-		k_moe_route<<<cu_blocks((size_t)d.ne, MOE_WARPS), MOE_WARPS * 32, route_smem, cb->stream>>>(
-			d, a->x, (const float *)a->norm_w->dev, a->eps, a->plus_one, (const bf16 *)a->router->dev, sgw, h,
-			logits, sel, wt, sgate, cb->counters);
+	if (d.T <= CU_GEMV_MAX_T && route_smem <= 48 * 1024 && a->router->dev_type == TOAST_DT_BF16) {
+		unsigned nb = cu_blocks((size_t)d.ne, MOE_WARPS);
+		const float *nw = (const float *)a->norm_w->dev;
+		const bf16 *R = (const bf16 *)a->router->dev;
+		if (d.E == 2048)
+			k_moe_route<8><<<nb, MOE_WARPS * 32, route_smem, cb->stream>>>(d, a->x, nw, a->eps, a->plus_one, R, sgw, h,
+										     logits, sel, wt, sgate, cb->counters);
+		else
+			k_moe_route<0><<<nb, MOE_WARPS * 32, route_smem, cb->stream>>>(d, a->x, nw, a->eps, a->plus_one, R, sgw, h,
+										     logits, sel, wt, sgate, cb->counters);
 		cu_launched(cb, "moe route");
 	} else {
 		cu_norm_rows(cb, a->x, a->norm_w, d.T, d.E, a->eps, a->plus_one, h, NULL);
@@ -368,26 +423,35 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		k_moe_topk<<<d.T, 256, d.ne * 4, cb->stream>>>(d, h, logits, sgw, sel, wt, sgate);
 		cu_launched(cb, "moe top-k");
 	}
-	size_t hsm = (size_t)d.E * 4;
-	dim3 g1(cu_blocks((size_t)d.Fmax, MOE_WARPS), d.k + (d.Fs ? 1 : 0), d.T);
-	k_moe_gateup<<<g1, MOE_WARPS * 32, hsm, cb->stream>>>(d, h, (const bf16 *)a->gate->dev, (const bf16 *)a->up->dev,
-							     sel, d.Fs ? (const bf16 *)a->sh_gate->dev : NULL,
-							     d.Fs ? (const bf16 *)a->sh_up->dev : NULL, act);
-	cu_launched(cb, "moe gate/up");
-	size_t asm_ = (size_t)(d.k + 1) * d.Fmax * 4;
-	static size_t up_room, down_room;
-	if (!up_room) {
-		up_room = cu_allow_smem(cb, (const void *)k_moe_gateup);
-		down_room = cu_allow_smem(cb, (const void *)k_moe_down);
-	}
-	if (hsm > up_room || asm_ > down_room) {
-		cu_fail_msg(cb, "moe: n_embd %d or %d x %d expert rows need more shared memory than the GPU has", d.E, d.k + 1,
-			    d.Fmax);
+	size_t hsm = (size_t)d.E * 4, asm_ = (size_t)(d.k + 1) * d.Fmax * 4;
+	if (hsm > 48 * 1024 || asm_ > 48 * 1024) {
+		cu_fail_msg(cb, "moe: n_embd %d or %d x %d expert rows are too large", d.E, d.k + 1, d.Fmax);
 		return;
 	}
+	dim3 g1(cu_blocks((size_t)d.Fmax, MOE_WARPS), d.k + (d.Fs ? 1 : 0), d.T);
+	const bf16 *G = (const bf16 *)a->gate->dev, *U = (const bf16 *)a->up->dev;
+	const bf16 *SG = d.Fs ? (const bf16 *)a->sh_gate->dev : NULL, *SU = d.Fs ? (const bf16 *)a->sh_up->dev : NULL;
+	int ple = d.E % 256 == 0 ? d.E / 256 : 0;
+	if (ple == 8)
+		k_moe_gateup<8><<<g1, MOE_WARPS * 32, hsm, cb->stream>>>(d, h, G, U, sel, SG, SU, act);
+	else if (ple == 4)
+		k_moe_gateup<4><<<g1, MOE_WARPS * 32, hsm, cb->stream>>>(d, h, G, U, sel, SG, SU, act);
+	else if (ple == 2)
+		k_moe_gateup<2><<<g1, MOE_WARPS * 32, hsm, cb->stream>>>(d, h, G, U, sel, SG, SU, act);
+	else if (ple == 1)
+		k_moe_gateup<1><<<g1, MOE_WARPS * 32, hsm, cb->stream>>>(d, h, G, U, sel, SG, SU, act);
+	else
+		k_moe_gateup<0><<<g1, MOE_WARPS * 32, hsm, cb->stream>>>(d, h, G, U, sel, SG, SU, act);
+	cu_launched(cb, "moe gate/up");
 	dim3 g2(cu_blocks((size_t)d.E, MOE_WARPS), d.T);
-	k_moe_down<<<g2, MOE_WARPS * 32, asm_, cb->stream>>>(d, a->x, (const bf16 *)a->down->dev, sel, wt,
-							      d.Fs ? (const bf16 *)a->sh_down->dev : NULL,
-							      a->sh_gate_inp ? sgate : NULL, act);
+	const bf16 *D = (const bf16 *)a->down->dev, *SD = d.Fs ? (const bf16 *)a->sh_down->dev : NULL;
+	const float *sgp = a->sh_gate_inp ? sgate : NULL;
+	int plf = d.F % 256 == 0 && (!d.Fs || d.Fs == d.F) && d.k + (d.Fs ? 1 : 0) <= MOE_DOWN_SLOTS ? d.F / 256 : 0;
+	if (plf == 2)
+		k_moe_down<2><<<g2, MOE_WARPS * 32, asm_, cb->stream>>>(d, a->x, D, sel, wt, SD, sgp, act);
+	else if (plf == 1)
+		k_moe_down<1><<<g2, MOE_WARPS * 32, asm_, cb->stream>>>(d, a->x, D, sel, wt, SD, sgp, act);
+	else
+		k_moe_down<0><<<g2, MOE_WARPS * 32, asm_, cb->stream>>>(d, a->x, D, sel, wt, SD, sgp, act);
 	cu_launched(cb, "moe down");
 }
