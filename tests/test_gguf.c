@@ -24,6 +24,7 @@
 #include "models/convert.h"
 #include "models/quantize.h"
 #include "test.h"
+#include "tokenizer/tok_gguf.h"
 #include "util/fs.h"
 
 static char tmpdir[256];
@@ -302,6 +303,22 @@ static void test_vocab_model(void)
 	toast_engine_close(e2);
 }
 
+/* every tokenizer.ggml.pre name maps to a pipeline that maps back to the same name */
+static void test_pre_names(void)
+{
+	const char *names[] = {"qwen2", "qwen35", "llama-bpe", "smollm", "gpt2"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		const struct toast_tok_pre *p = toast_tok_pre_by_name(names[i], strlen(names[i]));
+		json_t *pre = p ? json_loads(p->pre_json, 0, NULL) : NULL;
+		json_t *norm = p && p->norm_json ? json_loads(p->norm_json, 0, NULL) : NULL;
+		const struct toast_tok_pre *back = pre ? toast_tok_pre_match(pre, norm) : NULL;
+		CHECK(p && pre && back == p, "pre-tokenizer %s does not round-trip", names[i]);
+		json_decref(pre);
+		json_decref(norm);
+	}
+	CHECK(!toast_tok_pre_by_name("no-such-pre", 11), "unknown name");
+}
+
 static void test_metadata(void)
 {
 	char p[600];
@@ -547,6 +564,7 @@ int main(void)
 		perror("mkdtemp");
 		return 1;
 	}
+	test_pre_names();
 	test_metadata();
 	test_corrupt();
 	test_roundtrip();

@@ -78,7 +78,7 @@ enum toast_status toast_convert_tokenizer(struct toast_gguf_writer *w, const cha
 	pre = toast_tok_pre_match(json_object_get(tj, "pre_tokenizer"), json_object_get(tj, "normalizer"));
 	if (!pre) {
 		rc = toast_err_set(err, TOAST_ERR_UNSUPPORTED,
-				   "%s/tokenizer.json: its pre-tokenizer has no llama.cpp name (qwen2, llama-bpe, smollm, gpt2)", dir);
+				   "%s/tokenizer.json: its pre-tokenizer has no llama.cpp name (qwen2, qwen35, llama-bpe, smollm, gpt2)", dir);
 		goto done;
 	}
 	const char *k;

@@ -58,7 +58,7 @@ enum toast_status toast_tok_from_gguf(const struct toast_gguf *g, struct toast_t
 	const struct toast_tok_pre *pre = pre_name ? toast_tok_pre_by_name(pre_name, pre_n) : NULL;
 	if (!pre)
 		return toast_err_set(err, TOAST_ERR_UNSUPPORTED,
-				     "%s: pre-tokenizer \"%.*s\" is not supported (qwen2, llama-bpe, smollm, gpt2)", g->path,
+				     "%s: pre-tokenizer \"%.*s\" is not supported (qwen2, qwen35, llama-bpe, smollm, gpt2)", g->path,
 				     (int)(pre_n < 32 ? pre_n : 32), pre_name ? pre_name : "(none)");
 	size_t *off = malloc(tokens->n * sizeof(size_t));
 	json_t *root = json_object(), *mdl = json_object(), *vocab = json_object(), *jm = json_array();
