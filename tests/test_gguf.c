@@ -522,6 +522,16 @@ static void test_corrupt(void)
 	RESET();
 	wr(b + L.t_type[3], 26, 4); /* I32: a type the engine cannot bind */
 	expect_error("unusable type", b, file_len, NULL);
+	RESET();
+	uint8_t *nm = NULL;
+	for (size_t i = 0; !nm && i + 19 < L.t_off[L.n_t - 1]; i++)
+		if (memcmp(b + i, "blk.0.attn_k.weight", 19) == 0)
+			nm = b + i;
+	CHECK(nm != NULL, "tensor name not found in the header");
+	if (nm) {
+		memcpy(nm, "blk.0.attn_k.wxight", 19); /* a layer tensor the engine has no use for */
+		expect_error("unknown layer tensor", b, file_len, "not supported");
+	}
 	/* truncation anywhere */
 	for (size_t n = 0; n < file_len; n += n < 512 ? 7 : file_len / 41)
 		expect_error("truncated", file_buf, n, NULL);

@@ -219,6 +219,10 @@ enum toast_status toast_hparams_from_gguf(struct toast_hparams *hp, const struct
 	int vlen = gm_int(&c, "attention.value_length", false, hp->head_dim, 1, 65536);
 	hp->norm_eps = gm_f32(&c, "attention.layer_norm_rms_epsilon", 1e-6f);
 	hp->n_ff = gm_int(&c, "feed_forward_length", !moe, 0, 0, GM_MAX_DIM);
+	if (A == TOAST_ARCH_LLAMA && c.rc == TOAST_OK &&
+	    (toast_gguf_find(g, "llama.expert_count") || toast_gguf_find_tensor(g, "blk.0.ffn_gate_inp.weight")))
+		c.rc = toast_err_set(err, TOAST_ERR_UNSUPPORTED, "%s: llama with experts (Mixtral style) is not supported",
+				     g->path);
 	if (moe) {
 		hp->n_expert = gm_int(&c, "expert_count", true, 0, 1, 1 << 16);
 		hp->n_expert_used = gm_int(&c, "expert_used_count", true, 0, 1, hp->n_expert > 0 ? hp->n_expert : 1);
@@ -333,7 +337,16 @@ enum toast_status toast_gguf_tensordir(const struct toast_gguf *g, const struct 
 	for (int i = 0; i < g->n_tensors && rc == TOAST_OK; i++) {
 		const struct toast_gguf_tensor *gt = &g->tensors[i];
 		struct toast_tensor *t = &td->tensors[td->n_tensors++];
-		const char *name = gm_map(hp->arch, gt->name, false, buf, sizeof(buf)) ? buf : gt->name;
+		bool mapped = gm_map(hp->arch, gt->name, false, buf, sizeof(buf));
+		const char *name = mapped ? buf : gt->name;
+		int il = -1;
+		/* a tensor of a decoder layer that has no name here would be silently left out (an
+		 * attention bias, say): refuse it; MTP blocks (il >= n_layer) are not run */
+		if (!mapped && (sscanf(gt->name, "blk.%d.", &il) != 1 || il < hp->n_layer)) {
+			rc = toast_err_set(err, TOAST_ERR_UNSUPPORTED, "%s: tensor %s (%s) is not supported", g->path, gt->name,
+					   hp->arch_name);
+			break;
+		}
 		strcpy(pos, name);
 		t->name = pos;
 		pos += strlen(name) + 1;
