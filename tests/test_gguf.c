@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/engine.h"
@@ -303,6 +304,79 @@ static void test_vocab_model(void)
 	toast_engine_close(e2);
 }
 
+static double feed_diff(const char *a_path, const char *b_path, const int32_t *ids, int n)
+{
+	struct toast_engine *ea = NULL, *eb = NULL;
+	struct toast_session *sa = NULL, *sb = NULL;
+	struct toast_error err = {0};
+	double md = INFINITY;
+	if (toast_engine_open(a_path, NULL, &ea, &err) == TOAST_OK && toast_engine_open(b_path, NULL, &eb, &err) == TOAST_OK &&
+	    toast_session_new(ea, n, &sa, &err) == TOAST_OK && toast_session_new(eb, n, &sb, &err) == TOAST_OK &&
+	    toast_session_feed(sa, ids, n, NULL, &err) == TOAST_OK && toast_session_feed(sb, ids, n, NULL, &err) == TOAST_OK) {
+		const float *la = toast_session_logits(sa), *lb = toast_session_logits(sb);
+		md = 0;
+		for (int i = 0; i < toast_engine_info(ea)->n_vocab; i++)
+			md = fmax(md, fabs(la[i] - lb[i]));
+	}
+	CHECK(isfinite(md), "feed: %s", err.msg);
+	toast_session_free(sa);
+	toast_session_free(sb);
+	toast_engine_close(ea);
+	toast_engine_close(eb);
+	return md;
+}
+
+/* a llama directory (qwen3-tiny's weights as model_type llama) gives the same logits from its
+ * safetensors and from its GGUF, whose q/k rows the converter permutes for ggml's RoPE and the
+ * loader permutes back */
+static void test_llama_roundtrip(void)
+{
+	char src[512], dir[600], p[700], out[700];
+	snprintf(src, sizeof(src), "%s/models/qwen3-tiny", test_data_dir());
+	snprintf(dir, sizeof(dir), "%s/llama-tiny", tmpdir);
+	mkdir(dir, 0755);
+	snprintf(p, sizeof(p), "%s/config.json", src);
+	json_t *cfg = json_load_file(p, 0, NULL);
+	json_object_set_new(cfg, "model_type", json_string("llama"));
+	snprintf(p, sizeof(p), "%s/config.json", dir);
+	CHECK(cfg && json_dump_file(cfg, p, 0) == 0, "llama config");
+	json_decref(cfg);
+	char sp[700], *data = NULL;
+	size_t len = 0;
+	struct toast_error err = {0};
+	snprintf(sp, sizeof(sp), "%s/model.safetensors", src);
+	snprintf(p, sizeof(p), "%s/model.safetensors", dir);
+	FILE *f = toast_read_file(sp, 64u << 20, &data, &len, &err) == TOAST_OK ? fopen(p, "wb") : NULL;
+	CHECK(f && fwrite(data, 1, len, f) == len && fclose(f) == 0, "copy weights");
+	free(data);
+	snprintf(out, sizeof(out), "%s/llama-tiny.gguf", tmpdir);
+	CHECK(toast_convert(dir, out, TOAST_MIX_BF16, &err) == TOAST_OK, "convert llama: %s", err.msg);
+	/* the stored q rows are ggml's order: GGUF row 1 is the Hugging Face row head_dim/2 */
+	struct toast_gguf g;
+	struct toast_tensordir st;
+	if (toast_gguf_open(&g, out, &err) == TOAST_OK && toast_st_open_dir(&st, dir, &err) == TOAST_OK) {
+		const struct toast_gguf_tensor *q = toast_gguf_find_tensor(&g, "blk.0.attn_q.weight");
+		const struct toast_tensor *hq = toast_tensordir_find(&st, "model.layers.0.self_attn.q_proj.weight");
+		CHECK(q && hq && q->dtype == TOAST_DT_BF16 && q->ne[0] == 128 &&
+			      memcmp((const char *)q->data + 1 * 128 * 2, (const char *)hq->data + 32 * 128 * 2, 256) == 0 &&
+			      memcmp((const char *)q->data + 2 * 128 * 2, (const char *)hq->data + 1 * 128 * 2, 256) == 0,
+		      "llama q rows are not in ggml's RoPE order");
+		toast_tensordir_close(&st);
+		toast_gguf_close(&g);
+	} else {
+		CHECK(0, "%s", err.msg);
+	}
+	int32_t ids[] = {1, 5, 77, 300, 12, 900, 4, 4, 18, 250, 600, 3};
+	double md = feed_diff(dir, out, ids, 12);
+	CHECK(md < 1e-3, "llama: GGUF and safetensors logits differ by %g", md);
+	remove(out);
+	snprintf(p, sizeof(p), "%s/config.json", dir);
+	remove(p);
+	snprintf(p, sizeof(p), "%s/model.safetensors", dir);
+	remove(p);
+	rmdir(dir);
+}
+
 /* every tokenizer.ggml.pre name maps to a pipeline that maps back to the same name */
 static void test_pre_names(void)
 {
@@ -575,6 +649,7 @@ int main(void)
 		return 1;
 	}
 	test_pre_names();
+	test_llama_roundtrip();
 	test_metadata();
 	test_corrupt();
 	test_roundtrip();
