@@ -2,7 +2,7 @@
 # One GPU session's work in one call: correctness of every CUDA op and model against the CPU
 # oracle, then timing. Run on the device machine from the repository root, with carry/gpu
 # (made here by tools/gpu-bundle.sh) carried. Full logs go to $OUT; a short table is printed last.
-# Usage: bench/gpu.sh [quick|full|cache]   (cache: only the session cache's checks and benchmark)
+# Usage: bench/gpu.sh [quick|full|perf|cache]   (cache: only the session cache's checks and benchmark)
 set -u
 MODE=${1:-full}
 OUT=${OUT:-/tmp/gpu-out}
@@ -33,7 +33,8 @@ if [ "$MODE" = cache ]; then
 	printf '%s\n' "${summary[@]}"
 	exit 0
 fi
-# 1. every op against the scalar reference
+# 1. every op against the scalar reference (MODE=perf skips 1 and 2)
+if [ "$MODE" != perf ]; then
 timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
 rc=$?
 summary+=("test_ops (cpu + cuda ops vs reference): rc=$rc, $(grep -c 'failed' "$OUT/test_ops.log") failures")
@@ -49,20 +50,21 @@ for m in qwen3-tiny qwen3moe-tiny qwen35-tiny qwen35moe-tiny qwen3next-tiny qwen
 		summary+=("check $m chunk $c: rc=$rc $(grep -E '^ids|^greedy|^toasted' "$OUT/check.tmp" | tr '\n' ' ')")
 	done
 done
+fi
 # 3a. each op alone at the real decode shapes (clocks ramped by sustained load, unlike ncu)
 timeout 200 $B/test_ops --perf >"$OUT/ops-perf.log" 2>&1
 cat "$OUT/ops-perf.log"
 # 3. timing at the real Qwen3-Next shape, 12 of 48 layers in bf16
-if [ "$MODE" = full ]; then
-	timeout 400 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 1024 \
-		--prompt 128 --ctx 0,28000,68000 --decode 64 >"$OUT/bench.log" 2>&1
+if [ "$MODE" != quick ]; then
+	timeout 400 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 4096 \
+		--prompt 128,1024,4096,17408 --ctx 0,28000,68000 --decode 64 >"$OUT/bench.log" 2>&1
 	summary+=("bench rc=$?")
 	cat "$OUT/bench.log"
 fi
 rm -f "$OUT/check.tmp"
 grep -h "per-layer" "$OUT/checks.log" | sort -u | head -20
 # 3b. what the slow kernels do (ncu metrics on the op timings: achieved DRAM bytes, occupancy)
-if [ "$MODE" = full ] && command -v ncu >/dev/null; then
+if [ "$MODE" != quick ] && command -v ncu >/dev/null; then
 	timeout 200 ncu --csv --print-units base -k regex:'k_moe|k_attn_tile|k_gdn_decode' --launch-count 8 \
 		--metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread \
 		$B/test_ops --perf >"$OUT/ncu-ops.csv" 2>&1
@@ -81,13 +83,14 @@ for (i, k), m in d.items():
     print(k, {a.split("__")[1][:18]: b for a, b in m.items()})
 PY
 fi
-# 4. where a decode step's time goes (kernel durations, ncu)
-if [ "$MODE" = full ] && command -v ncu >/dev/null; then
-	timeout 300 ncu --csv --metrics gpu__time_duration.sum --print-units base -k regex:'^k_[^f]' \
-		$B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --prompt 1 --ctx 0 --decode 2 \
-		>"$OUT/ncu.csv" 2>"$OUT/ncu.err"
-	python3 tools/ncu-summary.py "$OUT/ncu.csv" 4 >"$OUT/profile.txt" 2>&1
-	cat "$OUT/profile.txt"
+# 4. where a decode step's time goes: every kernel timed with events at working clocks (no graph)
+if [ "$MODE" != quick ]; then
+	TOASTED_CUDA_PROFILE=1 timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda \
+		--prompt 1 --ctx 0 --decode 50 >"$OUT/profile.txt" 2>&1
+	grep -A40 "cuda profile" "$OUT/profile.txt"
+	TOASTED_CUDA_PROFILE=1 timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda \
+		--chunk 4096 --prompt 4096 --ctx 0 --decode 1 >"$OUT/profile-prefill.txt" 2>&1
+	grep -A40 "cuda profile" "$OUT/profile-prefill.txt"
 fi
 echo
 echo "==== summary ===="

@@ -55,6 +55,8 @@ struct toast_engine_opts {
 	const char *backend; /* "cpu", "cuda", or NULL: cuda when a GPU is usable, else cpu */
 	int n_threads;       /* CPU threads; 0: all online cores */
 	int chunk;           /* tokens per prefill forward pass; 0: the default (64) */
+	const char *quant;   /* NULL: weights as stored; or quantise a float model's matrices at load:
+				"q8_0", "q4_0", "q4_1", "q4_k_m", "q5_k_m", "q6_k", "bf16" */
 	toast_progress_cb progress; /* NULL: none; called from the loading thread, once per layer */
 	void *progress_ud;
 	const char *synthetic; /* a preset shape ("qwen3-next-80b-a3b") or a config.json path (with a '/'):
@@ -65,20 +67,22 @@ struct toast_engine_opts {
 void toast_engine_opts_init(struct toast_engine_opts *o);
 
 struct toast_model_info {
-	const char *arch;        /* "qwen3_next", "qwen3", "qwen3_moe", "qwen3_5_text", ... */
+	const char *arch;        /* "qwen3_next", "qwen3", "qwen3_moe", "qwen3_5_text", "llama", or the GGUF
+				    architecture ("qwen3next", ...) */
 	const char *backend;     /* "cpu" or "cuda" */
 	int n_vocab, n_embd, n_layer, n_layer_attn;
 	int n_ctx_train;         /* max_position_embeddings */
 	int n_expert, n_expert_used;
 	size_t weight_bytes;     /* bytes of all bound weights */
+	bool quantized;          /* some weight matrices are quantised (GGUF Q*, MLX, or --quant) */
 	size_t decode_bytes;     /* weight bytes one decode step must read (active experts only) */
 	size_t state_bytes_fixed;/* recurrent + conv state per session */
 	size_t kv_bytes_per_tok; /* KV cache bytes per token of context */
 };
 
-/* Load the model in directory `path` (config.json + safetensors). A directory that `toasted pull`
- * left incomplete (see src/format/modeldir.h) is refused with TOAST_ERR_INVALID and a message
- * saying how to resume. */
+/* Load the model at `path`: a directory (config.json + safetensors) or a GGUF file. A directory
+ * that `toasted pull` left incomplete (see src/format/modeldir.h) is refused with
+ * TOAST_ERR_INVALID and a message saying how to resume. */
 enum toast_status toast_engine_open(const char *path, const struct toast_engine_opts *opts,
 				    struct toast_engine **out, struct toast_error *err);
 void toast_engine_close(struct toast_engine *e);

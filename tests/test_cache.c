@@ -26,6 +26,7 @@
 #define N_CTX 512
 
 static const char *backend = "cpu";
+static const char *quant; /* NULL: the weights as stored */
 
 static struct toast_engine *open_model(const char *name, int chunk)
 {
@@ -34,6 +35,7 @@ static struct toast_engine *open_model(const char *name, int chunk)
 	struct toast_engine_opts o;
 	toast_engine_opts_init(&o);
 	o.backend = backend;
+	o.quant = quant;
 	o.n_threads = 2;
 	o.chunk = chunk;
 	struct toast_engine *e = NULL;
@@ -382,21 +384,24 @@ static void test_files(void)
 	toast_cache_free(c);
 	CHECK(rename(moved, keep) == 0, "rename back");
 
-	/* another model, or the same one on another backend (another act type): refused, left alone */
+	/* another model, the same one quantised, or on another backend (another act type): the
+	 * file is refused and left alone */
 	const char *mine = backend;
-	for (int k = 0; k < 2; k++) {
-		backend = k == 0 ? mine : strcmp(mine, "cpu") == 0 && toast_backend_cuda_available() ? "cuda" : NULL;
+	for (int k = 0; k < 3; k++) {
+		static const char *what[] = {"another model", "the same model quantised", "the same model elsewhere"};
+		backend = k < 2 ? mine : strcmp(mine, "cpu") == 0 && toast_backend_cuda_available() ? "cuda" : NULL;
+		quant = k == 1 ? "q8_0" : NULL;
 		struct toast_engine *e2 = backend ? open_model(k == 0 ? "qwen35-tiny" : "qwen3next-tiny", 0) : NULL;
 		if (e2) {
 			c = cache_open(e2, 64 << 20, false, dir);
-			CHECK(stats(c).entries == 0 && stats(c).rejected == 1, "%s on %s: another model's file is refused",
-			      k ? "the same model" : "another model", backend);
+			CHECK(stats(c).entries == 0 && stats(c).rejected == 1, "%s (%s): the file is refused", what[k], backend);
 			toast_cache_free(c);
 			CHECK(toast_file_exists(keep), "and left alone");
 			toast_engine_close(e2);
 		}
 	}
 	backend = mine;
+	quant = NULL;
 
 	/* the directory budget: a second conversation's file pushes out the older one, whose state
 	 * stays in memory once it is there */

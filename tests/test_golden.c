@@ -34,7 +34,7 @@ static const struct {
 } runs[] = {{0, 2}, {1, 1}, {1, 2}, {7, 1}, {7, 2}, {64, 1}, {64, 2}, {512, 1}};
 
 struct hook_ctx {
-	const struct toast_safetensors *ref;
+	const struct toast_tensordir *ref;
 	const char *model;
 	int chunk, n_layer;
 	int row;  /* position of the chunk being computed */
@@ -58,7 +58,7 @@ static void hidden_hook(void *ud, int index, const float *x, int T, int n)
 	struct hook_ctx *c = ud;
 	char name[32];
 	snprintf(name, sizeof(name), "hidden0.%d", index);
-	const struct toast_st_tensor *t = toast_st_find(c->ref, name);
+	const struct toast_tensor *t = toast_tensordir_find(c->ref, name);
 	bool ok = t && t->n_dims == 2 && t->shape[1] == n && t->shape[0] >= c->row + T;
 	CHECK(ok, "%s: reference %s missing or of the wrong shape", c->model, name);
 	if (ok) {
@@ -106,7 +106,7 @@ static enum toast_status feed_split(struct toast_engine *e, const int32_t *ids, 
 	return st;
 }
 
-static void test_greedy(struct toast_engine *e, const struct toast_safetensors *ref, const char *dir, const char *model,
+static void test_greedy(struct toast_engine *e, const struct toast_tensordir *ref, const char *dir, const char *model,
 			int chunk)
 {
 	char path[1100];
@@ -114,7 +114,7 @@ static void test_greedy(struct toast_engine *e, const struct toast_safetensors *
 	snprintf(path, sizeof(path), "%s/reference.json", dir);
 	json_t *doc = json_load_file(path, 0, NULL);
 	json_t *greedy = json_object_get(doc, "greedy");
-	const struct toast_st_tensor *ids = toast_st_find(ref, "ids0");
+	const struct toast_tensor *ids = toast_tensordir_find(ref, "ids0");
 	CHECK(json_is_array(greedy) && json_array_size(greedy) > 0 && ids, "%s: reference.json has no greedy list", model);
 	if (json_is_array(greedy) && ids) {
 		int V = toast_engine_info(e)->n_vocab, n_gen = (int)json_array_size(greedy), len = (int)ids->shape[0], ok = 0;
@@ -140,7 +140,7 @@ static void test_model(const char *model)
 	snprintf(dir, sizeof(dir), "%s/models/%s", test_data_dir(), model);
 	snprintf(path, sizeof(path), "%s/reference.safetensors", dir);
 	struct toast_error err = {0};
-	struct toast_safetensors ref;
+	struct toast_tensordir ref;
 	enum toast_status st = toast_st_open_file(&ref, path, &err);
 	CHECK(st == TOAST_OK, "%s", err.msg);
 	if (st != TOAST_OK)
@@ -160,9 +160,9 @@ static void test_model(const char *model)
 		for (int n = 0; n < 2; n++) {
 			char nm[32];
 			snprintf(nm, sizeof(nm), "ids%d", n);
-			const struct toast_st_tensor *ids = toast_st_find(&ref, nm);
+			const struct toast_tensor *ids = toast_tensordir_find(&ref, nm);
 			snprintf(nm, sizeof(nm), "logits%d", n);
-			const struct toast_st_tensor *lg = toast_st_find(&ref, nm);
+			const struct toast_tensor *lg = toast_tensordir_find(&ref, nm);
 			CHECK(ids && lg && lg->n_elems == ids->n_elems * V, "%s: reference lacks ids%d/logits%d", model, n, n);
 			if (!ids || !lg || lg->n_elems != ids->n_elems * V)
 				continue;
@@ -189,7 +189,7 @@ static void test_model(const char *model)
 		test_greedy(e, &ref, dir, model, runs[ri].chunk);
 		toast_engine_close(e);
 	}
-	toast_st_close(&ref);
+	toast_tensordir_close(&ref);
 }
 
 int main(int argc, char **argv)

@@ -612,6 +612,8 @@ static void test_backend(struct ctx *c)
 	test_moe(c, 5, 48, 16, 4, 24, 20, true, true);
 	test_moe(c, 13, 33, 7, 3, 17, 9, true, false);
 	test_moe(c, 2, 64, 4, 4, 8, 8, false, true);
+	test_moe(c, 70, 128, 16, 4, 64, 64, true, true);  /* prefill-sized: the grouped path on a GPU */
+	test_moe(c, 33, 64, 8, 2, 128, 0, false, false);
 }
 
 /* ---- --perf: each op at Qwen3-Next-80B-A3B decode shapes, time per call and bandwidth ---- */

@@ -39,6 +39,12 @@
  * (y = W·x has n_out outputs). A vector has n_out == 1. `data` is host memory (mmap or heap)
  * and stays valid while the engine lives; `dev` is the backend's copy made by prepare_weight()
  * (the CPU backend computes from `data` directly and leaves dev NULL).
+ *
+ * Quantised types (layouts and exact dequantisation in format/quant.h; toast_dequant() is the
+ * reference): for GGUF block types (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K) each row is n_in/blck
+ * whole blocks, so row r starts at byte r * n_in/blck * type_size. For MLX affine types
+ * (MLX4, MLX8) `data` is the packed uint32 words [n_out][n_in*bits/32] and `scales`, `biases`
+ * are [n_out][n_in/group_size] of sb_type (BF16, F16 or F32). n_bytes counts all of them.
  */
 struct toast_weight {
 	const char *name; /* for messages */
@@ -48,6 +54,9 @@ struct toast_weight {
 	void *dev;
 	size_t n_bytes;
 	enum toast_dtype dev_type; /* element type of dev, chosen by the backend */
+	const void *scales, *biases; /* MLX affine only, else NULL */
+	enum toast_dtype sb_type;
+	int group_size;
 };
 
 /* A set of same-shaped expert matrices, one per expert. */
@@ -134,6 +143,9 @@ struct toast_attn_args {
  * [q_g | k_g | v of its r value heads | z of its r value heads], and z is unused.
  * ba: flat b [T][n_v_head] and a [T][n_v_head]; grouped (in_proj_ba) ba [T][2*n_v_head], per key
  * head [b of its r value heads | a of its r value heads], and a is unused.
+ * Value-head order: value head h reads key head h / (n_v_head / n_k_head) (grouped, Hugging Face),
+ * or h % n_k_head when v_heads_tiled (llama.cpp's qwen35 GGUFs reorder value heads that way; all
+ * per-value-head tensors are in that order then, so only the key-head mapping changes).
  * All inputs are f32. conv_state (f32 [2][conv_k-1][conv_dim]) has two slots of the last
  * conv_k-1 raw (pre-conv) inputs, oldest first, in flat channel order: the op reads slot
  * pos & 1 and leaves the new state in slot (pos + T) & 1, so that a backend can compute a
@@ -154,6 +166,7 @@ struct toast_gdn_args {
 	float *ssm_state;                   /* f32 [n_v_head][d_v][d_k] */
 	int pos, T;
 	void *out;                          /* act [T][n_v_head*d_v] */
+	bool v_heads_tiled;                 /* value head h reads key head h % n_k_head (see above) */
 };
 
 /*

@@ -13,6 +13,7 @@
 
 int cli_check(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_convert(int argc, char **argv);
 int cli_pull(int argc, char **argv);
 int cli_publish(int argc, char **argv);
 int cli_run(int argc, char **argv);

@@ -72,6 +72,7 @@ static const struct {
 	const char *help;
 } commands[] = {
 	{"check", cli_check, "check MODEL_DIR [--reference FILE] [--threads N] [--chunk N] [--backend B]: compare with reference logits"},
+	{"convert", cli_convert, "convert MODEL_DIR -o FILE.gguf --type bf16|q8_0|q4_0|q4_1|q4_k_m|q5_k_m|q6_k: write one GGUF file"},
 	{"pull", cli_pull, "pull [--bwlimit KBPS] [--threads N] [--quiet] SOURCE [DEST]: copy a model with rsync (resumable) and verify its SHA256SUMS"},
 	{"publish", cli_publish, "publish [--threads N] DIR: write DIR/SHA256SUMS so that DIR can be served to toasted pull"},
 	{"run", cli_run, "run MODEL_DIR [PROMPT] [--system TEXT] [--messages FILE.json] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed N] [--stop STR] [--no-think] [--ignore-eos] [--print-ids] [--stats] [--ctx-size N] [--backend B] [--threads N]: generate a reply (stdin is appended to PROMPT)"},

@@ -84,7 +84,8 @@ static int run_usage(void)
 		"  --print-ids          print the generated token ids instead of text\n"
 		"  --stats              prompt tokens, prefill tok/s, time to first token, decode tok/s on stderr\n"
 		"  --ctx-size N         context window (default: prompt + max tokens, or + 4096)\n"
-		"  --backend cpu|cuda, --threads N\n",
+		"  --backend cpu|cuda, --threads N\n"
+		"  --quant TYPE         quantise a float model's matrices at load (q8_0, q4_0, q4_1, q4_k_m, q5_k_m, q6_k)\n",
 		RUN_MAX_STOP);
 	return 2;
 }
@@ -151,6 +152,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 			o->eo.n_threads = (int)n;
 		} else if ((v = cli_optval(argc, argv, &i, "--backend"))) {
 			o->eo.backend = v;
+		} else if ((v = cli_optval(argc, argv, &i, "--quant"))) {
+			o->eo.quant = v;
 		} else if (strcmp(argv[i], "--no-think") == 0) {
 			o->no_think = true;
 		} else if (strcmp(argv[i], "--ignore-eos") == 0) {

@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "format/modeldir.h"
+#include "models/quantize.h"
+#include "tokenizer/tok_gguf.h"
 #include "util/fs.h"
 #include "util/mem.h"
 #include "util/timeutil.h"
@@ -60,6 +62,11 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	if (!e)
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	e->chunk = opts->chunk ? opts->chunk : ENGINE_DEFAULT_CHUNK;
+	if (opts->quant && !toast_quant_mix_parse(opts->quant, &e->quant)) {
+		free(e);
+		return toast_err_set(err, TOAST_ERR_INVALID,
+				     "unknown quantisation \"%s\" (q8_0, q4_0, q4_1, q4_k_m, q5_k_m, q6_k, bf16)", opts->quant);
+	}
 	rc = engine_backend(opts, &e->be, err);
 	if (rc == TOAST_OK && opts->synthetic) {
 		/* a preset name, or a config.json file: a shape of one's own */
@@ -75,13 +82,22 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 			rc = toast_model_load_synthetic(&e->model, cfg ? cfg : text, opts->synthetic_layers, e->be, err);
 		free(text);
 	} else if (rc == TOAST_OK) {
-		rc = toast_model_load(&e->model, path, e->be, opts->progress, opts->progress_ud, err);
+		rc = toast_model_load(&e->model, path, e->be, e->quant, opts->progress, opts->progress_ud, err);
 	}
+	/* the CUDA GDN kernels read value heads in Hugging Face order only: refuse rather than
+	 * compute a wrong model until they honour toast_gdn_args.v_heads_tiled */
+	if (rc == TOAST_OK && e->model.hp.v_heads_tiled && strcmp(e->be->name, "cpu") != 0)
+		rc = toast_err_set(err, TOAST_ERR_UNSUPPORTED,
+				   "%s: this GGUF's value heads are in llama.cpp's tiled order, which the %s backend does not "
+				   "support yet (use --backend cpu)",
+				   path, e->be->name);
 	if (rc == TOAST_OK)
 		rc = toast_model_work_new(&e->model, e->chunk, &e->work, err);
 	char tok_path[4096];
-	if (rc == TOAST_OK && !opts->synthetic && toast_path_join(tok_path, sizeof(tok_path), path, "tokenizer.json") &&
-	    toast_file_exists(tok_path))
+	if (rc == TOAST_OK && e->model.is_gguf && toast_gguf_find(&e->model.gguf, "tokenizer.ggml.tokens"))
+		rc = toast_tok_from_gguf(&e->model.gguf, &e->tok, err);
+	else if (rc == TOAST_OK && !opts->synthetic && toast_path_join(tok_path, sizeof(tok_path), path, "tokenizer.json") &&
+		 toast_file_exists(tok_path))
 		rc = toast_tok_load(path, &e->tok, err);
 	if (rc != TOAST_OK) {
 		toast_engine_close(e);
@@ -100,6 +116,7 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	in->n_expert = hp->n_expert;
 	in->n_expert_used = hp->n_expert_used;
 	in->weight_bytes = e->model.weight_bytes;
+	in->quantized = e->model.quantized;
 	in->decode_bytes = e->model.decode_bytes;
 	in->kv_bytes_per_tok = (size_t)in->n_layer_attn * 2 * hp->n_head_kv * hp->head_dim * e->be->act_size;
 	in->state_bytes_fixed =

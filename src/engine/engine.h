@@ -12,6 +12,7 @@ struct toast_engine {
 	struct toast_backend *be;
 	struct toast_work work; /* shared by the engine's sessions: one computes at a time */
 	int chunk;
+	enum toast_quant_mix quant;
 	struct toast_model_info info;
 	struct toast_tokenizer *tok; /* NULL when the model directory has no tokenizer.json */
 };

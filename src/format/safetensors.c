@@ -23,11 +23,11 @@ static const struct {
 	{"F32", TOAST_DT_F32, 4},     {"F16", TOAST_DT_F16, 2},     {"BF16", TOAST_DT_BF16, 2},
 	{"I32", TOAST_DT_I32, 4},     {"I64", TOAST_DT_I64, 8},     {"U8", TOAST_DT_U8, 1},
 	{"F64", TOAST_DT_UNKNOWN, 8}, {"I8", TOAST_DT_UNKNOWN, 1},  {"BOOL", TOAST_DT_UNKNOWN, 1},
-	{"I16", TOAST_DT_UNKNOWN, 2}, {"U16", TOAST_DT_UNKNOWN, 2}, {"U32", TOAST_DT_UNKNOWN, 4},
+	{"I16", TOAST_DT_UNKNOWN, 2}, {"U16", TOAST_DT_UNKNOWN, 2}, {"U32", TOAST_DT_U32, 4},
 	{"U64", TOAST_DT_UNKNOWN, 8}, {"F8_E4M3", TOAST_DT_UNKNOWN, 1}, {"F8_E5M2", TOAST_DT_UNKNOWN, 1},
 };
 
-static enum toast_status st_parse_header(struct toast_safetensors *st, int file, json_t **out_root,
+static enum toast_status st_parse_header(struct toast_tensordir *st, int file, json_t **out_root,
 					 size_t *out_count, struct toast_error *err)
 {
 	const char *path = st->paths[file];
@@ -56,12 +56,12 @@ static enum toast_status st_parse_header(struct toast_safetensors *st, int file,
 	return TOAST_OK;
 }
 
-static enum toast_status st_add_tensor(struct toast_safetensors *st, int file, size_t data_start,
+static enum toast_status st_add_tensor(struct toast_tensordir *st, int file, size_t data_start,
 				       const char *name, json_t *v, char **name_pos, struct toast_error *err)
 {
 	const char *path = st->paths[file];
 	const struct toast_map *m = &st->maps[file];
-	struct toast_st_tensor *t = &st->tensors[st->n_tensors];
+	struct toast_tensor *t = &st->tensors[st->n_tensors];
 	memset(t, 0, sizeof(*t));
 	json_t *jdt = json_object_get(v, "dtype"), *jsh = json_object_get(v, "shape");
 	json_t *joff = json_object_get(v, "data_offsets");
@@ -80,7 +80,7 @@ static enum toast_status st_add_tensor(struct toast_safetensors *st, int file, s
 		return toast_err_set(err, TOAST_ERR_FORMAT, "%s: tensor %s: unknown dtype %s", path, name,
 				     json_string_value(jdt));
 	size_t nd = json_array_size(jsh);
-	if (nd > TOAST_ST_MAX_DIMS)
+	if (nd > TOAST_MAX_DIMS)
 		return toast_err_set(err, TOAST_ERR_FORMAT, "%s: tensor %s: %zu dimensions", path, name, nd);
 	size_t numel = 1;
 	for (size_t i = 0; i < nd; i++) {
@@ -119,27 +119,23 @@ static enum toast_status st_add_tensor(struct toast_safetensors *st, int file, s
 	t->offset = (size_t)ob;
 	t->n_bytes = want;
 	t->file = file;
-	if (toast_strmap_get(&st->index, t->name, nlen) >= 0)
-		return toast_err_set(err, TOAST_ERR_FORMAT, "%s: tensor %s appears twice", path, name);
-	if (toast_strmap_put(&st->index, t->name, nlen, st->n_tensors) != 0)
-		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory indexing tensors");
 	st->n_tensors++;
 	return TOAST_OK;
 }
 
 static int st_cmp_offset(const void *a, const void *b)
 {
-	const struct toast_st_tensor *x = *(const struct toast_st_tensor *const *)a;
-	const struct toast_st_tensor *y = *(const struct toast_st_tensor *const *)b;
+	const struct toast_tensor *x = *(const struct toast_tensor *const *)a;
+	const struct toast_tensor *y = *(const struct toast_tensor *const *)b;
 	if (x->file != y->file)
 		return x->file < y->file ? -1 : 1;
 	return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
 /* A header whose tensors share bytes lies about at least one of them. */
-static enum toast_status st_check_overlap(struct toast_safetensors *st, struct toast_error *err)
+static enum toast_status st_check_overlap(struct toast_tensordir *st, struct toast_error *err)
 {
-	const struct toast_st_tensor **by = malloc((st->n_tensors ? (size_t)st->n_tensors : 1) * sizeof(*by));
+	const struct toast_tensor **by = malloc((st->n_tensors ? (size_t)st->n_tensors : 1) * sizeof(*by));
 	if (!by)
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	int n = 0;
@@ -157,7 +153,7 @@ static enum toast_status st_check_overlap(struct toast_safetensors *st, struct t
 }
 
 /* Map files paths[0..n), parse all headers, build the directory. */
-static enum toast_status st_load(struct toast_safetensors *st, struct toast_error *err)
+static enum toast_status st_load(struct toast_tensordir *st, struct toast_error *err)
 {
 	enum toast_status rc = TOAST_OK;
 	json_t **roots = calloc((size_t)st->n_files, sizeof(*roots));
@@ -180,7 +176,7 @@ static enum toast_status st_load(struct toast_safetensors *st, struct toast_erro
 		goto done;
 	st->tensors = calloc(total ? total : 1, sizeof(*st->tensors));
 	st->names = malloc(name_bytes + 1);
-	if (!st->tensors || !st->names || toast_strmap_init(&st->index, total) != 0) {
+	if (!st->tensors || !st->names) {
 		rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory for %zu tensors", total);
 		goto done;
 	}
@@ -202,6 +198,8 @@ static enum toast_status st_load(struct toast_safetensors *st, struct toast_erro
 		}
 	}
 	if (rc == TOAST_OK)
+		rc = toast_tensordir_index(st, st->paths[0], err);
+	if (rc == TOAST_OK)
 		rc = st_check_overlap(st, err);
 done:
 	for (int f = 0; f < st->n_files; f++)
@@ -210,7 +208,7 @@ done:
 	return rc;
 }
 
-static enum toast_status st_alloc_files(struct toast_safetensors *st, int n, struct toast_error *err)
+static enum toast_status st_alloc_files(struct toast_tensordir *st, int n, struct toast_error *err)
 {
 	memset(st, 0, sizeof(*st));
 	st->maps = calloc((size_t)n, sizeof(*st->maps));
@@ -224,7 +222,7 @@ static enum toast_status st_alloc_files(struct toast_safetensors *st, int n, str
 	return TOAST_OK;
 }
 
-enum toast_status toast_st_open_file(struct toast_safetensors *st, const char *path, struct toast_error *err)
+enum toast_status toast_st_open_file(struct toast_tensordir *st, const char *path, struct toast_error *err)
 {
 	enum toast_status rc = st_alloc_files(st, 1, err);
 	if (rc != TOAST_OK)
@@ -232,11 +230,11 @@ enum toast_status toast_st_open_file(struct toast_safetensors *st, const char *p
 	st->paths[0] = toast_strdup(path);
 	rc = st->paths[0] ? st_load(st, err) : toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	if (rc != TOAST_OK)
-		toast_st_close(st);
+		toast_tensordir_close(st);
 	return rc;
 }
 
-static enum toast_status st_open_index(struct toast_safetensors *st, const char *dir, const char *index_path,
+static enum toast_status st_open_index(struct toast_tensordir *st, const char *dir, const char *index_path,
 				       struct toast_error *err)
 {
 	char *text = NULL;
@@ -294,7 +292,7 @@ static enum toast_status st_open_index(struct toast_safetensors *st, const char 
 	{
 		if (rc != TOAST_OK)
 			break;
-		const struct toast_st_tensor *t = toast_st_find(st, k);
+		const struct toast_tensor *t = toast_tensordir_find(st, k);
 		if (!t || strcmp(st->paths[t->file] + strlen(dir) + 1, json_string_value(v)) != 0)
 			rc = toast_err_set(err, TOAST_ERR_FORMAT, "%s: tensor %s is not in shard %s", index_path, k,
 					   json_string_value(v));
@@ -302,11 +300,11 @@ static enum toast_status st_open_index(struct toast_safetensors *st, const char 
 	free(shards);
 	json_decref(root);
 	if (rc != TOAST_OK)
-		toast_st_close(st);
+		toast_tensordir_close(st);
 	return rc;
 }
 
-enum toast_status toast_st_open_dir(struct toast_safetensors *st, const char *dir, struct toast_error *err)
+enum toast_status toast_st_open_dir(struct toast_tensordir *st, const char *dir, struct toast_error *err)
 {
 	char p[4096];
 	memset(st, 0, sizeof(*st));
@@ -319,28 +317,4 @@ enum toast_status toast_st_open_dir(struct toast_safetensors *st, const char *di
 		return toast_err_set(err, TOAST_ERR_IO,
 				     "%s: no model.safetensors or model.safetensors.index.json in this directory", dir);
 	return toast_st_open_file(st, p, err);
-}
-
-void toast_st_close(struct toast_safetensors *st)
-{
-	if (!st)
-		return;
-	for (int f = 0; f < st->n_files; f++) {
-		if (st->maps)
-			toast_map_close(&st->maps[f]);
-		if (st->paths)
-			free(st->paths[f]);
-	}
-	free(st->maps);
-	free(st->paths);
-	free(st->tensors);
-	free(st->names);
-	toast_strmap_deinit(&st->index);
-	memset(st, 0, sizeof(*st));
-}
-
-const struct toast_st_tensor *toast_st_find(const struct toast_safetensors *st, const char *name)
-{
-	int i = toast_strmap_get(&st->index, name, strlen(name));
-	return i >= 0 ? &st->tensors[i] : NULL;
 }

@@ -1,5 +1,6 @@
 /*
- * model.h - the Qwen3 family of decoders (qwen3, qwen3_moe, qwen3_next, qwen3_5 dense and MoE):
+ * model.h - the Qwen3 family of decoders (qwen3, qwen3_moe, qwen3_next, qwen3_5 dense and MoE) and
+ * Llama (attention without q/k norm or gate, dense SwiGLU MLP, plain RMSNorm):
  * hyper-parameters, weights bound to a backend, per-session state, and the forward pass as a
  * sequence of backend ops.
  *
@@ -12,7 +13,8 @@
 #include <stdbool.h>
 
 #include "backend/backend.h"
-#include "format/safetensors.h"
+#include "format/gguf.h"
+#include "format/tensordir.h"
 
 enum toast_arch {
 	TOAST_ARCH_QWEN3,
@@ -20,6 +22,7 @@ enum toast_arch {
 	TOAST_ARCH_QWEN3_NEXT,
 	TOAST_ARCH_QWEN35,
 	TOAST_ARCH_QWEN35_MOE,
+	TOAST_ARCH_LLAMA,
 };
 
 #define TOAST_MAX_EOS 8
@@ -31,7 +34,9 @@ struct toast_hparams {
 	int n_head, n_head_kv, head_dim, n_rot;
 	float rope_theta, norm_eps;
 	enum toast_dtype rope_freq_type; /* the checkpoint dtype: see toast_attn_args */
-	bool norm_plus_one; /* zero-centred RMSNorm weights (1 + w) */
+	bool norm_plus_one; /* zero-centred RMSNorm weights (1 + w); false when a converter baked +1 in */
+	bool a_is_neg_exp;  /* GDN A stored as -exp(A_log) (GGUF ssm_a) */
+	bool v_heads_tiled; /* GDN value heads in tiled order (llama.cpp qwen35 GGUF): see toast_gdn_args */
 	bool attn_gated;    /* q_proj carries a per-head output gate */
 	bool tie_embd;
 	int n_ff;                       /* dense MLP width */
@@ -68,9 +73,12 @@ struct toast_model {
 	struct toast_hparams hp;
 	struct toast_weight tok_embd, output_norm, output;
 	struct toast_layer *layers;
-	struct toast_safetensors st;
+	struct toast_tensordir td; /* tensors under Hugging Face names */
+	struct toast_gguf gguf;    /* the open GGUF file when loaded from one (td points into it) */
+	bool is_gguf;
 	struct toast_backend *be;
 	size_t weight_bytes, decode_bytes;
+	bool quantized; /* some matrix is of a quantised type */
 	bool output_tied;    /* lm_head is the embedding table */
 	bool synthetic;      /* weights made by the backend, no files (benchmarks) */
 	char **synth_names;  /* names of synthetic weights, owned */
@@ -78,6 +86,10 @@ struct toast_model {
 	toast_progress_cb progress; /* while loading: after each layer is prepared (may be NULL) */
 	void *progress_ud;
 };
+
+/* The bound (n_out > 0) per-layer weights of l, experts excepted; returns their count. */
+#define TOAST_LAYER_MAX_WEIGHTS 25
+int toast_layer_weights(struct toast_layer *l, struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS]);
 
 /* Per-session state: KV caches of attention layers, conv and recurrent states of GDN layers. */
 struct toast_state {
@@ -106,10 +118,30 @@ struct toast_work {
 /* the per-layer callback of toast_session_feed_layers() (toasted.h) */
 typedef toast_layer_cb toast_layer_hook;
 
-/* Load and bind the model in dir; progress (may be NULL) is called after each layer's weights are
- * prepared on the backend and may cancel the load (TOAST_ERR_CANCELLED). */
-enum toast_status toast_model_load(struct toast_model *m, const char *dir, struct toast_backend *be,
-				   toast_progress_cb progress, void *progress_ud, struct toast_error *err);
+/*
+ * Quantisation mixes, named as llama.cpp names its file types (`toasted convert --type`,
+ * `--quant`): which type each matrix gets is toast_quant_pick() (models/quantize.c).
+ */
+enum toast_quant_mix {
+	TOAST_MIX_NONE, /* weights as stored */
+	TOAST_MIX_BF16,
+	TOAST_MIX_Q8_0,
+	TOAST_MIX_Q4_0,
+	TOAST_MIX_Q4_1,
+	TOAST_MIX_Q4_K_M,
+	TOAST_MIX_Q5_K_M,
+	TOAST_MIX_Q6_K,
+};
+
+/*
+ * Load and bind a model: a directory (config.json + safetensors) or a GGUF file. quant:
+ * TOAST_MIX_NONE to use the weights as stored, else quantise the matrices at load time
+ * (toast_model_quantize). progress (may be NULL) is called after each layer's weights are
+ * prepared on the backend and may cancel the load (TOAST_ERR_CANCELLED).
+ */
+enum toast_status toast_model_load(struct toast_model *m, const char *path, struct toast_backend *be,
+				   enum toast_quant_mix quant, toast_progress_cb progress, void *progress_ud,
+				   struct toast_error *err);
 void toast_model_unload(struct toast_model *m);
 /* A model of the shape described by config_json (a config.json text) with synthetic weights
  * (backend.h): for benchmarks at real shapes. n_layer > 0 overrides the layer count. */
@@ -148,7 +180,8 @@ enum toast_status toast_model_state_save(const struct toast_model *m, const stru
 enum toast_status toast_model_state_load(const struct toast_model *m, struct toast_state *s, int n, const void *kv,
 					 int kv_rows, const void *rec, bool img_host, struct toast_error *err);
 /* A 64-bit fingerprint of what a state image depends on: the shapes, the backend's act type and
- * the weights (their norm vectors' bytes, which any two trained checkpoints differ in). */
+ * the weights (their norm vectors' bytes, which any two trained checkpoints differ in, and every
+ * matrix's storage and compute types, which differ between quantisations of one checkpoint). */
 uint64_t toast_model_fingerprint(const struct toast_model *m);
 
 enum toast_status toast_model_work_new(const struct toast_model *m, int max_T, struct toast_work *w,

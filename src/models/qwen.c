@@ -1,16 +1,21 @@
 /*
- * qwen.c - the Qwen3 family forward pass: weight binding from Hugging Face tensor names,
- * per-session state, and the layer loop as backend op calls.
+ * qwen.c - the Qwen3 family (and Llama) forward pass: weight binding from Hugging Face tensor
+ * names, per-session state, and the layer loop as backend op calls.
  *
  * Weights are used in place (mmapped file data); nothing is regrouped: Qwen3-Next's grouped
- * in_proj_qkvz / in_proj_ba outputs are consumed as they are by the gdn op (backend.h).
+ * in_proj_qkvz / in_proj_ba outputs are consumed as they are by the gdn op (backend.h). A GGUF
+ * file presents the same names through gguf_model.c, its transforms as hparams flags.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "format/safetensors.h"
+#include "models/gguf_names.h"
 #include "models/model.h"
+#include "models/quantize.h"
 #include "util/fs.h"
 #include "util/half.h"
 #include "util/hash.h"
@@ -27,7 +32,58 @@ struct binder {
 
 static bool bind_dtype_ok(enum toast_dtype t)
 {
-	return t == TOAST_DT_F32 || t == TOAST_DT_F16 || t == TOAST_DT_BF16;
+	return t == TOAST_DT_F32 || t == TOAST_DT_F16 || t == TOAST_DT_BF16 ||
+	       (toast_dtype_is_quant(t) && t != TOAST_DT_MLX4 && t != TOAST_DT_MLX8);
+}
+
+#define BIND_TYPES "F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K or MLX affine 4/8-bit"
+
+/* The parts of an MLX affine weight (format/quant.h): NAME.weight uint32 [..][n_in*bits/32],
+ * NAME.scales and NAME.biases [..][n_in/group_size] of one float type, outer dims equal. */
+struct bind_mlx {
+	const struct toast_tensor *s, *z;
+	int bits, gs;
+};
+
+static bool bind_mlx_parts(struct binder *b, const struct toast_tensor *t, int64_t n_in, struct bind_mlx *x)
+{
+	char name[512];
+	size_t l = strlen(t->name);
+	if (l < 7 || l + 2 > sizeof(name) || strcmp(t->name + l - 7, ".weight") != 0) {
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "tensor %s is U32 but not an MLX .weight", t->name);
+		return false;
+	}
+	snprintf(name, sizeof(name), "%.*s.scales", (int)(l - 7), t->name);
+	x->s = toast_tensordir_find(&b->m->td, name);
+	snprintf(name, sizeof(name), "%.*s.biases", (int)(l - 7), t->name);
+	x->z = toast_tensordir_find(&b->m->td, name);
+	int64_t packed = t->shape[t->n_dims - 1], groups = x->s ? x->s->shape[x->s->n_dims - 1] : 0;
+	x->bits = n_in > 0 ? (int)(packed * 32 / n_in) : 0;
+	x->gs = groups > 0 ? (int)(n_in / groups) : 0;
+	bool ok = x->s && x->z && (x->bits == 4 || x->bits == 8) && packed * 32 == (int64_t)x->bits * n_in &&
+		  (x->gs == 32 || x->gs == 64 || x->gs == 128) && groups * x->gs == n_in && x->s->n_dims == t->n_dims &&
+		  x->z->n_dims == t->n_dims && x->s->dtype == x->z->dtype &&
+		  (x->s->dtype == TOAST_DT_BF16 || x->s->dtype == TOAST_DT_F16 || x->s->dtype == TOAST_DT_F32);
+	for (int i = 0; ok && i + 1 < t->n_dims; i++)
+		ok = x->s->shape[i] == t->shape[i] && x->z->shape[i] == t->shape[i];
+	ok = ok && x->z->shape[t->n_dims - 1] == groups;
+	if (!ok)
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT,
+				      "tensor %s: not an MLX affine 4/8-bit weight of rows of %lld (scales/biases missing, "
+				      "or their shapes or types disagree)",
+				      t->name, (long long)n_in);
+	return ok;
+}
+
+static void bind_set_mlx(struct toast_weight *w, const struct bind_mlx *x, const void *scales, const void *biases,
+			 size_t sb_bytes)
+{
+	w->type = x->bits == 4 ? TOAST_DT_MLX4 : TOAST_DT_MLX8;
+	w->scales = scales;
+	w->biases = biases;
+	w->sb_type = x->s->dtype;
+	w->group_size = x->gs;
+	w->n_bytes += 2 * sb_bytes;
 }
 
 /* Bind the tensor `name` as n_out x n_in (a vector when n_out == 1; size-1 dims are ignored so
@@ -52,17 +108,24 @@ static void bind_as(struct binder *b, struct toast_weight *w, const char *name, 
 		b->m->weight_bytes += w->n_bytes;
 		return;
 	}
-	const struct toast_st_tensor *t = toast_st_find(&b->m->st, name);
+	const struct toast_tensor *t = toast_tensordir_find(&b->m->td, name);
 	if (!t) {
 		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "missing tensor %s", name);
 		return;
 	}
-	int64_t dims[TOAST_ST_MAX_DIMS];
+	int64_t dims[TOAST_MAX_DIMS];
 	int nd = 0;
 	for (int i = 0; i < t->n_dims; i++)
 		if (t->shape[i] != 1)
 			dims[nd++] = t->shape[i];
-	int64_t want[2] = {n_out, n_in};
+	struct bind_mlx mx = {0};
+	int64_t n_in_stored = n_in;
+	if (t->dtype == TOAST_DT_U32) {
+		if (!bind_mlx_parts(b, t, n_in, &mx))
+			return;
+		n_in_stored = n_in * mx.bits / 32;
+	}
+	int64_t want[2] = {n_out, n_in_stored};
 	int nw = 0;
 	int64_t wdims[2];
 	for (int i = 0; i < 2; i++)
@@ -79,18 +142,16 @@ static void bind_as(struct binder *b, struct toast_weight *w, const char *name, 
 				      (long long)n_out, (long long)n_in);
 		return;
 	}
-	if (!bind_dtype_ok(t->dtype)) {
-		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "tensor %s has dtype %s (want F32, F16 or BF16)", name,
-				      t->dtype_name);
+	if (!mx.s && !bind_dtype_ok(t->dtype)) {
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "tensor %s has type %s (toasted computes with "
+				      BIND_TYPES ")", name, t->dtype_name);
 		return;
 	}
-	w->name = t->name;
-	w->type = t->dtype;
-	w->n_out = n_out;
-	w->n_in = n_in;
-	w->data = t->data;
-	w->n_bytes = t->n_bytes;
-	b->m->weight_bytes += t->n_bytes;
+	*w = (struct toast_weight){.name = t->name, .type = t->dtype, .n_out = n_out, .n_in = n_in, .data = t->data,
+				   .n_bytes = t->n_bytes};
+	if (mx.s)
+		bind_set_mlx(w, &mx, mx.s->data, mx.z->data, mx.s->n_bytes);
+	b->m->weight_bytes += w->n_bytes;
 }
 
 static void bindf(struct binder *b, struct toast_weight *w, int64_t n_out, int64_t n_in, const char *fmt, ...)
@@ -112,11 +173,65 @@ static bool has_tensor(struct binder *b, const char *fmt, int il, const char *re
 										      : true;
 	char name[512];
 	snprintf(name, sizeof(name), fmt, b->prefix, il, rest);
-	return toast_st_find(&b->m->st, name) != NULL;
+	return toast_tensordir_find(&b->m->td, name) != NULL;
 }
 
-/* experts: per-expert tensors (experts.E.gate_proj.weight) or fused/stacked ones
- * (experts.gate_up_proj [E][2*n_ff][n_embd], experts.down_proj [E][n_embd][n_ff]) */
+/* a stacked expert tensor [n_expert][rows][cols] (cols packed for MLX), with its MLX parts */
+struct bind_stack {
+	const struct toast_tensor *t;
+	struct bind_mlx mx;
+};
+
+/* bind expert e of a stack as rows [row0, row0+rows) of its slice */
+static void bind_stacked(struct toast_weight *w, const struct bind_stack *st, int e, int64_t row0, int64_t rows,
+			 int64_t cols)
+{
+	const struct toast_tensor *t = st->t;
+	size_t slice = t->n_bytes / (size_t)t->shape[0], rb = slice / (size_t)t->shape[1];
+	*w = (struct toast_weight){.name = t->name, .type = t->dtype, .n_in = cols, .n_out = rows,
+				   .data = (const char *)t->data + (size_t)e * slice + (size_t)row0 * rb,
+				   .n_bytes = (size_t)rows * rb};
+	if (st->mx.s) {
+		size_t sslice = st->mx.s->n_bytes / (size_t)t->shape[0], srb = sslice / (size_t)t->shape[1];
+		size_t off = (size_t)e * sslice + (size_t)row0 * srb;
+		bind_set_mlx(w, &st->mx, (const char *)st->mx.s->data + off, (const char *)st->mx.z->data + off,
+			     (size_t)rows * srb);
+	}
+}
+
+/* experts.WHAT (Hugging Face fused or GGUF) or switch_mlp.WHAT.weight (MLX), or none */
+static bool bind_stack(struct binder *b, int il, const char *what, int64_t rows, int64_t cols, struct bind_stack *st)
+{
+	char name[512];
+	memset(st, 0, sizeof(*st));
+	snprintf(name, sizeof(name), "%slayers.%d.mlp.experts.%s", b->prefix, il, what);
+	st->t = toast_tensordir_find(&b->m->td, name);
+	if (!st->t) {
+		snprintf(name, sizeof(name), "%slayers.%d.mlp.switch_mlp.%s.weight", b->prefix, il, what);
+		st->t = toast_tensordir_find(&b->m->td, name);
+	}
+	if (!st->t || b->rc != TOAST_OK)
+		return st->t != NULL;
+	int ne = b->m->hp.n_expert;
+	int64_t cols_stored = cols;
+	if (st->t->dtype == TOAST_DT_U32 && st->t->n_dims == 3) {
+		if (!bind_mlx_parts(b, st->t, cols, &st->mx))
+			return true;
+		cols_stored = cols * st->mx.bits / 32;
+	}
+	const struct toast_tensor *t = st->t;
+	if (t->n_dims != 3 || t->shape[0] != ne || t->shape[1] != rows || t->shape[2] != cols_stored ||
+	    (!st->mx.s && !bind_dtype_ok(t->dtype)))
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "tensor %s: expected [%d, %lld, %lld] of " BIND_TYPES, name,
+				      ne, (long long)rows, (long long)cols);
+	else
+		b->m->weight_bytes += t->n_bytes + (st->mx.s ? st->mx.s->n_bytes + st->mx.z->n_bytes : 0);
+	return true;
+}
+
+/* experts: per-expert tensors (experts.E.gate_proj.weight), or stacked ones [E][rows][cols]:
+ * fused experts.gate_up_proj [E][2*n_ff][n_embd] (gate rows first) or experts.gate_proj and
+ * experts.up_proj [E][n_ff][n_embd], with experts.down_proj [E][n_embd][n_ff] */
 static void bind_experts(struct binder *b, struct toast_layer *l, int il)
 {
 	const struct toast_hparams *hp = &b->m->hp;
@@ -130,10 +245,13 @@ static void bind_experts(struct binder *b, struct toast_layer *l, int il)
 	}
 	if (b->rc != TOAST_OK)
 		return;
-	char name[512];
-	snprintf(name, sizeof(name), "%slayers.%d.mlp.experts.gate_up_proj", b->prefix, il);
-	const struct toast_st_tensor *gu = toast_st_find(&b->m->st, name);
-	if (!gu) {
+	struct bind_stack gu, g = {0}, u = {0}, dn;
+	bool fused = bind_stack(b, il, "gate_up_proj", 2 * F, E, &gu), have_g = false, have_u = false;
+	if (!fused) {
+		have_g = bind_stack(b, il, "gate_proj", F, E, &g);
+		have_u = bind_stack(b, il, "up_proj", F, E, &u);
+	}
+	if (!fused && !have_g && !have_u) {
 		for (int e = 0; e < ne && b->rc == TOAST_OK; e++) {
 			bindf(b, &l->gate_exps.w[e], F, E, "%slayers.%d.mlp.experts.%d.gate_proj.weight", b->prefix, il, e);
 			bindf(b, &l->up_exps.w[e], F, E, "%slayers.%d.mlp.experts.%d.up_proj.weight", b->prefix, il, e);
@@ -141,34 +259,14 @@ static void bind_experts(struct binder *b, struct toast_layer *l, int il)
 		}
 		return;
 	}
-	char dname[512];
-	snprintf(dname, sizeof(dname), "%slayers.%d.mlp.experts.down_proj", b->prefix, il);
-	const struct toast_st_tensor *dn = toast_st_find(&b->m->st, dname);
-	if (!dn) {
-		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "missing tensor %s", dname);
-		return;
+	bool have_d = bind_stack(b, il, "down_proj", E, F, &dn);
+	if (b->rc == TOAST_OK && (!have_d || (!fused && (!have_g || !have_u))))
+		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT, "layer %d: stacked expert tensors are incomplete", il);
+	for (int e = 0; e < ne && b->rc == TOAST_OK; e++) {
+		bind_stacked(&l->gate_exps.w[e], fused ? &gu : &g, e, 0, F, E);
+		bind_stacked(&l->up_exps.w[e], fused ? &gu : &u, e, fused ? F : 0, F, E);
+		bind_stacked(&l->down_exps.w[e], &dn, e, 0, E, F);
 	}
-	if (gu->n_dims != 3 || gu->shape[0] != ne || gu->shape[1] != 2 * F || gu->shape[2] != E || dn->n_dims != 3 ||
-	    dn->shape[0] != ne || dn->shape[1] != E || dn->shape[2] != F || !bind_dtype_ok(gu->dtype) ||
-	    !bind_dtype_ok(dn->dtype)) {
-		b->rc = toast_err_set(b->err, TOAST_ERR_FORMAT,
-				      "tensors %s / %s: expected [%d, %d, %d] / [%d, %d, %d] of F32/F16/BF16", name, dname,
-				      ne, 2 * F, E, ne, E, F);
-		return;
-	}
-	size_t el = (size_t)toast_dtypes[gu->dtype].type_size, eld = (size_t)toast_dtypes[dn->dtype].type_size;
-	size_t fe = (size_t)F * E;
-	for (int e = 0; e < ne; e++) {
-		const char *base = (const char *)gu->data + (size_t)e * 2 * fe * el;
-		l->gate_exps.w[e] = (struct toast_weight){.name = gu->name, .type = gu->dtype, .n_in = E, .n_out = F,
-							 .data = base, .n_bytes = fe * el};
-		l->up_exps.w[e] = (struct toast_weight){.name = gu->name, .type = gu->dtype, .n_in = E, .n_out = F,
-						       .data = base + fe * el, .n_bytes = fe * el};
-		l->down_exps.w[e] = (struct toast_weight){.name = dn->name, .type = dn->dtype, .n_in = F, .n_out = E,
-							 .data = (const char *)dn->data + (size_t)e * fe * eld,
-							 .n_bytes = fe * eld};
-	}
-	b->m->weight_bytes += gu->n_bytes + dn->n_bytes;
 }
 
 static void bind_layer(struct binder *b, int il)
@@ -240,24 +338,51 @@ static void bind_layer(struct binder *b, int il)
 	}
 }
 
-static size_t weight_decode_bytes(const struct toast_model *m)
+int toast_layer_weights(struct toast_layer *l, struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS])
+{
+	struct toast_weight *all[] = {&l->attn_norm, &l->ffn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
+				      &l->k_norm, &l->ssm_qkv, &l->ssm_z, &l->ssm_b, &l->ssm_a, &l->ssm_conv,
+				      &l->ssm_A, &l->ssm_dt, &l->ssm_norm, &l->ssm_out, &l->ffn_gate, &l->ffn_up,
+				      &l->ffn_down, &l->router, &l->sh_gate, &l->sh_up, &l->sh_down, &l->sh_gate_inp};
+	_Static_assert(sizeof(all) / sizeof(all[0]) == TOAST_LAYER_MAX_WEIGHTS, "layer weight list");
+	int n = 0;
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		if (all[i]->n_out > 0) /* bound (synthetic weights have no data until prepared) */
+			ws[n++] = all[i];
+	return n;
+}
+
+static size_t weight_decode_bytes(struct toast_model *m)
 {
 	const struct toast_hparams *hp = &m->hp;
 	size_t n = (m->output_tied ? m->tok_embd.n_bytes : m->output.n_bytes) + m->output_norm.n_bytes;
 	for (int il = 0; il < hp->n_layer; il++) {
-		const struct toast_layer *l = &m->layers[il];
-		const struct toast_weight *ws[] = {&l->attn_norm, &l->ffn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
-						   &l->k_norm, &l->ssm_qkv, &l->ssm_z, &l->ssm_b, &l->ssm_a, &l->ssm_conv,
-						   &l->ssm_A, &l->ssm_dt, &l->ssm_norm, &l->ssm_out, &l->ffn_gate, &l->ffn_up,
-						   &l->ffn_down, &l->router, &l->sh_gate, &l->sh_up, &l->sh_down,
-						   &l->sh_gate_inp};
-		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
+		struct toast_layer *l = &m->layers[il];
+		struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS];
+		int nw = toast_layer_weights(l, ws);
+		for (int i = 0; i < nw; i++)
 			n += ws[i]->n_bytes;
 		if (l->is_moe)
 			n += (size_t)hp->n_expert_used * (l->gate_exps.w[0].n_bytes + l->up_exps.w[0].n_bytes +
 							 l->down_exps.w[0].n_bytes);
 	}
-	return n + (size_t)toast_dtypes[m->tok_embd.type].type_size * (size_t)hp->n_embd; /* one embedding row */
+	size_t row = 0; /* one embedding row */
+	toast_dtype_bytes(m->tok_embd.type, hp->n_embd, &row);
+	return n + row;
+}
+
+static bool model_quantized(struct toast_model *m)
+{
+	bool q = toast_dtype_is_quant(m->tok_embd.type) || toast_dtype_is_quant(m->output.type);
+	for (int il = 0; il < m->hp.n_layer && !q; il++) {
+		struct toast_layer *l = &m->layers[il];
+		struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS];
+		int nw = toast_layer_weights(l, ws);
+		for (int i = 0; i < nw; i++)
+			q = q || toast_dtype_is_quant(ws[i]->type);
+		q = q || (l->is_moe && toast_dtype_is_quant(l->gate_exps.w[0].type));
+	}
+	return q;
 }
 
 static enum toast_status model_prepare(struct toast_model *m, struct toast_error *err)
@@ -273,15 +398,12 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 	size_t done = m->tok_embd.n_bytes + m->output_norm.n_bytes + (m->output_tied ? 0 : m->output.n_bytes);
 	for (int il = 0; il < m->hp.n_layer && rc == TOAST_OK; il++) {
 		struct toast_layer *l = &m->layers[il];
-		struct toast_weight *ws[] = {&l->attn_norm, &l->ffn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->q_norm,
-					     &l->k_norm, &l->ssm_qkv, &l->ssm_z, &l->ssm_b, &l->ssm_a, &l->ssm_conv,
-					     &l->ssm_A, &l->ssm_dt, &l->ssm_norm, &l->ssm_out, &l->ffn_gate, &l->ffn_up,
-					     &l->ffn_down, &l->router, &l->sh_gate, &l->sh_up, &l->sh_down, &l->sh_gate_inp};
-		for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]) && rc == TOAST_OK; i++)
-			if (ws[i]->n_out > 0) { /* bound (synthetic weights have no data yet) */
-				rc = be->ops->prepare_weight(be, ws[i], err);
-				done += ws[i]->n_bytes;
-			}
+		struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS];
+		int nw = toast_layer_weights(l, ws);
+		for (int i = 0; i < nw && rc == TOAST_OK; i++) {
+			rc = be->ops->prepare_weight(be, ws[i], err);
+			done += ws[i]->n_bytes;
+		}
 		struct toast_experts *xs[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
 		for (int i = 0; i < 3 && l->is_moe && rc == TOAST_OK; i++) {
 			rc = be->ops->prepare_experts(be, xs[i], err);
@@ -294,34 +416,68 @@ static enum toast_status model_prepare(struct toast_model *m, struct toast_error
 	return rc;
 }
 
-static enum toast_status model_bind(struct toast_model *m, struct toast_error *err);
+/* config.json + safetensors, or a GGUF file: hparams and the tensor directory */
+static enum toast_status model_open(struct toast_model *m, const char *path, struct toast_error *err)
+{
+	struct stat sb;
+	if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode)) { /* a file: GGUF */
+		if (!toast_gguf_is_gguf(path))
+			return toast_err_set(err, TOAST_ERR_IO,
+					     "%s/config.json: not a directory, and %s is not a GGUF file (bad magic)", path,
+					     path);
+		m->is_gguf = true;
+		enum toast_status rc = toast_gguf_open(&m->gguf, path, err);
+		if (rc == TOAST_OK)
+			rc = toast_hparams_from_gguf(&m->hp, &m->gguf, err);
+		return rc == TOAST_OK ? toast_gguf_tensordir(&m->gguf, &m->hp, &m->td, err) : rc;
+	}
+	char cfg[4096], *text = NULL;
+	if (!toast_path_join(cfg, sizeof(cfg), path, "config.json"))
+		return toast_err_set(err, TOAST_ERR_INVALID, "%s: path too long", path);
+	enum toast_status rc = toast_read_file(cfg, CONFIG_MAX_BYTES, &text, NULL, err);
+	if (rc == TOAST_OK) {
+		rc = toast_hparams_parse(&m->hp, text, err);
+		free(text);
+		if (rc != TOAST_OK)
+			toast_err_prefix(err, "%s/", path); /* "DIR/config.json: ..." */
+	}
+	if (rc == TOAST_OK)
+		rc = toast_st_open_dir(&m->td, path, err);
+	/* mlx-lm converts hybrid checkpoints with +1 baked into the zero-centred norms and conv1d
+	 * moved to [C, K, 1]: that layout marks such a directory */
+	for (int il = 0; rc == TOAST_OK && il < m->hp.n_layer && m->hp.norm_plus_one; il++) {
+		char name[160];
+		snprintf(name, sizeof(name), "%slayers.%d.linear_attn.conv1d.weight",
+			 toast_tensordir_find(&m->td, "model.language_model.embed_tokens.weight") ? "model.language_model."
+												    : "model.",
+			 il);
+		const struct toast_tensor *c = toast_tensordir_find(&m->td, name);
+		if (c) {
+			m->hp.norm_plus_one = !(c->n_dims == 3 && c->shape[2] == 1 && c->shape[1] > 1);
+			break;
+		}
+	}
+	return rc;
+}
 
-enum toast_status toast_model_load(struct toast_model *m, const char *dir, struct toast_backend *be,
-				   toast_progress_cb progress, void *progress_ud, struct toast_error *err)
+static enum toast_status model_bind(struct toast_model *m, enum toast_quant_mix quant, struct toast_error *err);
+
+enum toast_status toast_model_load(struct toast_model *m, const char *path, struct toast_backend *be,
+				   enum toast_quant_mix quant, toast_progress_cb progress, void *progress_ud,
+				   struct toast_error *err)
 {
 	memset(m, 0, sizeof(*m));
 	m->be = be;
 	m->progress = progress;
 	m->progress_ud = progress_ud;
-	char path[4096], *text = NULL;
-	if (!toast_path_join(path, sizeof(path), dir, "config.json"))
-		return toast_err_set(err, TOAST_ERR_INVALID, "%s: path too long", dir);
-	enum toast_status rc = toast_read_file(path, CONFIG_MAX_BYTES, &text, NULL, err);
-	if (rc == TOAST_OK) {
-		rc = toast_hparams_parse(&m->hp, text, err);
-		free(text);
-		if (rc != TOAST_OK)
-			toast_err_prefix(err, "%s/", dir); /* "DIR/config.json: ..." */
-	}
-	if (rc == TOAST_OK)
-		rc = toast_st_open_dir(&m->st, dir, err);
+	enum toast_status rc = model_open(m, path, err);
 	if (rc != TOAST_OK) {
 		toast_model_unload(m);
 		return rc;
 	}
-	rc = model_bind(m, err);
+	rc = model_bind(m, quant, err);
 	if (rc != TOAST_OK) {
-		toast_err_prefix(err, "%s: ", dir);
+		toast_err_prefix(err, "%s: ", path);
 		toast_model_unload(m);
 	}
 	return rc;
@@ -337,7 +493,7 @@ enum toast_status toast_model_load_synthetic(struct toast_model *m, const char *
 	if (rc == TOAST_OK && n_layer > 0 && n_layer < m->hp.n_layer)
 		m->hp.n_layer = n_layer; /* the per-layer tables are longer than needed: harmless */
 	if (rc == TOAST_OK)
-		rc = model_bind(m, err);
+		rc = model_bind(m, TOAST_MIX_NONE, err);
 	if (rc != TOAST_OK) {
 		toast_err_prefix(err, "synthetic model: ");
 		toast_model_unload(m);
@@ -345,27 +501,30 @@ enum toast_status toast_model_load_synthetic(struct toast_model *m, const char *
 	return rc;
 }
 
-static enum toast_status model_bind(struct toast_model *m, struct toast_error *err)
+static enum toast_status model_bind(struct toast_model *m, enum toast_quant_mix quant, struct toast_error *err)
 {
 	enum toast_status rc;
 	const struct toast_hparams *hp = &m->hp;
 	struct binder b = {m, "model.", err, TOAST_OK};
-	if (toast_st_find(&m->st, "model.language_model.embed_tokens.weight"))
+	if (toast_tensordir_find(&m->td, "model.language_model.embed_tokens.weight"))
 		b.prefix = "model.language_model.";
 	m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
 	if (!m->layers)
 		b.rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	bindf(&b, &m->tok_embd, hp->n_vocab, hp->n_embd, "%sembed_tokens.weight", b.prefix);
 	bindf(&b, &m->output_norm, 1, hp->n_embd, "%snorm.weight", b.prefix);
-	if (!hp->tie_embd || toast_st_find(&m->st, "lm_head.weight"))
+	if (!hp->tie_embd || toast_tensordir_find(&m->td, "lm_head.weight"))
 		bind_as(&b, &m->output, "lm_head.weight", hp->n_vocab, hp->n_embd);
 	else
 		m->output_tied = true; /* set from tok_embd once it is prepared */
 	for (int il = 0; il < hp->n_layer && b.rc == TOAST_OK; il++)
 		bind_layer(&b, il);
 	rc = b.rc;
+	if (rc == TOAST_OK && quant != TOAST_MIX_NONE)
+		rc = toast_model_quantize(m, quant, err);
 	if (rc == TOAST_OK) {
 		m->decode_bytes = weight_decode_bytes(m);
+		m->quantized = model_quantized(m);
 		rc = model_prepare(m, err);
 	}
 	return rc;
@@ -386,7 +545,8 @@ void toast_model_unload(struct toast_model *m)
 	for (size_t i = 0; i < m->n_synth_names; i++)
 		free(m->synth_names[i]);
 	free(m->synth_names);
-	toast_st_close(&m->st);
+	toast_tensordir_close(&m->td);
+	toast_gguf_close(&m->gguf);
 	toast_hparams_free(&m->hp);
 	memset(m, 0, sizeof(*m));
 }
@@ -400,7 +560,7 @@ static int ssm_conv_dim(const struct toast_hparams *hp)
 
 void toast_model_state_free(const struct toast_model *m, struct toast_state *s)
 {
-	if (!s || !m)
+	if (!s || !m || !m->be)
 		return;
 	struct toast_backend *be = m->be;
 	for (int il = 0; il < m->hp.n_layer; il++) {
@@ -561,6 +721,13 @@ static uint64_t fp_weight(uint64_t h, const struct toast_weight *w)
 	return w->data ? toast_fnv1a(w->data, w->n_bytes, h) : h;
 }
 
+/* the element types a matrix is stored and computed in: a quantised model computes other states */
+static uint64_t fp_types(uint64_t h, const struct toast_weight *w)
+{
+	int t[3] = {w->type, w->dev_type, w->group_size};
+	return toast_fnv1a(t, sizeof(t), h);
+}
+
 uint64_t toast_model_fingerprint(const struct toast_model *m)
 {
 	const struct toast_hparams *hp = &m->hp;
@@ -570,10 +737,21 @@ uint64_t toast_model_fingerprint(const struct toast_model *m)
 	uint64_t h = toast_fnv1a(dims, sizeof(dims), TOAST_FNV_OFFSET);
 	h = toast_fnv1a(&hp->rope_theta, sizeof(hp->rope_theta), h);
 	for (int il = 0; il < hp->n_layer; il++) {
-		h = toast_fnv1a(&m->layers[il].is_attn, sizeof(bool), h);
-		h = fp_weight(h, &m->layers[il].attn_norm);
-		h = fp_weight(h, &m->layers[il].ffn_norm);
+		const struct toast_layer *l = &m->layers[il];
+		h = toast_fnv1a(&l->is_attn, sizeof(bool), h);
+		h = fp_weight(h, &l->attn_norm);
+		h = fp_weight(h, &l->ffn_norm);
+		const struct toast_weight *mats[] = {&l->wq,      &l->wk,       &l->wv,      &l->wo,       &l->ssm_qkv,
+						     &l->ssm_z,   &l->ssm_out,  &l->ffn_gate, &l->ffn_up,  &l->ffn_down,
+						     &l->router,  &l->sh_gate,  &l->sh_up,   &l->sh_down};
+		for (size_t k = 0; k < sizeof(mats) / sizeof(mats[0]); k++)
+			h = fp_types(h, mats[k]);
+		const struct toast_experts *x[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
+		for (int k = 0; k < 3; k++)
+			if (x[k]->n_expert > 0 && x[k]->w)
+				h = fp_types(h, &x[k]->w[0]);
 	}
+	h = fp_types(fp_types(h, &m->tok_embd), &m->output);
 	return fp_weight(h, &m->output_norm);
 }
 
@@ -706,7 +884,8 @@ static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, st
 	struct toast_gdn_args a = {
 		.qkv = w->qkv, .z = w->z, .b = w->b, .a = w->a,
 		.qkvz_grouped = l->qkvz_grouped, .ba_grouped = l->ba_grouped,
-		.conv_w = &l->ssm_conv, .A_log = &l->ssm_A, .a_is_neg_exp = false, .dt_bias = &l->ssm_dt,
+		.v_heads_tiled = hp->v_heads_tiled,
+		.conv_w = &l->ssm_conv, .A_log = &l->ssm_A, .a_is_neg_exp = hp->a_is_neg_exp, .dt_bias = &l->ssm_dt,
 		.norm_w = &l->ssm_norm,
 		.n_k_head = hp->ssm_n_k_head, .n_v_head = hp->ssm_n_v_head, .d_k = hp->ssm_d_k, .d_v = hp->ssm_d_v,
 		.conv_k = hp->ssm_conv_k, .eps = hp->norm_eps,

@@ -1,5 +1,5 @@
 /*
- * qwen_config.c - config.json -> struct toast_hparams for the Qwen3 family.
+ * qwen_config.c - config.json -> struct toast_hparams for the Qwen3 family and Llama.
  *
  * Accepts both config styles seen in the wild: transformers 5 (rope_parameters, layer_types)
  * and released checkpoints (top-level rope_theta / partial_rotary_factor,
@@ -110,6 +110,7 @@ static const struct {
 	{"qwen3_next", TOAST_ARCH_QWEN3_NEXT, 256, 2, 0.25},
 	{"qwen3_5_text", TOAST_ARCH_QWEN35, 256, 4, 0.25},
 	{"qwen3_5_moe_text", TOAST_ARCH_QWEN35_MOE, 256, 2, 0.25},
+	{"llama", TOAST_ARCH_LLAMA, 0, 0, 1.0},
 };
 
 static enum toast_status cfg_rope(struct cfg *c, struct toast_hparams *hp, double rot_fraction)
@@ -277,7 +278,7 @@ enum toast_status toast_hparams_parse(struct toast_hparams *hp, const char *json
 	if (!mt || ai == n_archs) {
 		enum toast_status rc = toast_err_set(err, mt ? TOAST_ERR_UNSUPPORTED : TOAST_ERR_FORMAT,
 						     mt ? "config.json: model_type \"%s\" is not supported (qwen3, qwen3_moe, "
-							  "qwen3_next, qwen3_5_text, qwen3_5_moe_text)"
+							  "qwen3_next, qwen3_5_text, qwen3_5_moe_text, llama)"
 							: "config.json: missing key \"model_type\"%s",
 						     mt ? mt : "");
 		json_decref(doc);
@@ -300,6 +301,9 @@ enum toast_status toast_hparams_parse(struct toast_hparams *hp, const char *json
 	hp->tie_embd = cfg_bool(&c, "tie_word_embeddings", false);
 	hp->norm_plus_one = hybrid;
 	cfg_unsupported(&c, hp);
+	if (A == TOAST_ARCH_LLAMA && c.rc == TOAST_OK &&
+	    (cfg_bool(&c, "attention_bias", false) || cfg_bool(&c, "mlp_bias", false)))
+		c.rc = toast_err_set(err, TOAST_ERR_UNSUPPORTED, "config.json: attention_bias / mlp_bias are not supported");
 	hp->attn_gated = hybrid && cfg_bool(&c, "attn_output_gate", true);
 	/* intermediate_size is used by dense layers only (checked when a dense layer is bound) */
 	hp->n_ff = cfg_int(&c, "intermediate_size", moe ? 0 : -1, moe ? 0 : 1, CFG_MAX_DIM);

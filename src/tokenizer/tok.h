@@ -18,6 +18,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -78,7 +79,7 @@ struct toast_tokenizer {
 	uint32_t *piece_len;         /* [n_vocab]; UINT32_MAX: no token has this id */
 	struct toast_strmap bpe_ids; /* raw bytes -> id, for the BPE vocabulary (keys in blob) */
 	struct toast_strmap added_ids; /* added-token content -> index into added */
-	int32_t byte_id[256];        /* the id of each single byte */
+	int32_t byte_id[256];        /* the id of each single byte; -1: none (the byte is dropped) */
 	bool ignore_merges;
 
 	/* merges: open addressing on (left << 32 | right) */
@@ -170,6 +171,11 @@ enum toast_status tok_pretok_run(struct tok_enc *c, int step, const char *p, siz
 enum toast_status tok_enc_word(struct tok_enc *c, const char *p, size_t n, struct toast_error *err);
 
 /* ---- tok_load.c ---- */
+/* A tokenizer from a tokenizer.json document (root), with tokenizer_config.json's (cfg, may be
+ * NULL), a chat template overriding cfg's (jinja, may be NULL) and extra end-of-generation ids
+ * (eos_ids: an id or a list, may be NULL); `what` names the source in messages. */
+enum toast_status tok_build(json_t *root, json_t *cfg, const char *jinja, json_t *eos_ids, const char *what,
+			    struct toast_tokenizer **out, struct toast_error *err);
 enum toast_status tok_trie_add(struct tok_trie *t, const char *s, size_t n, int32_t added);
 void tok_trie_free(struct tok_trie *t);
 

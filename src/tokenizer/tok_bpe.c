@@ -142,7 +142,7 @@ static void bpe_queue(const struct toast_tokenizer *tok, struct tok_bpe_scratch 
 	int32_t b = s->sym[a].next;
 	uint32_t rank;
 	int32_t res;
-	if (tok_merges_get(tok, s->sym[a].id, s->sym[b].id, &rank, &res))
+	if (s->sym[a].id >= 0 && s->sym[b].id >= 0 && tok_merges_get(tok, s->sym[a].id, s->sym[b].id, &rank, &res))
 		bpe_heap_push(s, nh, (struct tok_bpe_merge){rank, (uint32_t)a, res});
 }
 
@@ -150,8 +150,11 @@ enum toast_status tok_bpe_piece(const struct toast_tokenizer *tok, struct tok_bp
 				struct tok_ids *out, struct toast_error *err)
 {
 	const unsigned char *u = (const unsigned char *)p;
+	/* a byte without a token (byte_id -1) is dropped, as upstream's BPE without an unk token does */
 	if (n == 1)
-		return tok_ids_push(out, tok->byte_id[u[0]]) ? TOAST_OK : toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+		return tok->byte_id[u[0]] < 0 || tok_ids_push(out, tok->byte_id[u[0]])
+			       ? TOAST_OK
+			       : toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	if (tok->ignore_merges) {
 		int id = toast_strmap_get(&tok->bpe_ids, p, n);
 		if (id >= 0)
@@ -202,7 +205,7 @@ enum toast_status tok_bpe_piece(const struct toast_tokenizer *tok, struct tok_bp
 		bpe_queue(tok, s, &nh, (int32_t)m.pos);
 	}
 	for (int32_t i = 0; i >= 0; i = s->sym[i].next)
-		if (!tok_ids_push(out, s->sym[i].id))
+		if (s->sym[i].id >= 0 && !tok_ids_push(out, s->sym[i].id))
 			return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	return TOAST_OK;
 }

@@ -427,11 +427,12 @@ static enum toast_status load_model(struct toast_tokenizer *tok, json_t *root, c
 		}
 		s[l] = 0;
 		json_t *idv = json_object_get(vocab, s);
-		if (!json_is_integer(idv))
+		/* some vocabularies (SmolLM2's) lack tokens for control bytes: those bytes are dropped */
+		if (!json_is_integer(idv) && c > 0x20 && c < 0x7f)
 			rc = toast_err_set(err, TOAST_ERR_UNSUPPORTED, "%s: not a byte-level vocabulary (byte 0x%02x has no token)",
 					   path, c);
 		else
-			tok->byte_id[c] = (int32_t)json_integer_value(idv);
+			tok->byte_id[c] = json_is_integer(idv) ? (int32_t)json_integer_value(idv) : -1;
 	}
 	if (rc != TOAST_OK)
 		return rc;
@@ -509,12 +510,12 @@ static enum toast_status load_added_tries(struct toast_tokenizer *tok, struct to
 	return TOAST_OK;
 }
 
-static enum toast_status load_config(struct toast_tokenizer *tok, const char *dir, struct toast_error *err)
+/* special tokens, chat template (jinja overrides cfg's), end-of-generation ids (eos_ids: an id
+ * or a list of ids, extra to the tokenizer's own) */
+static enum toast_status load_config_apply(struct toast_tokenizer *tok, json_t *cfg, const char *jinja,
+					   json_t *eos_ids, struct toast_error *err)
 {
-	enum toast_status rc;
-	json_t *cfg = load_json(dir, "tokenizer_config.json", false, err, &rc);
-	if (rc != TOAST_OK)
-		return rc;
+	enum toast_status rc = TOAST_OK;
 	tok->bos_token = load_special(cfg, "bos_token");
 	tok->eos_token = load_special(cfg, "eos_token");
 	tok->pad_token = load_special(cfg, "pad_token");
@@ -527,36 +528,19 @@ static enum toast_status load_config(struct toast_tokenizer *tok, const char *di
 						 strcmp(json_string_value(json_object_get(x, "name")), "default") == 0) pick = x;
 		ct = json_object_get(pick, "template");
 	}
-	char path[4096];
-	if (toast_path_join(path, sizeof(path), dir, "chat_template.jinja") && toast_file_exists(path)) {
-		rc = toast_read_file(path, 1 << 20, &tok->chat_template, NULL, err);
-	} else if (json_is_string(ct)) {
-		tok->chat_template = toast_strdup(json_string_value(ct));
+	if (jinja || json_is_string(ct)) {
+		tok->chat_template = toast_strdup(jinja ? jinja : json_string_value(ct));
 		if (!tok->chat_template)
-			rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+			return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	}
-	json_decref(cfg);
-	if (rc != TOAST_OK)
-		return rc;
 	if (tok->chat_template) { /* a template we cannot run fails at render time, not here */
 		struct toast_error perr = {0};
 		if (jinja_parse(tok->chat_template, &tok->chat_tmpl, &perr) != TOAST_OK &&
 		    !(tok->chat_tmpl_error = toast_strdup(perr.msg)))
 			return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	}
-
 	/* end of generation: what the model's files say, plus the usual end-of-turn tokens */
-	json_t *gen = load_json(dir, "generation_config.json", false, err, &rc);
-	if (rc != TOAST_OK)
-		return rc;
-	load_mark_eog(tok, json_object_get(gen, "eos_token_id"));
-	json_decref(gen);
-	json_t *mc = load_json(dir, "config.json", false, err, &rc);
-	if (rc != TOAST_OK)
-		return rc;
-	load_mark_eog(tok, json_object_get(mc, "eos_token_id"));
-	load_mark_eog(tok, json_object_get(json_object_get(mc, "text_config"), "eos_token_id"));
-	json_decref(mc);
+	load_mark_eog(tok, eos_ids);
 	static const char *eot[] = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>",
 				    "<end_of_turn>", "<|end|>"};
 	for (size_t k = 0; k < sizeof(eot) / sizeof(eot[0]); k++) {
@@ -569,10 +553,39 @@ static enum toast_status load_config(struct toast_tokenizer *tok, const char *di
 		if (id >= 0)
 			tok->eog[id] = 1;
 	}
-	return TOAST_OK;
+	return rc;
 }
 
-enum toast_status toast_tok_load(const char *model_dir, struct toast_tokenizer **out, struct toast_error *err)
+static enum toast_status load_config(struct toast_tokenizer *tok, const char *dir, struct toast_error *err)
+{
+	enum toast_status rc;
+	json_t *cfg = load_json(dir, "tokenizer_config.json", false, err, &rc);
+	char *jinja = NULL, path[4096];
+	json_t *eos = json_array(), *gen = NULL, *mc = NULL;
+	if (rc == TOAST_OK && toast_path_join(path, sizeof(path), dir, "chat_template.jinja") && toast_file_exists(path))
+		rc = toast_read_file(path, 1 << 20, &jinja, NULL, err);
+	if (rc == TOAST_OK)
+		gen = load_json(dir, "generation_config.json", false, err, &rc);
+	if (rc == TOAST_OK)
+		mc = load_json(dir, "config.json", false, err, &rc);
+	if (rc == TOAST_OK && !eos)
+		rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	if (rc == TOAST_OK) {
+		json_array_append(eos, json_object_get(gen, "eos_token_id"));
+		json_array_append(eos, json_object_get(mc, "eos_token_id"));
+		json_array_append(eos, json_object_get(json_object_get(mc, "text_config"), "eos_token_id"));
+		rc = load_config_apply(tok, cfg, jinja, eos, err);
+	}
+	free(jinja);
+	json_decref(eos);
+	json_decref(gen);
+	json_decref(mc);
+	json_decref(cfg);
+	return rc;
+}
+
+enum toast_status tok_build(json_t *root, json_t *cfg, const char *jinja, json_t *eos_ids, const char *what,
+			    struct toast_tokenizer **out, struct toast_error *err)
 {
 	*out = NULL;
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -580,30 +593,41 @@ enum toast_status toast_tok_load(const char *model_dir, struct toast_tokenizer *
 	struct toast_tokenizer *tok = calloc(1, sizeof(*tok));
 	if (!tok)
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
-	enum toast_status rc;
-	json_t *root = load_json(model_dir, "tokenizer.json", true, err, &rc);
-	char path[4096];
-	toast_path_join(path, sizeof(path), model_dir, "tokenizer.json");
 	bool bytelevel = false;
-	if (rc == TOAST_OK)
-		rc = load_normalizer(tok, json_object_get(root, "normalizer"), err);
+	enum toast_status rc = load_normalizer(tok, json_object_get(root, "normalizer"), err);
 	if (rc == TOAST_OK)
 		rc = load_pretok(tok, json_object_get(root, "pre_tokenizer"), &bytelevel, err);
 	if (rc == TOAST_OK && !bytelevel && !load_decoder_bytelevel(json_object_get(root, "decoder")))
-		rc = toast_err_set(err, TOAST_ERR_UNSUPPORTED, "%s: not a byte-level BPE tokenizer (no ByteLevel step)", path);
+		rc = toast_err_set(err, TOAST_ERR_UNSUPPORTED, "%s: not a byte-level BPE tokenizer (no ByteLevel step)", what);
 	if (rc == TOAST_OK)
-		rc = load_model(tok, root, path, err);
+		rc = load_model(tok, root, what, err);
 	if (rc == TOAST_OK)
 		rc = load_added_tries(tok, err);
-	json_decref(root);
-	if (rc == TOAST_OK)
-		rc = load_config(tok, model_dir, err);
+	if (rc == TOAST_OK && (cfg || jinja || eos_ids))
+		rc = load_config_apply(tok, cfg, jinja, eos_ids, err);
 	if (rc != TOAST_OK) {
 		toast_tok_free(tok);
 		return rc;
 	}
 	*out = tok;
 	return TOAST_OK;
+}
+
+enum toast_status toast_tok_load(const char *model_dir, struct toast_tokenizer **out, struct toast_error *err)
+{
+	*out = NULL;
+	enum toast_status rc;
+	json_t *root = load_json(model_dir, "tokenizer.json", true, err, &rc);
+	char path[4096];
+	toast_path_join(path, sizeof(path), model_dir, "tokenizer.json");
+	if (rc == TOAST_OK)
+		rc = tok_build(root, NULL, NULL, NULL, path, out, err);
+	json_decref(root);
+	if (rc == TOAST_OK && (rc = load_config(*out, model_dir, err)) != TOAST_OK) {
+		toast_tok_free(*out);
+		*out = NULL;
+	}
+	return rc;
 }
 
 void toast_tok_free(struct toast_tokenizer *tok)

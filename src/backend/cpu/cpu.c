@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/quant.h"
 #include "util/half.h"
 #include "util/mem.h"
 
@@ -60,8 +61,23 @@ void cpu_to_f32(const struct toast_weight *w, int64_t off, int64_t n, float *dst
 			dst[i] = toast_f16_to_f32(s[i]);
 		break;
 	}
-	default: /* the loader only binds computable types */
-		memset(dst, 0, (size_t)n * sizeof(float));
+	case TOAST_DT_MLX4:
+	case TOAST_DT_MLX8: { /* off and n are whole groups (n_in is a multiple of group_size) */
+		int bits = w->type == TOAST_DT_MLX4 ? 4 : 8, gs = w->group_size;
+		size_t sbs = (size_t)toast_dtypes[w->sb_type].type_size;
+		toast_dequant_mlx(bits, gs, (const uint32_t *)w->data + off * bits / 32,
+				  (const char *)w->scales + (size_t)(off / gs) * sbs,
+				  (const char *)w->biases + (size_t)(off / gs) * sbs, w->sb_type, dst, n);
+		break;
+	}
+	default:
+		if (toast_dtype_is_quant(w->type)) { /* off and n are whole blocks (whole rows) */
+			int blck = toast_dtypes[w->type].blck;
+			toast_dequant(w->type, (const char *)w->data + (size_t)(off / blck) * toast_dtypes[w->type].type_size,
+				      dst, n);
+		} else { /* the loader only binds computable types */
+			memset(dst, 0, (size_t)n * sizeof(float));
+		}
 		break;
 	}
 }

@@ -53,7 +53,7 @@ static void gdn_head_task(void *p, int h, int tid)
 	struct gdn_ctx *c = p;
 	const struct toast_gdn_args *a = c->a;
 	int dk = a->d_k, dv = a->d_v, T = a->T, cd = c->conv_dim;
-	int kh = h / (a->n_v_head / a->n_k_head);
+	int kh = a->v_heads_tiled ? h % a->n_k_head : h / (a->n_v_head / a->n_k_head);
 	int key_dim = a->n_k_head * dk;
 	float *S = a->ssm_state + (size_t)h * dv * dk; /* [dv][dk] */
 #define Q_(t) (c->conv + (size_t)(t) * cd + (size_t)kh * dk)

@@ -111,10 +111,10 @@ size_t cu_allow_smem(struct cuda_backend *cb, const void *func)
 	return room;
 }
 
-void *cu_scratch(struct cuda_backend *cb, size_t n)
+static void *cu_grow(struct cuda_backend *cb, void **buf, size_t *bytes, size_t n)
 {
-	if (n <= cb->scratch_bytes)
-		return cb->scratch;
+	if (n <= *bytes)
+		return *buf;
 	if (cb->capturing) {
 		cu_fail(cb, cudaErrorStreamCaptureUnsupported, "scratch growth while recording a step");
 		return NULL;
@@ -122,13 +122,23 @@ void *cu_scratch(struct cuda_backend *cb, size_t n)
 	size_t want = n + n / 4;
 	cudaStreamSynchronize(cb->stream);
 	cu_forget_graphs(cb);
-	cudaFree(cb->scratch);
-	cb->scratch = NULL;
-	cb->scratch_bytes = 0;
-	if (cu_fail(cb, cudaMalloc(&cb->scratch, want), "scratch allocation"))
+	cudaFree(*buf);
+	*buf = NULL;
+	*bytes = 0;
+	if (cu_fail(cb, cudaMalloc(buf, want), "scratch allocation"))
 		return NULL;
-	cb->scratch_bytes = want;
-	return cb->scratch;
+	*bytes = want;
+	return *buf;
+}
+
+void *cu_scratch(struct cuda_backend *cb, size_t n)
+{
+	return cu_grow(cb, &cb->scratch, &cb->scratch_bytes, n);
+}
+
+void *cu_scratch2(struct cuda_backend *cb, size_t n)
+{
+	return cu_grow(cb, &cb->scratch2, &cb->scratch2_bytes, n);
 }
 
 /* ---- memory ---- */
@@ -476,9 +486,9 @@ static void cuda_free(struct toast_backend *be)
 		cudaFree(cb->owned[i]);
 	free(cb->owned);
 	cudaFree(cb->scratch);
+	cudaFree(cb->scratch2);
 	cudaFree(cb->d_step);
 	cudaFreeHost(cb->h_step);
-	cudaFreeHost(cb->h_counts);
 	cudaFree(cb->cublas_ws);
 	cudaFree(cb->counters);
 	if (cb->cublas)

@@ -255,7 +255,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	float *qf = (float *)scr, *part = (float *)(scr + qbytes);
 	int threads = (hd + 31) / 32 * 32;
 	dim3 pg(T, a->n_head + a->n_head_kv);
-	k_attn_prep<<<pg, threads, hd * sizeof(float), cb->stream>>>(
+	cu_launch(cb, k_attn_prep, pg, threads, hd * sizeof(float), 
 		a->q, a->k, a->v, a->q_norm ? (const float *)a->q_norm->dev : NULL,
 		a->k_norm ? (const float *)a->k_norm->dev : NULL, a->norm_plus_one, a->eps, a->n_head, a->n_head_kv, hd,
 		a->n_rot, a->rope_theta, a->rope_freq_type, a->gated, (bf16 *)a->k_cache, (bf16 *)a->v_cache, qf, cb->d_step);
@@ -294,7 +294,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	cu_fail(cb, cudaLaunchKernel(fn, sg, dim3(AT_WARPS * 32), args, smem, cb->stream), "attention launch");
 	cu_launched(cb, "attention");
 	dim3 cg(T, a->n_head);
-	k_attn_combine<<<cg, threads, 0, cb->stream>>>(part, a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd,
+	cu_launch(cb, k_attn_combine, cg, threads, 0, part, a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd,
 							n_split, a->gated);
 	cu_launched(cb, "attention combine");
 }

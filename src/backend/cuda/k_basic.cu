@@ -16,7 +16,7 @@ __global__ void k_embed(float *x, const void *W, int type, int64_t n, const int3
 void cu_embed(struct cuda_backend *cb, float *x, const struct toast_weight *W, int T)
 {
 	dim3 grid(cu_blocks((size_t)W->n_in, 256), T);
-	k_embed<<<grid, 256, 0, cb->stream>>>(x, W->dev, W->dev_type, W->n_in, cb->d_step);
+	cu_launch(cb, k_embed, grid, 256, 0, x, W->dev, W->dev_type, W->n_in, cb->d_step);
 	cu_launched(cb, "embed");
 }
 
@@ -30,7 +30,7 @@ void cu_swiglu(struct cuda_backend *cb, bf16 *out, const float *g, const float *
 {
 	size_t N = (size_t)T * n;
 	unsigned blocks = cu_blocks(N, 256);
-	k_swiglu<<<blocks < 65535u ? blocks : 65535u, 256, 0, cb->stream>>>(out, g, u, N);
+	cu_launch(cb, k_swiglu, blocks < 65535u ? blocks : 65535u, 256, 0, out, g, u, N);
 	cu_launched(cb, "swiglu");
 }
 
@@ -62,7 +62,7 @@ void cu_fill_synthetic(struct cuda_backend *cb, void *dst, enum toast_dtype type
 		       int64_t n_in, int64_t n_out)
 {
 	unsigned blocks = cu_blocks(n, 256);
-	k_fill_synthetic<<<blocks < 65535u ? blocks : 65535u, 256, 0, cb->stream>>>(dst, type, n, seed, n_in, n_out);
+	cu_launch(cb, k_fill_synthetic, blocks < 65535u ? blocks : 65535u, 256, 0, dst, type, n, seed, n_in, n_out);
 	cu_launched(cb, "synthetic fill");
 }
 
@@ -75,6 +75,6 @@ __global__ void k_f32_to_bf16(bf16 *dst, const float *src, size_t n)
 void cu_f32_to_bf16(struct cuda_backend *cb, bf16 *dst, const float *src, size_t n)
 {
 	unsigned blocks = cu_blocks(n, 256);
-	k_f32_to_bf16<<<blocks < 65535u ? blocks : 65535u, 256, 0, cb->stream>>>(dst, src, n);
+	cu_launch(cb, k_f32_to_bf16, blocks < 65535u ? blocks : 65535u, 256, 0, dst, src, n);
 	cu_launched(cb, "f32 to bf16");
 }

@@ -34,7 +34,17 @@ __device__ __forceinline__ int64_t gdn_chan(const gdn_dims &g, int c)
 	return (int64_t)(h / g.r) * G + 2 * g.dk + (h % g.r) * g.dv + c % g.dv;
 }
 
-/* prefill: one thread per channel over all T tokens; reads state slot pos & 1, writes (pos + T) & 1 */
+/* prefill: one thread per (channel, run of GDN_CONV_RUN tokens); reads state slot pos & 1 and
+ * leaves the new state in slot (pos + T) & 1. Only the first run reads the old state, and the
+ * same threads write the new one (the slots may be the same one when T is even). */
+#define GDN_CONV_RUN 64
+__device__ __forceinline__ float gdn_conv_in(const gdn_dims &g, const float *qkv, const float *st, int64_t col, int c,
+					     int t)
+{
+	int64_t stride = g.grouped ? g.conv_dim + g.vdim : g.conv_dim;
+	return t >= 0 ? qkv[t * stride + col] : st[(size_t)(g.K - 1 + t) * g.conv_dim + c];
+}
+
 __global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtype, float *state, int pos, float *out)
 {
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -44,25 +54,24 @@ __global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtyp
 	size_t slot = (size_t)(K - 1) * g.conv_dim;
 	const float *st = state + (pos & 1) * slot;
 	float *sn = state + ((pos + g.T) & 1) * slot;
-	float win[16];
-	for (int j = 0; j < K - 1; j++)
-		win[j] = st[(size_t)j * g.conv_dim + c];
-	int64_t col = gdn_chan(g, c), stride = g.grouped ? g.conv_dim + g.vdim : g.conv_dim;
+	int64_t col = gdn_chan(g, c);
 	float wc[16];
 	for (int j = 0; j < K; j++)
 		wc[j] = cu_ldw(w, wtype, (size_t)c * K + j);
-	for (int t = 0; t < g.T; t++) {
-		float x = qkv[t * stride + col];
-		float s = wc[K - 1] * x;
-		for (int j = 0; j < K - 1; j++)
-			s += wc[j] * win[j];
-		for (int j = 0; j < K - 2; j++)
-			win[j] = win[j + 1];
-		win[K - 2] = x;
+	int t0 = blockIdx.y * GDN_CONV_RUN, t1 = min(g.T, t0 + GDN_CONV_RUN);
+	for (int t = t0; t < t1; t++) {
+		float s = 0;
+		for (int j = 0; j < K; j++)
+			s += wc[j] * gdn_conv_in(g, qkv, st, col, c, t - (K - 1) + j);
 		out[(size_t)t * g.conv_dim + c] = cu_silu(s);
 	}
-	for (int j = 0; j < K - 1; j++)
-		sn[(size_t)j * g.conv_dim + c] = win[j];
+	if (blockIdx.y == 0) {
+		float nw[16];
+		for (int j = 0; j < K - 1; j++)
+			nw[j] = gdn_conv_in(g, qkv, st, col, c, g.T - (K - 1) + j);
+		for (int j = 0; j < K - 1; j++)
+			sn[(size_t)j * g.conv_dim + c] = nw[j];
+	}
 }
 
 /* per token: L2-normalise q (with d_k^-1/2) and k of each key head in place; beta and g */
@@ -254,71 +263,131 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS)
 	}
 }
 
-/* T > 1: chunks of C tokens in shared memory, sequential over chunks. Rows of K, Q, W and S are
- * padded to dk + 1 floats so that threads walking different rows hit different banks. */
-__global__ void k_gdn_chunk(gdn_dims g, int C, const float *conv, const float *beta, const float *gg, float *S,
-			    float *o)
+/*
+ * T > 1: the chunked form in two passes. Pass 1 (k_gdn_intra, all chunks and heads at once)
+ * does everything that does not depend on the state: the in-chunk cumulative decay gam, the
+ * triangular solve (I + A)^-1 applied to diag(beta e^gam) K (W) and to diag(beta) V (U), and
+ * P[r][s] = e^(gam_r - gam_s) q_r.k_s. Pass 2 (k_gdn_state, sequential over chunks, parallel
+ * over heads and blocks of GDN_ROWS state rows) carries the state: V' = U - W S0,
+ * O = diag(e^gam) Q S0 + P V', S = e^gam_L S0 + sum_s e^(gam_L - gam_s) V'_s k_s^T.
+ * Shared-memory rows of dk floats are padded to dk + 1 against bank conflicts.
+ */
+struct gdn_chunks {
+	int C, n_chunks;
+	float *W;   /* [n_chunks][nv][C][dk] */
+	float *U;   /* [n_chunks][nv][C][dv] */
+	float *P;   /* [n_chunks][nv][C][C] */
+	float *gam; /* [n_chunks][nv][C] */
+};
+
+__global__ void k_gdn_intra(gdn_dims g, gdn_chunks ch, const float *conv, const float *beta, const float *gg)
 {
 	extern __shared__ float smem[];
-	int h = blockIdx.x, kh = h / g.r, dk = g.dk, dkp = dk + 1;
-	int jb = blockIdx.y * GDN_ROWS, J = min(GDN_ROWS, g.dv - jb);
-	float *Kc = smem, *Qc = Kc + C * dkp, *W = Qc + C * dkp, *A = W + C * dkp, *U = A + C * C;
-	float *Ss = U + C * GDN_ROWS, *gam = Ss + GDN_ROWS * dkp, *bet = gam + C;
+	int c = blockIdx.x, h = blockIdx.y, kh = h / g.r, dk = g.dk, dv = g.dv, dkp = dk + 1, C = ch.C;
+	int t0 = c * C, L = min(C, g.T - t0), tid = threadIdx.x, nt = blockDim.x;
+	float *Kc = smem, *Qc = Kc + C * dkp, *W = Qc + C * dkp, *A = W + C * dkp, *U = A + C * C, *gam = U + C * dv,
+	      *bet = gam + C;
+	for (int x = tid; x < L * dk; x += nt) {
+		int r = x / dk, i = x % dk;
+		const float *row = conv + (size_t)(t0 + r) * g.conv_dim;
+		Kc[r * dkp + i] = row[g.key_dim + kh * dk + i];
+		Qc[r * dkp + i] = row[kh * dk + i];
+	}
+	for (int r = tid; r < L; r += nt)
+		bet[r] = beta[(size_t)(t0 + r) * g.nv + h];
+	if (tid == 0) {
+		float acc = 0;
+		for (int r = 0; r < L; r++) {
+			acc += gg[(size_t)(t0 + r) * g.nv + h];
+			gam[r] = acc;
+		}
+	}
+	__syncthreads();
+	for (int x = tid; x < L * L; x += nt) {
+		int r = x / L, q = x % L;
+		float v = 0;
+		if (q < r) {
+			for (int i = 0; i < dk; i++)
+				v += Kc[r * dkp + i] * Kc[q * dkp + i];
+			v *= bet[r] * expf(gam[r] - gam[q]);
+		}
+		A[r * C + q] = v;
+	}
+	__syncthreads();
+	for (int r = 0; r < L; r++) {
+		const float *vrow = conv + (size_t)(t0 + r) * g.conv_dim + 2 * g.key_dim + (size_t)h * dv;
+		for (int x = tid; x < dk + dv; x += nt) {
+			if (x < dk) {
+				float v = bet[r] * expf(gam[r]) * Kc[r * dkp + x];
+				for (int q = 0; q < r; q++)
+					v -= A[r * C + q] * W[q * dkp + x];
+				W[r * dkp + x] = v;
+			} else {
+				int j = x - dk;
+				float v = bet[r] * vrow[j];
+				for (int q = 0; q < r; q++)
+					v -= A[r * C + q] * U[q * dv + j];
+				U[r * dv + j] = v;
+			}
+		}
+		__syncthreads();
+	}
+	size_t base = (size_t)c * g.nv + h;
+	float *Wg = ch.W + base * C * dk, *Ug = ch.U + base * C * dv, *Pg = ch.P + base * C * C, *Gg = ch.gam + base * C;
+	for (int x = tid; x < C * dk; x += nt) {
+		int r = x / dk, i = x % dk;
+		Wg[x] = r < L ? W[r * dkp + i] : 0.0f;
+	}
+	for (int x = tid; x < C * dv; x += nt)
+		Ug[x] = x / dv < L ? U[x] : 0.0f;
+	for (int x = tid; x < C * C; x += nt) {
+		int r = x / C, q = x % C;
+		float v = 0;
+		if (r < L && q <= r) {
+			for (int i = 0; i < dk; i++)
+				v += Qc[r * dkp + i] * Kc[q * dkp + i];
+			v *= expf(gam[r] - gam[q]);
+		}
+		Pg[x] = v;
+	}
+	for (int r = tid; r < C; r += nt)
+		Gg[r] = r < L ? gam[r] : 0.0f;
+}
+
+__global__ void k_gdn_state(gdn_dims g, gdn_chunks ch, const float *conv, float *S, float *o)
+{
+	extern __shared__ float smem[];
+	int h = blockIdx.x, kh = h / g.r, dk = g.dk, dv = g.dv, dkp = dk + 1, C = ch.C;
+	int jb = blockIdx.y * GDN_ROWS, J = min(GDN_ROWS, dv - jb);
+	float *Kc = smem, *Qc = Kc + C * dkp, *W = Qc + C * dkp, *P = W + C * dkp, *U = P + C * C, *Ss = U + C * GDN_ROWS,
+	      *gam = Ss + GDN_ROWS * dkp, *dec = gam + C;
 	int tid = threadIdx.x, nt = blockDim.x;
-	float *Sg = S + ((size_t)h * g.dv + jb) * dk;
+	float *Sg = S + ((size_t)h * dv + jb) * dk;
 	for (int x = tid; x < J * dk; x += nt)
 		Ss[(x / dk) * dkp + x % dk] = Sg[x];
-	for (int t0 = 0; t0 < g.T; t0 += C) {
-		int L = min(C, g.T - t0);
+	for (int c = 0; c < ch.n_chunks; c++) {
+		int t0 = c * C, L = min(C, g.T - t0);
+		size_t base = (size_t)c * g.nv + h;
 		__syncthreads();
 		for (int x = tid; x < L * dk; x += nt) {
 			int r = x / dk, i = x % dk;
 			const float *row = conv + (size_t)(t0 + r) * g.conv_dim;
 			Kc[r * dkp + i] = row[g.key_dim + kh * dk + i];
 			Qc[r * dkp + i] = row[kh * dk + i];
+			W[r * dkp + i] = ch.W[(base * C + r) * dk + i];
+		}
+		for (int x = tid; x < L * C; x += nt)
+			P[x] = ch.P[base * C * C + x];
+		for (int x = tid; x < L * J; x += nt) {
+			int r = x / J, j = x % J;
+			U[r * GDN_ROWS + j] = ch.U[(base * C + r) * dv + jb + j];
 		}
 		for (int r = tid; r < L; r += nt)
-			bet[r] = beta[(size_t)(t0 + r) * g.nv + h];
-		if (tid == 0) {
-			float acc = 0;
-			for (int r = 0; r < L; r++) {
-				acc += gg[(size_t)(t0 + r) * g.nv + h];
-				gam[r] = acc;
-			}
-		}
+			gam[r] = ch.gam[base * C + r];
 		__syncthreads();
-		/* A[r][s] = beta_r e^(gam_r - gam_s) k_r.k_s, s < r */
-		for (int x = tid; x < L * L; x += nt) {
-			int r = x / L, s = x % L;
-			float v = 0;
-			if (s < r) {
-				for (int i = 0; i < dk; i++)
-					v += Kc[r * dkp + i] * Kc[s * dkp + i];
-				v *= bet[r] * expf(gam[r] - gam[s]);
-			}
-			A[r * C + s] = v;
-		}
-		__syncthreads();
-		/* forward substitution: (I + A) W = diag(beta e^gam) K, (I + A) U = diag(beta) V */
-		for (int r = 0; r < L; r++) {
-			const float *row = conv + (size_t)(t0 + r) * g.conv_dim + 2 * g.key_dim + (size_t)h * g.dv + jb;
-			for (int c = tid; c < dk + J; c += nt) {
-				if (c < dk) {
-					float v = bet[r] * expf(gam[r]) * Kc[r * dkp + c];
-					for (int s = 0; s < r; s++)
-						v -= A[r * C + s] * W[s * dkp + c];
-					W[r * dkp + c] = v;
-				} else {
-					int j = c - dk;
-					float v = bet[r] * row[j];
-					for (int s = 0; s < r; s++)
-						v -= A[r * C + s] * U[s * GDN_ROWS + j];
-					U[r * GDN_ROWS + j] = v;
-				}
-			}
-			__syncthreads();
-		}
-		/* V' = U - W S0 (in U); O part 1 = e^gam Q S0 (to global) */
+		for (int r = tid; r < L; r += nt)
+			dec[r] = expf(gam[L - 1] - gam[r]);
+		/* V' = U - W S0 (in U); O = e^gam Q S0 */
 		for (int x = tid; x < L * J; x += nt) {
 			int r = x / J, j = x % J;
 			float ws = 0, qs = 0;
@@ -327,35 +396,24 @@ __global__ void k_gdn_chunk(gdn_dims g, int C, const float *conv, const float *b
 				qs += Qc[r * dkp + i] * Ss[j * dkp + i];
 			}
 			U[r * GDN_ROWS + j] -= ws;
-			o[((size_t)(t0 + r) * g.nv + h) * g.dv + jb + j] = expf(gam[r]) * qs;
+			o[((size_t)(t0 + r) * g.nv + h) * dv + jb + j] = expf(gam[r]) * qs;
 		}
 		__syncthreads();
-		/* P[r][s] = e^(gam_r - gam_s) q_r.k_s, s <= r (into A) */
-		for (int x = tid; x < L * L; x += nt) {
-			int r = x / L, s = x % L;
-			float v = 0;
-			if (s <= r) {
-				for (int i = 0; i < dk; i++)
-					v += Qc[r * dkp + i] * Kc[s * dkp + i];
-				v *= expf(gam[r] - gam[s]);
-			}
-			A[r * C + s] = v;
-		}
-		__syncthreads();
+		/* O += P V' */
 		for (int x = tid; x < L * J; x += nt) {
 			int r = x / J, j = x % J;
 			float v = 0;
-			for (int s = 0; s <= r; s++)
-				v += A[r * C + s] * U[s * GDN_ROWS + j];
-			o[((size_t)(t0 + r) * g.nv + h) * g.dv + jb + j] += v;
+			for (int q = 0; q <= r; q++)
+				v += P[r * C + q] * U[q * GDN_ROWS + j];
+			o[((size_t)(t0 + r) * g.nv + h) * dv + jb + j] += v;
 		}
-		/* S = e^gam_L S0 + sum_s e^(gam_L - gam_s) V'_s k_s^T */
-		float gl = gam[L - 1];
+		/* S = e^gam_L S0 + sum_s e^(gam_L - gam_s) V'_s k_s^T (the O pass above reads only U) */
+		float egl = expf(gam[L - 1]);
 		for (int x = tid; x < J * dk; x += nt) {
 			int j = x / dk, i = x % dk;
-			float v = expf(gl) * Ss[j * dkp + i];
-			for (int s = 0; s < L; s++)
-				v += expf(gl - gam[s]) * U[s * GDN_ROWS + j] * Kc[s * dkp + i];
+			float v = egl * Ss[j * dkp + i];
+			for (int q = 0; q < L; q++)
+				v += dec[q] * U[q * GDN_ROWS + j] * Kc[q * dkp + i];
 			Ss[j * dkp + i] = v;
 		}
 	}
@@ -409,7 +467,7 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		bool regs = g.dv <= warps * 8 && (g.dk == 32 || g.dk == 64 || g.dk == 128 || g.dk == 256);
 		int rpw = (g.dv + warps - 1) / warps;
 #define GDN_DEC(D, R)                                                                                               \
-	k_gdn_decode<D, R><<<g.nv, GDN_DEC_THREADS, smem, cb->stream>>>(                                              \
+	cu_launch(cb, k_gdn_decode<D, R>, g.nv, GDN_DEC_THREADS, smem,                                               \
 		g, a->qkv, a->z, a->b, a->a, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, cb->d_step,          \
 		(const float *)a->A_log->dev, a->a_is_neg_exp, (const float *)a->dt_bias->dev,                        \
 		(const float *)a->norm_w->dev, a->eps, a->ssm_state, (bf16 *)a->out)
@@ -432,35 +490,45 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 	if (!scr)
 		return;
 	float *conv = scr, *beta = conv + n_conv, *gg = beta + n_h, *o = gg + n_h;
-	k_gdn_conv<<<cu_blocks((size_t)g.conv_dim, 128), 128, 0, cb->stream>>>(
-		g, a->qkv, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, a->pos, conv);
+	cu_launch(cb, k_gdn_conv, dim3(cu_blocks((size_t)g.conv_dim, 128), cu_blocks((size_t)g.T, GDN_CONV_RUN)), 128, 0,
+		  g, a->qkv, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, a->pos, conv);
 	cu_launched(cb, "gdn conv");
-	k_gdn_prep<<<g.T, 256, 0, cb->stream>>>(g, conv, a->b, a->a, (const float *)a->A_log->dev, a->a_is_neg_exp,
+	cu_launch(cb, k_gdn_prep, g.T, 256, 0, g, conv, a->b, a->a, (const float *)a->A_log->dev, a->a_is_neg_exp,
 						 (const float *)a->dt_bias->dev, beta, gg);
 	cu_launched(cb, "gdn prep");
-	dim3 grid(g.nv, cu_blocks((size_t)g.dv, GDN_ROWS));
 	int C = 64;
-	size_t smem = 0;
+	size_t sm1 = 0, sm2 = 0;
 	for (; C >= 8; C /= 2) {
-		smem = ((size_t)3 * C * (g.dk + 1) + (size_t)C * C + (size_t)C * GDN_ROWS + (size_t)GDN_ROWS * (g.dk + 1) +
-			2 * C) * sizeof(float);
-		if (smem <= cb->smem_optin)
+		sm1 = ((size_t)3 * C * (g.dk + 1) + (size_t)C * C + (size_t)C * g.dv + 2 * C) * sizeof(float);
+		sm2 = ((size_t)3 * C * (g.dk + 1) + (size_t)C * C + (size_t)C * GDN_ROWS + (size_t)GDN_ROWS * (g.dk + 1) +
+		       2 * C) * sizeof(float);
+		if (sm1 <= cb->smem_optin && sm2 <= cb->smem_optin)
 			break;
 	}
-	if (C < 8) {
-		cu_fail_msg(cb, "gdn: key head dim %d too large for shared memory", g.dk);
+	static size_t room1, room2;
+	if (!room1) {
+		room1 = cu_allow_smem(cb, (const void *)k_gdn_intra);
+		room2 = cu_allow_smem(cb, (const void *)k_gdn_state);
+	}
+	if (C < 8 || sm1 > room1 || sm2 > room2) {
+		cu_fail_msg(cb, "gdn: head dims %d/%d too large for shared memory", g.dk, g.dv);
 		return;
 	}
-	static size_t chunk_room;
-	if (!chunk_room)
-		chunk_room = cu_allow_smem(cb, (const void *)k_gdn_chunk);
-	if (smem > chunk_room) {
-		cu_fail_msg(cb, "gdn: key head dim %d too large for shared memory", g.dk);
+	gdn_chunks ch;
+	ch.C = C;
+	ch.n_chunks = (g.T + C - 1) / C;
+	size_t per = (size_t)ch.n_chunks * g.nv * C;
+	float *cs = (float *)cu_scratch2(cb, per * ((size_t)g.dk + g.dv + C + 1) * sizeof(float));
+	if (!cs)
 		return;
-	}
-	k_gdn_chunk<<<grid, 256, smem, cb->stream>>>(g, C, conv, beta, gg, a->ssm_state, o);
-	cu_launched(cb, "gdn chunk");
+	ch.W = cs, ch.U = ch.W + per * g.dk, ch.P = ch.U + per * g.dv, ch.gam = ch.P + per * C;
+	cu_launch(cb, k_gdn_intra, dim3(ch.n_chunks, g.nv), 256, sm1, g, ch, (const float *)conv, (const float *)beta,
+		  (const float *)gg);
+	cu_launched(cb, "gdn chunks");
+	cu_launch(cb, k_gdn_state, dim3(g.nv, cu_blocks((size_t)g.dv, GDN_ROWS)), 256, sm2, g, ch, (const float *)conv,
+		  a->ssm_state, o);
+	cu_launched(cb, "gdn state");
 	dim3 ng(g.T, g.nv);
-	k_gdn_gnorm<<<ng, 128, 0, cb->stream>>>(g, o, a->qkv, a->z, (const float *)a->norm_w->dev, a->eps, (bf16 *)a->out);
+	cu_launch(cb, k_gdn_gnorm, ng, 128, 0, g, o, a->qkv, a->z, (const float *)a->norm_w->dev, a->eps, (bf16 *)a->out);
 	cu_launched(cb, "gdn gated norm");
 }

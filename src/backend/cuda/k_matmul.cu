@@ -147,7 +147,8 @@ __global__ void k_gemv_plain(void *out, int mode, const bf16 *x, const float *xf
 }
 
 /* y = RMSNorm(x) rows, to f32 and/or bf16 */
-__global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps, int plus_one, float *yf, bf16 *yb)
+__global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps, int plus_one, float *yf, bf16 *yb,
+			    bf16 *ylo)
 {
 	__shared__ float red[32];
 	const float *xr = x + blockIdx.x * n;
@@ -160,26 +161,30 @@ __global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps
 		float y = xr[i] * r * (plus_one ? 1.0f + w[i] : w[i]);
 		if (yf)
 			yf[blockIdx.x * n + i] = y;
+		bf16 hi = __float2bfloat16(y);
 		if (yb)
-			yb[blockIdx.x * n + i] = __float2bfloat16(y);
+			yb[blockIdx.x * n + i] = hi;
+		if (ylo)
+			ylo[blockIdx.x * n + i] = __float2bfloat16(y - __bfloat162float(hi));
 	}
 }
 
 void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const struct toast_weight *W, int T)
 {
 	dim3 grid(cu_blocks((size_t)W->n_out, 8), T);
-	k_gemv_plain<<<grid, 256, 0, cb->stream>>>(out, TOAST_MM_F32, NULL, x, W->dev, W->dev_type, W->n_out, W->n_in);
+	cu_launch(cb, k_gemv_plain, grid, 256, 0, out, (int)TOAST_MM_F32, (const bf16 *)NULL, x, W->dev, (int)W->dev_type,
+		  W->n_out, W->n_in);
 	cu_launched(cb, "gemv (f32 input)");
 }
 
 void cu_norm_rows(struct cuda_backend *cb, const float *x, const struct toast_weight *w, int T, int64_t n, float eps,
-		  bool plus_one, float *yf, bf16 *yb)
+		  bool plus_one, float *yf, bf16 *yb, bf16 *ylo)
 {
-	k_norm_rows<<<T, 256, 0, cb->stream>>>(x, (const float *)w->dev, n, eps, plus_one, yf, yb);
+	cu_launch(cb, k_norm_rows, T, 256, 0, x, (const float *)w->dev, n, eps, (int)plus_one, yf, yb, ylo);
 	cu_launched(cb, "rmsnorm");
 }
 
-static void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16 *in, int T)
+void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16 *in, int T)
 {
 	/* column-major: outᵀ [n_out x T] = W (row-major n_out x n_in = col-major n_in x n_out, op T) · inᵀ */
 	const struct toast_weight *W = o->W;
@@ -203,7 +208,7 @@ static void gemv_launch(struct cuda_backend *cb, const gemv_args &a, unsigned bl
 		cu_fail_msg(cb, "gemv: %zu bytes of shared memory needed, %zu allowed", smem, room);
 		return;
 	}
-	k_gemv<T, ROWS><<<blocks, GEMV_WARPS * 32, smem, cb->stream>>>(a);
+	cu_launch(cb, k_gemv<T, ROWS>, blocks, GEMV_WARPS * 32, smem, a);
 }
 
 template <int T>
@@ -270,7 +275,7 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 			return;
 		float *yf = (float *)scr;
 		bf16 *yb = in->norm_out ? (bf16 *)in->norm_out : (bf16 *)(scr + n * 4);
-		cu_norm_rows(cb, in->norm_x, in->norm_w, T, n_in, in->eps, in->plus_one, yf, yb);
+		cu_norm_rows(cb, in->norm_x, in->norm_w, T, n_in, in->eps, in->plus_one, yf, yb, NULL);
 		xb = yb;
 		xf = yf;
 	}
@@ -281,7 +286,7 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 			continue;
 		}
 		dim3 grid(cu_blocks((size_t)W->n_out, 8), T);
-		k_gemv_plain<<<grid, 256, 0, cb->stream>>>(outs[k].out, outs[k].mode, xb, xf, W->dev, W->dev_type, W->n_out,
+		cu_launch(cb, k_gemv_plain, grid, 256, 0, outs[k].out, outs[k].mode, xb, xf, W->dev, W->dev_type, W->n_out,
 							    n_in);
 		cu_launched(cb, "matmul (plain)");
 	}
