@@ -24,7 +24,7 @@ if [ "$MODE" = cache ]; then
 	timeout 300 $B/test_cache >"$OUT/test_cache.log" 2>&1
 	summary+=("test_cache (cpu + cuda): rc=$? $(tail -1 "$OUT/test_cache.log")")
 	grep -E "failed|SKIP" "$OUT/test_cache.log" | head -20
-	timeout 500 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 1024 \
+	timeout 500 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 4096 \
 		--cache --history 1000,8000,20000 --new 64 >"$OUT/bench-cache.log" 2>&1
 	summary+=("bench --cache rc=$?")
 	cat "$OUT/bench-cache.log"
