@@ -197,14 +197,23 @@ static int cache_index_of(const struct toast_cache *c, const struct cache_entry 
 	return -1;
 }
 
-/* Make room in memory by the least recently used resident entry other than keep: its state
- * goes (the entry too unless its file keeps it). false when there is none. */
-static bool cache_evict_memory(struct toast_cache *c, const struct cache_entry *keep)
+/* The least recently used entry other than keep with its state in memory (file: with a file), or -1. */
+static int cache_lru(const struct toast_cache *c, const struct cache_entry *keep, bool file)
 {
 	int lru = -1;
-	for (int i = 0; i < c->n_ents; i++)
-		if (c->ents[i] != keep && c->ents[i]->img && (lru < 0 || c->ents[i]->used < c->ents[lru]->used))
+	for (int i = 0; i < c->n_ents; i++) {
+		const struct cache_entry *e = c->ents[i];
+		if (e != keep && (file ? e->in_file : e->img != NULL) && (lru < 0 || e->used < c->ents[lru]->used))
 			lru = i;
+	}
+	return lru;
+}
+
+/* Make room in memory: the least recently used state other than keep's goes (its entry too,
+ * unless a file keeps it). false when there is none. */
+static bool cache_evict_memory(struct toast_cache *c, const struct cache_entry *keep)
+{
+	int lru = cache_lru(c, keep, false);
 	if (lru < 0)
 		return false;
 	c->st.evictions++;
@@ -215,13 +224,11 @@ static bool cache_evict_memory(struct toast_cache *c, const struct cache_entry *
 	return true;
 }
 
-/* Make room for a file by the least recently used file other than keep's. */
+/* Make room for a file: the least recently used file other than keep's goes (its entry too,
+ * unless its state is in memory). */
 static bool cache_evict_file(struct toast_cache *c, const struct cache_entry *keep)
 {
-	int lru = -1;
-	for (int i = 0; i < c->n_ents; i++)
-		if (c->ents[i] != keep && c->ents[i]->in_file && (lru < 0 || c->ents[i]->used < c->ents[lru]->used))
-			lru = i;
+	int lru = cache_lru(c, keep, true);
 	if (lru < 0)
 		return false;
 	c->st.evictions++;
