@@ -108,8 +108,13 @@ const int32_t *toast_session_tokens(const struct toast_session *s);
  */
 enum toast_status toast_session_feed(struct toast_session *s, const int32_t *ids, int n,
 				     float *all_logits, struct toast_error *err);
-/* [n_vocab] logits of the last token fed; NULL before any token. */
-const float *toast_session_logits(const struct toast_session *s);
+/* [n_vocab] logits of the last token fed (copied from the device when needed); NULL before any
+ * token or when the backend failed. Valid until the session changes. */
+const float *toast_session_logits(struct toast_session *s);
+/* The m (1..256) largest logits of the last token fed, larger first, the lower id first among
+ * equal values, NaN never: ids and vals. On the GPU only those m pairs cross to the host.
+ * Returns how many (fewer than m when the rest are NaN), or -1 with err set. */
+int toast_session_top(struct toast_session *s, int m, int32_t *ids, float *vals, struct toast_error *err);
 
 /* ---- diagnostics ---- */
 
@@ -221,6 +226,13 @@ enum toast_status toast_sampler_new(const struct toast_sampling *s, int n_vocab,
 void toast_sampler_free(struct toast_sampler *sp);
 /* Choose the next token from logits[n_vocab] (not modified). */
 int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits);
+/* How many of the largest logits toast_sampler_sample_top needs to choose exactly as
+ * toast_sampler_sample would from all of them (1 for greedy, top_k when 1..256), or 0 when
+ * it needs them all (a repetition penalty, or no top-k). */
+#define TOAST_SAMPLER_TOP_MAX 256
+int toast_sampler_top_need(const struct toast_sampler *sp);
+/* The same choice from the n largest logits (toast_session_top's answer, n >= the need). */
+int32_t toast_sampler_sample_top(struct toast_sampler *sp, const int32_t *ids, const float *vals, int n);
 /* Record a token as seen (for the repetition penalty). */
 void toast_sampler_accept(struct toast_sampler *sp, int32_t id);
 

@@ -575,8 +575,48 @@ static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, 
 	free(h), free(x0), free(x), free(ref), free(p), free(act), free(sel);
 }
 
+/* top(): exactly toast_top_host's answer (ties, -0, NaN, -inf; sizes around the GPU's
+ * 2048-key blocks and the real vocabulary) */
+static void test_top(struct ctx *c)
+{
+	int sizes[] = {1, 5, 2047, 2048, 2049, 12289, 151936};
+	int ms[] = {1, 7, 20, 256};
+	for (int si = 0; si < 7; si++) {
+		int n = sizes[si];
+		float *x = malloc((size_t)n * sizeof(float));
+		for (int i = 0; i < n; i++) {
+			double u = rnd();
+			x[i] = si % 2 ? (float)(int)(u * 40) * 0.125f : (float)(u * 30); /* odd sizes: many ties */
+			if (i % 997 == 3)
+				x[i] = NAN;
+			else if (i % 991 == 5)
+				x[i] = -INFINITY;
+			else if (i % 89 == 7)
+				x[i] = -0.0f;
+		}
+		if (n == 2049)
+			x[2048] = 1e30f; /* the best in the last, nearly empty block */
+		void *d = put(c->be, x, (size_t)n, false);
+		for (int mi = 0; mi < 4; mi++) {
+			int32_t ids[256], rid[256];
+			float vals[256], rval[256];
+			struct toast_error err = {0};
+			int want = toast_top_host(x, n, ms[mi], rid, rval);
+			int got = c->be->ops->top(c->be, d, n, ms[mi], ids, vals, &err);
+			int bad = got != want;
+			for (int j = 0; !bad && j < got; j++)
+				bad = ids[j] != rid[j] || vals[j] != rval[j];
+			CHECK(!bad, "%s: top %d of %d: %d entries (%d expected)%s %s", c->name, ms[mi], n, got, want,
+			      bad ? ", wrong ids or values" : "", err.msg);
+		}
+		c->be->ops->release(c->be, d);
+		free(x);
+	}
+}
+
 static void test_backend(struct ctx *c)
 {
+	test_top(c);
 	enum toast_dtype types[] = {TOAST_DT_BF16, TOAST_DT_F16, TOAST_DT_F32};
 	int o1[] = {7}, o2[] = {33, 5}, o3[] = {129, 64, 1, 300}, o4[] = {4097}, o5[] = {300}, o6[] = {256, 8, 8, 512};
 	for (int i = 0; i < 3; i++) {
@@ -674,6 +714,23 @@ static void perf_attn_fn(void *p)
 	be[0]->ops->attention(be[0], (struct toast_attn_args *)be[1]);
 }
 
+struct perf_top {
+	struct toast_backend *be;
+	const float *x;
+	int n, m; /* m 0: read all n */
+};
+static void perf_top_fn(void *p)
+{
+	struct perf_top *c = p;
+	static int32_t ids[256];
+	static float vals[256], all[151936];
+	struct toast_error err;
+	if (c->m)
+		c->be->ops->top(c->be, c->x, c->n, c->m, ids, vals, &err);
+	else
+		c->be->ops->read(c->be, all, c->x, (size_t)c->n * 4, &err);
+}
+
 static void perf_row(const char *name, double t, double bytes)
 {
 	printf("%-40s %10.1f us %10.1f GB/s\n", name, t * 1e6, bytes / t / 1e9);
@@ -704,6 +761,18 @@ static void perf_backend(struct toast_backend *be)
 	float *lg = be->ops->alloc(be, (size_t)V * 4);
 	struct perf_mm ml = {be, {.norm_x = x, .norm_w = &nw, .eps = 1e-6f, .plus_one = true}, {{lg, TOAST_MM_F32, &wlm}}, 1};
 	perf_row("gemv lm_head 151936x2048", perf_time(be, perf_mm_fn, &ml), (double)V * E * 2);
+	/* the next token from the logits: the top 1 and the top 20 (what sampling reads) against
+	 * reading all of them */
+	for (int m = 1; m <= 20; m += 19) {
+		struct perf_top pt = {be, lg, V, m};
+		char name[64];
+		snprintf(name, sizeof(name), "top %d of %d logits (to the host)", m, V);
+		perf_row(name, perf_time(be, perf_top_fn, &pt), (double)V * 4);
+	}
+	{
+		struct perf_top pt = {be, lg, V, 0};
+		perf_row("read all 151936 logits", perf_time(be, perf_top_fn, &pt), (double)V * 4);
+	}
 	/* MoE decode */
 	struct toast_weight router = synth(be, "perf.router", NE, E);
 	struct toast_experts G = {NE, calloc(NE, sizeof(struct toast_weight)), NULL}, U = G, D = G;

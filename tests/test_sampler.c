@@ -5,6 +5,11 @@
  * - top-k, top-p and min-p keep exactly the tokens worked out by hand on small distributions,
  *   and draws follow the renormalised probabilities;
  * - a 152k vocabulary with a nucleus wider than the partial selection still samples correctly;
+ * - sampling from the few largest logits (toast_sampler_top_need / _sample_top, what the GPU
+ *   sends) chooses exactly the tokens sampling from all of them does, ties, -0, NaN and -inf
+ *   included, for greedy, top-k, top-p, min-p and temperatures; the need is 0 when the
+ *   penalty or the lack of a top-k makes every logit matter; sessions sharing an engine keep
+ *   their logits when another feeds (the pending-logits hand-off);
  * - toast_generate on models/qwen3next-vocab: greedy chat case 0 exactly, text streamed in
  *   whole characters, stop strings never emitted (and a partial match that fails loses
  *   nothing), the context limit ends generation with every token fed, the session holds prompt
@@ -15,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "test.h"
 #include "toasted.h"
 #include "util/utf8.h"
@@ -175,6 +181,116 @@ static void test_big_vocab(void)
 	CHECK(toast_sampler_new(&s, 10, &sp, &err) == TOAST_ERR_INVALID, "negative temperature accepted");
 }
 
+static void test_from_top(void)
+{
+	struct {
+		float temp, top_p, min_p;
+		int top_k;
+		float penalty;
+		int need; /* expected toast_sampler_top_need */
+	} cfg[] = {
+		{0, 1, 0, 0, 1, 1},     {0, 0.8f, 0, 20, 1, 1},   {0.7f, 0.8f, 0, 20, 1, 20}, {1, 1, 0, 1, 1, 1},
+		{1.3f, 1, 0.05f, 256, 1, 256}, {0.2f, 0.95f, 0.1f, 40, 1, 40}, {1, 1, 0, 257, 1, 0},
+		{1, 0.9f, 0, 0, 1, 0},  {0.7f, 0.8f, 0, 20, 1.1f, 0}, {0, 1, 0, 0, 1.1f, 0},
+	};
+	int V = 5000;
+	float *l = malloc((size_t)V * sizeof(float));
+	for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+		struct toast_sampling s;
+		toast_sampling_init(&s);
+		s.temperature = cfg[c].temp;
+		s.top_k = cfg[c].top_k;
+		s.top_p = cfg[c].top_p;
+		s.min_p = cfg[c].min_p;
+		s.repeat_penalty = cfg[c].penalty;
+		s.seed = 7 + c;
+		struct toast_sampler *a = NULL, *b = NULL;
+		struct toast_error err = {0};
+		CHECK(toast_sampler_new(&s, V, &a, &err) == TOAST_OK && toast_sampler_new(&s, V, &b, &err) == TOAST_OK, "%s",
+		      err.msg);
+		int need = toast_sampler_top_need(a);
+		CHECK(need == cfg[c].need, "config %zu: need %d, expected %d", c, need, cfg[c].need);
+		if (need == 0) {
+			toast_sampler_free(a);
+			toast_sampler_free(b);
+			continue;
+		}
+		int same = 0, steps = 300;
+		uint64_t r = 12345 + c;
+		for (int t = 0; t < steps; t++) {
+			/* coarse values: many ties; a few -0/+0, NaN and -inf */
+			for (int i = 0; i < V; i++) {
+				r = r * 6364136223846793005ull + 1442695040888963407ull;
+				int q = (int)(r >> 59); /* 0..31 */
+				l[i] = (float)(q - 16) * 0.25f;
+				if (q == 16)
+					l[i] = (r >> 20) & 1 ? -0.0f : 0.0f;
+				else if ((r >> 30) % 997 == 0)
+					l[i] = NAN;
+				else if ((r >> 30) % 991 == 0)
+					l[i] = -INFINITY;
+			}
+			int32_t ids[TOAST_SAMPLER_TOP_MAX];
+			float vals[TOAST_SAMPLER_TOP_MAX];
+			int n = toast_top_host(l, V, need, ids, vals);
+			int32_t x = toast_sampler_sample(a, l), y = toast_sampler_sample_top(b, ids, vals, n);
+			same += x == y;
+		}
+		CHECK(same == steps, "config %zu: %d of %d draws from the top %d differ from draws from all logits", c,
+		      steps - same, steps, need);
+		toast_sampler_free(a);
+		toast_sampler_free(b);
+	}
+	free(l);
+}
+
+/* toast_top_host against a full sort of (value desc, index asc) */
+static int cmp_top(const void *pa, const void *pb)
+{
+	const float *a = pa, *b = pb; /* {value, index} */
+	if (a[0] != b[0])
+		return a[0] > b[0] ? -1 : 1;
+	return (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+static void test_top_host(void)
+{
+	int sizes[] = {1, 2, 7, 300, 4099};
+	int ms[] = {1, 3, 20, 256};
+	uint64_t r = 99;
+	for (int si = 0; si < 5; si++) {
+		int n = sizes[si];
+		float *x = malloc((size_t)n * sizeof(float)), *pairs = malloc((size_t)n * 2 * sizeof(float));
+		for (int i = 0; i < n; i++) {
+			r = r * 6364136223846793005ull + 1442695040888963407ull;
+			x[i] = (float)((int)(r >> 58) - 32) * 0.5f;
+			if ((r >> 20) % 50 == 0)
+				x[i] = NAN;
+			if ((r >> 20) % 50 == 1)
+				x[i] = -0.0f;
+		}
+		int k = 0;
+		for (int i = 0; i < n; i++)
+			if (!isnan(x[i])) {
+				pairs[2 * k] = x[i] == 0 ? 0.0f : x[i];
+				pairs[2 * k + 1] = (float)i;
+				k++;
+			}
+		qsort(pairs, (size_t)k, 2 * sizeof(float), cmp_top);
+		for (int mi = 0; mi < 4; mi++) {
+			int32_t ids[256];
+			float vals[256];
+			int got = toast_top_host(x, n, ms[mi], ids, vals);
+			int want = ms[mi] < k ? ms[mi] : k, bad = got != want;
+			for (int j = 0; !bad && j < got; j++)
+				bad = ids[j] != (int32_t)pairs[2 * j + 1] || vals[j] != pairs[2 * j];
+			CHECK(!bad, "top %d of %d: %d entries, %s", ms[mi], n, got, bad ? "wrong order or values" : "ok");
+		}
+		free(x);
+		free(pairs);
+	}
+}
+
 struct collect {
 	char text[8192];
 	size_t n;
@@ -215,6 +331,40 @@ static enum toast_status gen(struct toast_engine *e, const int32_t *prompt, int 
 	*n_past = s ? toast_session_n_past(s) : -1;
 	toast_session_free(s);
 	return st;
+}
+
+/* A session's last logits stay in the engine's work buffer until asked for; another session's
+ * feed must first take them home. s1 and s3 see the same prompt, s2 another in between. */
+static void test_sessions_share(struct toast_engine *e, const int32_t *prompt, int np)
+{
+	int V = toast_engine_info(e)->n_vocab;
+	struct toast_session *s1 = NULL, *s2 = NULL, *s3 = NULL;
+	struct toast_error err = {0};
+	CHECK(toast_session_new(e, 256, &s1, &err) == TOAST_OK && toast_session_new(e, 256, &s2, &err) == TOAST_OK &&
+		      toast_session_new(e, 256, &s3, &err) == TOAST_OK,
+	      "%s", err.msg);
+	float *ref = malloc((size_t)V * sizeof(float));
+	CHECK(toast_session_feed(s3, prompt, np, NULL, &err) == TOAST_OK, "%s", err.msg);
+	memcpy(ref, toast_session_logits(s3), (size_t)V * sizeof(float));
+	CHECK(toast_session_feed(s1, prompt, np, NULL, &err) == TOAST_OK, "%s", err.msg);
+	CHECK(toast_session_feed(s2, prompt + 1, np - 1, NULL, &err) == TOAST_OK, "%s", err.msg);
+	const float *l1 = toast_session_logits(s1);
+	CHECK(l1 && memcmp(l1, ref, (size_t)V * sizeof(float)) == 0, "s1's logits changed when s2 fed");
+	int32_t ids[20], rid[20];
+	float vals[20], rval[20];
+	int n = toast_session_top(s2, 20, ids, vals, &err); /* still in the work buffer */
+	int want = toast_top_host(toast_session_logits(s2), V, 20, rid, rval);
+	CHECK(n == want && memcmp(ids, rid, sizeof(ids)) == 0 && memcmp(vals, rval, sizeof(vals)) == 0,
+	      "the top of pending logits differs from the top of the logits read");
+	n = toast_session_top(s1, 20, ids, vals, &err); /* from the host copy */
+	want = toast_top_host(ref, V, 20, rid, rval);
+	CHECK(n == want && memcmp(ids, rid, sizeof(ids)) == 0, "the top of s1 after s2 fed differs");
+	CHECK(toast_session_top(s1, 0, ids, vals, &err) < 0 && toast_session_top(s1, 257, ids, vals, &err) < 0,
+	      "top of 0 or 257 accepted");
+	free(ref);
+	toast_session_free(s1);
+	toast_session_free(s2);
+	toast_session_free(s3);
 }
 
 static void test_generate(void)
@@ -274,6 +424,7 @@ static void test_generate(void)
 	/* a prompt that leaves no room */
 	st = gen(e, prompt, np, np, NULL, 0, &c, &res, &n_past, &err);
 	CHECK(st == TOAST_ERR_CTX_FULL && strstr(err.msg, "no room"), "full context: %s", err.msg);
+	test_sessions_share(e, prompt, np);
 	json_decref(cases);
 	toast_engine_close(e);
 }
@@ -284,6 +435,8 @@ int main(void)
 	test_seed();
 	test_truncation();
 	test_big_vocab();
+	test_from_top();
+	test_top_host();
 	test_generate();
 	return test_done("test_sampler");
 }

@@ -67,3 +67,73 @@ bool toast_backend_cuda_available(void)
 	return false;
 }
 #endif
+
+/* a before b in top order: larger value, then lower index */
+static bool top_before(float va, int32_t ia, float vb, int32_t ib)
+{
+	return va > vb || (va == vb && ia < ib);
+}
+
+/* restore the heap (the worst entry at the root) below i */
+static void top_sift(int32_t *ids, float *vals, int n, int i)
+{
+	for (;;) {
+		int w = i, l = 2 * i + 1, r = l + 1;
+		if (l < n && top_before(vals[w], ids[w], vals[l], ids[l]))
+			w = l;
+		if (r < n && top_before(vals[w], ids[w], vals[r], ids[r]))
+			w = r;
+		if (w == i)
+			return;
+		float tv = vals[i];
+		int32_t ti = ids[i];
+		vals[i] = vals[w];
+		ids[i] = ids[w];
+		vals[w] = tv;
+		ids[w] = ti;
+		i = w;
+	}
+}
+
+int toast_top_host(const float *x, int n, int m, int32_t *ids, float *vals)
+{
+	if (m < 1 || m > TOAST_TOP_MAX)
+		return 0;
+	/* a heap of the best m seen so far, the worst of them at the root: O(n log m) */
+	int k = 0;
+	for (int i = 0; i < n; i++) {
+		float v = x[i] == 0.0f ? 0.0f : x[i];
+		if (isnan(v))
+			continue;
+		if (k < m) {
+			int j = k++;
+			vals[j] = v;
+			ids[j] = i;
+			while (j > 0 && top_before(vals[(j - 1) / 2], ids[(j - 1) / 2], vals[j], ids[j])) {
+				int p = (j - 1) / 2;
+				float tv = vals[p];
+				int32_t ti = ids[p];
+				vals[p] = vals[j];
+				ids[p] = ids[j];
+				vals[j] = tv;
+				ids[j] = ti;
+				j = p;
+			}
+		} else if (top_before(v, i, vals[0], ids[0])) {
+			vals[0] = v;
+			ids[0] = i;
+			top_sift(ids, vals, k, 0);
+		}
+	}
+	/* heap sort: the worst to the end, one at a time */
+	for (int n_heap = k; n_heap > 1; n_heap--) {
+		float tv = vals[0];
+		int32_t ti = ids[0];
+		vals[0] = vals[n_heap - 1];
+		ids[0] = ids[n_heap - 1];
+		vals[n_heap - 1] = tv;
+		ids[n_heap - 1] = ti;
+		top_sift(ids, vals, n_heap - 1, 0);
+	}
+	return k;
+}

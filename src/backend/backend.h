@@ -246,7 +246,17 @@ struct toast_backend_ops {
 	void (*host_release)(struct toast_backend *be, void *p);
 	/* Bytes of backend memory free now (GPU memory on CUDA, available RAM on the CPU). */
 	size_t (*mem_free)(struct toast_backend *be);
+	/* The m (1..TOAST_TOP_MAX) largest of x[0..n) (backend memory): ids and values (host) in
+	 * order, larger value first, the lower index first among equal values (-0 equals +0), NaN
+	 * never; the same answer as toast_top_host. Returns how many (fewer than m when fewer than
+	 * m values are not NaN), or -1 on a backend failure (err set). Waits for earlier ops. */
+	int (*top)(struct toast_backend *be, const float *x, int n, int m, int32_t *ids, float *vals,
+		   struct toast_error *err);
 };
+
+#define TOAST_TOP_MAX 256
+/* top() on host memory: the reference every backend's top() matches exactly */
+int toast_top_host(const float *x, int n, int m, int32_t *ids, float *vals);
 
 struct toast_backend {
 	const struct toast_backend_ops *ops;

@@ -237,8 +237,15 @@ int cli_bench(int argc, char **argv)
 		toast_session_bench_seek(s, o.ctxs[i]);
 		st = toast_session_feed(s, ids, 1, NULL, &err); /* warm-up (and CUDA graph capture) */
 		double t = toast_now();
-		for (int k = 0; st == TOAST_OK && k < o.n_decode; k++)
+		/* a step as generation runs it: feed one token, then pick the next (greedy: only the
+		 * winner's id and logit leave the device) */
+		for (int k = 0; st == TOAST_OK && k < o.n_decode; k++) {
 			st = toast_session_feed(s, ids + 1 + k, 1, NULL, &err);
+			int32_t best;
+			float v;
+			if (st == TOAST_OK && toast_session_top(s, 1, &best, &v, &err) < 0)
+				st = TOAST_ERR_BACKEND;
+		}
 		t = (toast_now() - t) / o.n_decode;
 		/* bytes a step must read: weights, recurrent state read and written, KV rows read */
 		double bytes = (double)in->decode_bytes + 2.0 * in->state_bytes_fixed +

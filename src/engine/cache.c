@@ -712,6 +712,7 @@ enum toast_status toast_cache_restore(struct toast_cache *c, struct toast_sessio
 		}
 		memcpy(s->tokens, pick->tokens, (size_t)best * sizeof(int32_t));
 		memcpy(s->logits, pick->logits + (at_mid ? c->n_vocab : 0), (size_t)c->n_vocab * sizeof(float));
+		toast_session_logits_on_host(s);
 		s->n_past = best;
 		s->have_logits = true;
 		pick->used = ++c->clock;
@@ -734,7 +735,10 @@ void toast_cache_mark_prompt(struct toast_cache *c, struct toast_session *s)
 	struct toast_error err;
 	if (c->rec_bytes && toast_model_state_save(c->m, &s->state, s->n_past, NULL, c->stash_rec, false, &err) != TOAST_OK)
 		return;
-	memcpy(c->stash_logits, s->logits, (size_t)c->n_vocab * sizeof(float));
+	const float *l = toast_session_logits(s);
+	if (!l)
+		return;
+	memcpy(c->stash_logits, l, (size_t)c->n_vocab * sizeof(float));
 	c->mark_n = s->n_past;
 }
 
@@ -743,6 +747,9 @@ void toast_cache_mark_prompt(struct toast_cache *c, struct toast_session *s)
 static enum toast_status cache_snapshot(struct toast_cache *c, struct toast_session *s, int n, int n_mid,
 					const uint64_t *h, struct toast_error *err)
 {
+	const float *l = toast_session_logits(s);
+	if (!l)
+		return toast_err_set(err, TOAST_ERR_BACKEND, "session cache: the logits could not be read");
 	struct cache_entry *e = cache_entry_new(c, s->tokens, n, n_mid, h);
 	if (!e || !cache_alloc_state(c, e)) {
 		if (e) {
@@ -764,7 +771,7 @@ static enum toast_status cache_snapshot(struct toast_cache *c, struct toast_sess
 		free(e);
 		return rc;
 	}
-	memcpy(e->logits, s->logits, (size_t)c->n_vocab * sizeof(float));
+	memcpy(e->logits, l, (size_t)c->n_vocab * sizeof(float));
 	if (n_mid)
 		memcpy(e->logits + c->n_vocab, c->stash_logits, (size_t)c->n_vocab * sizeof(float));
 	e->used = ++c->clock;

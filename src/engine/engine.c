@@ -15,6 +15,7 @@
 #include "models/quantize.h"
 #include "tokenizer/tok_gguf.h"
 #include "util/fs.h"
+#include "util/log.h"
 #include "util/mem.h"
 #include "util/timeutil.h"
 
@@ -179,10 +180,32 @@ enum toast_status toast_session_new(struct toast_engine *e, int n_ctx, struct to
 	return TOAST_OK;
 }
 
+void toast_session_logits_on_host(struct toast_session *s)
+{
+	if (s->e->logits_owner == s)
+		s->e->logits_owner = NULL;
+	s->logits_dev = false;
+}
+
+/* bring the session's pending logits to its host buffer */
+static enum toast_status session_logits_fetch(struct toast_session *s, struct toast_error *err)
+{
+	if (!s->logits_dev)
+		return TOAST_OK;
+	struct toast_engine *e = s->e;
+	enum toast_status rc =
+		e->be->ops->read(e->be, s->logits, e->work.logits, (size_t)e->model.hp.n_vocab * sizeof(float), err);
+	toast_session_logits_on_host(s);
+	if (rc != TOAST_OK)
+		s->have_logits = false;
+	return rc;
+}
+
 void toast_session_free(struct toast_session *s)
 {
 	if (!s)
 		return;
+	toast_session_logits_on_host(s);
 	toast_model_state_free(&s->e->model, &s->state);
 	free(s->logits);
 	free(s->tokens);
@@ -194,6 +217,7 @@ void toast_session_reset(struct toast_session *s)
 	toast_model_state_zero(&s->e->model, &s->state);
 	s->n_past = 0;
 	s->have_logits = false;
+	toast_session_logits_on_host(s);
 }
 
 double toast_engine_bandwidth(struct toast_engine *e)
@@ -239,9 +263,26 @@ int toast_session_n_ctx(const struct toast_session *s)
 	return s->state.n_ctx;
 }
 
-const float *toast_session_logits(const struct toast_session *s)
+const float *toast_session_logits(struct toast_session *s)
 {
+	struct toast_error err;
+	if (s->have_logits && session_logits_fetch(s, &err) != TOAST_OK)
+		TOAST_WARN("reading logits: %s", err.msg);
 	return s->have_logits ? s->logits : NULL;
+}
+
+int toast_session_top(struct toast_session *s, int m, int32_t *ids, float *vals, struct toast_error *err)
+{
+	struct toast_engine *e = s->e;
+	int V = e->model.hp.n_vocab;
+	if (m < 1 || m > TOAST_TOP_MAX || !s->have_logits) {
+		toast_err_set(err, TOAST_ERR_INVALID, "top %d of the logits: %s", m,
+			      s->have_logits ? "out of [1, 256]" : "no token fed yet");
+		return -1;
+	}
+	if (!s->logits_dev)
+		return toast_top_host(s->logits, V, m, ids, vals);
+	return e->be->ops->top(e->be, e->work.logits, V, m, ids, vals, err);
 }
 
 enum toast_status toast_session_feed_layers(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
@@ -254,6 +295,13 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 	if (n > s->state.n_ctx - s->n_past)
 		return toast_err_set(err, TOAST_ERR_CTX_FULL, "%d tokens do not fit: %d of %d context tokens used", n,
 				     s->n_past, s->state.n_ctx);
+	/* work.logits is about to be overwritten: another session's pending logits go home first */
+	if (e->logits_owner && e->logits_owner != s) {
+		enum toast_status rc = session_logits_fetch(e->logits_owner, err);
+		if (rc != TOAST_OK)
+			return rc;
+	}
+	toast_session_logits_on_host(s);
 	for (int i = 0; i < n; i += e->chunk) {
 		int T = n - i < e->chunk ? n - i : e->chunk;
 		enum toast_status rc = toast_model_forward(&e->model, &s->state, &e->work, ids + i, T, s->n_past,
@@ -261,10 +309,8 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 		if (rc == TOAST_OK && all_logits)
 			rc = e->be->ops->read(e->be, all_logits + (size_t)i * V, e->work.logits, (size_t)T * V * sizeof(float),
 					      err);
-		if (rc == TOAST_OK)
-			rc = e->be->ops->read(e->be, s->logits,
-					      e->work.logits + (all_logits ? (size_t)(T - 1) * V : 0), (size_t)V * sizeof(float),
-					      err);
+		if (rc == TOAST_OK && all_logits)
+			memcpy(s->logits, all_logits + (size_t)(i + T - 1) * V, (size_t)V * sizeof(float));
 		if (rc != TOAST_OK) {
 			/* the state has advanced past n_past by an unknown amount: it is no longer valid */
 			toast_session_reset(s);
@@ -273,6 +319,12 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 		memcpy(s->tokens + s->n_past, ids + i, (size_t)T * sizeof(int32_t));
 		s->n_past += T;
 		s->have_logits = true;
+	}
+	/* the last logits stay in work.logits (row 0) until someone asks: sampling usually wants
+	 * only the top few (toast_session_top), not n_vocab floats */
+	if (!all_logits) {
+		s->logits_dev = true;
+		e->logits_owner = s;
 	}
 	return TOAST_OK;
 }

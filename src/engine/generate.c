@@ -101,12 +101,34 @@ static enum toast_status gen_check(const struct toast_session *s, int n_prompt, 
 					     GEN_MAX_STOP_LEN);
 	}
 	int n_past = toast_session_n_past(s), n_ctx = toast_session_n_ctx(s);
-	if (n_prompt == 0 && !toast_session_logits(s))
+	if (n_prompt == 0 && !s->have_logits)
 		return toast_err_set(err, TOAST_ERR_INVALID, "generate: no prompt and no previous token to continue from");
 	if ((long)n_past + n_prompt >= n_ctx)
 		return toast_err_set(err, TOAST_ERR_CTX_FULL,
 				     "the prompt (%d tokens%s) leaves no room to generate in a context of %d tokens", n_past + n_prompt,
 				     n_past ? ", some already in the session" : "", n_ctx);
+	return TOAST_OK;
+}
+
+/* the next token: from the few largest logits when the sampler can (on the GPU only those
+ * cross to the host), else from all of them */
+static enum toast_status gen_sample(struct toast_session *s, struct toast_sampler *sp, int32_t *id,
+				    struct toast_error *err)
+{
+	int m = toast_sampler_top_need(sp);
+	if (m > 0) {
+		int32_t ids[TOAST_SAMPLER_TOP_MAX];
+		float vals[TOAST_SAMPLER_TOP_MAX];
+		int n = toast_session_top(s, m, ids, vals, err);
+		if (n < 0)
+			return TOAST_ERR_BACKEND;
+		*id = toast_sampler_sample_top(sp, ids, vals, n);
+		return TOAST_OK;
+	}
+	const float *l = toast_session_logits(s);
+	if (!l)
+		return toast_err_set(err, TOAST_ERR_BACKEND, "the logits could not be read from the backend");
+	*id = toast_sampler_sample(sp, l);
 	return TOAST_OK;
 }
 
@@ -155,7 +177,10 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	struct toast_detok dt;
 	toast_detok_init(&dt);
 	for (;;) {
-		int32_t id = toast_sampler_sample(sp, toast_session_logits(s));
+		int32_t id;
+		rc = gen_sample(s, sp, &id, err);
+		if (rc != TOAST_OK)
+			goto out;
 		toast_sampler_accept(sp, id);
 		if (res->n_generated++ == 0) {
 			t_first = toast_now();

@@ -174,27 +174,10 @@ static void sampler_select(struct sampler_cand *c, int n, int k)
 	}
 }
 
-int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits)
+/* temperature, top-p, min-p and the draw over c[0..k) (logits divided by the temperature),
+ * which is sorted (larger first, lower id first among equals) whenever top-k cut it */
+static int32_t sampler_draw(struct toast_sampler *sp, struct sampler_cand *c, int k)
 {
-	const float *l = sampler_penalize(sp, logits);
-	int V = sp->n_vocab;
-	if (sp->p.temperature <= 0) {
-		int32_t best = 0;
-		for (int i = 1; i < V; i++)
-			if (l[i] > l[best])
-				best = i;
-		return best;
-	}
-	struct sampler_cand *c = sp->cand;
-	int n = 0;
-	for (int i = 0; i < V; i++)
-		if (!isnan(l[i]))
-			c[n++] = (struct sampler_cand){l[i] / sp->p.temperature, i};
-	if (n == 0)
-		return 0;
-	int k = sp->p.top_k > 0 && sp->p.top_k < n ? sp->p.top_k : n;
-	if (k < n)
-		sampler_select(c, n, k);
 	float max = c[0].logit;
 	for (int i = 1; i < k; i++)
 		max = c[i].logit > max ? c[i].logit : max;
@@ -240,4 +223,56 @@ int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits)
 			return c[i].id;
 	}
 	return c[keep - 1].id;
+}
+
+int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits)
+{
+	const float *l = sampler_penalize(sp, logits);
+	int V = sp->n_vocab;
+	if (sp->p.temperature <= 0) {
+		int32_t best = 0; /* the first maximum; NaN never (unless all are) */
+		for (int i = 1; i < V; i++)
+			if (l[i] > l[best] || (isnan(l[best]) && !isnan(l[i])))
+				best = i;
+		return best;
+	}
+	struct sampler_cand *c = sp->cand;
+	int n = 0;
+	for (int i = 0; i < V; i++)
+		if (!isnan(l[i]))
+			c[n++] = (struct sampler_cand){l[i] == 0.0f ? 0.0f : l[i], i};
+	if (n == 0)
+		return 0;
+	/* top-k on the logits themselves (what toast_session_top returns), then sorted */
+	int k = n;
+	if (sp->p.top_k > 0) {
+		k = sp->p.top_k < n ? sp->p.top_k : n;
+		if (k < n)
+			sampler_select(c, n, k);
+		qsort(c, (size_t)k, sizeof(*c), sampler_cmp);
+	}
+	for (int i = 0; i < k; i++)
+		c[i].logit /= sp->p.temperature;
+	return sampler_draw(sp, c, k);
+}
+
+int toast_sampler_top_need(const struct toast_sampler *sp)
+{
+	if (sp->p.repeat_penalty != 1.0f && sp->p.repeat_last_n > 0)
+		return 0;
+	if (sp->p.temperature <= 0)
+		return 1;
+	return sp->p.top_k > 0 && sp->p.top_k <= TOAST_SAMPLER_TOP_MAX ? sp->p.top_k : 0;
+}
+
+int32_t toast_sampler_sample_top(struct toast_sampler *sp, const int32_t *ids, const float *vals, int n)
+{
+	if (n <= 0)
+		return 0;
+	if (sp->p.temperature <= 0)
+		return ids[0];
+	int k = sp->p.top_k > 0 && sp->p.top_k < n ? sp->p.top_k : n;
+	for (int i = 0; i < k; i++)
+		sp->cand[i] = (struct sampler_cand){vals[i] / sp->p.temperature, ids[i]};
+	return sampler_draw(sp, sp->cand, k);
 }

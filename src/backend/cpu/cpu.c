@@ -130,6 +130,12 @@ static size_t cpu_mem_free(struct toast_backend *be)
 	return toast_mem_available();
 }
 
+static int cpu_top(struct toast_backend *be, const float *x, int n, int m, int32_t *ids, float *vals,
+		   struct toast_error *err)
+{
+	return toast_top_host(x, n, m, ids, vals);
+}
+
 static void cpu_write(struct toast_backend *be, void *dst, const void *src, size_t n)
 {
 	memcpy(dst, src, n);
@@ -276,6 +282,7 @@ static const struct toast_backend_ops cpu_ops = {
 	.host_alloc = cpu_host_alloc,
 	.host_release = cpu_host_release,
 	.mem_free = cpu_mem_free,
+	.top = cpu_top,
 };
 
 enum toast_status toast_backend_cpu_new(int n_threads, struct toast_backend **out, struct toast_error *err)

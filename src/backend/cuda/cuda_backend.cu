@@ -469,6 +469,16 @@ static void cuda_moe(struct toast_backend *be, const struct toast_moe_args *a)
 		cu_moe(cu_of(be), a);
 }
 
+static int cuda_top(struct toast_backend *be, const float *x, int n, int m, int32_t *ids, float *vals,
+		    struct toast_error *err)
+{
+	struct cuda_backend *cb = cu_of(be);
+	int k = cb->failed ? -1 : cu_top(cb, x, n, m, ids, vals);
+	if (k < 0)
+		toast_err_set(err, TOAST_ERR_BACKEND, "%s", cb->fail_msg);
+	return k;
+}
+
 static void cuda_free(struct toast_backend *be)
 {
 	struct cuda_backend *cb = cu_of(be);
@@ -521,6 +531,7 @@ static const struct toast_backend_ops cuda_ops = {
 	cuda_host_alloc,
 	cuda_host_release,
 	cuda_mem_free,
+	cuda_top,
 };
 
 extern "C" bool toast_backend_cuda_available(void)

@@ -201,4 +201,7 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a);
 /* k_moe.cu */
 void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a);
 
+/* k_top.cu: toast_backend_ops.top (waits for the stream); -1 when the backend has failed */
+int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals);
+
 #endif

@@ -1,0 +1,92 @@
+/*
+ * k_top.cu - the m largest logits on the device, so that sampling moves m (id, value) pairs to
+ * the host instead of the whole vocabulary (contract: toast_backend_ops.top).
+ *
+ * Each value becomes one 64-bit key: the float's bits made order-preserving in the high word
+ * (-0 as +0, NaN below everything), the complement of the index in the low word. Keys are then
+ * all distinct and "larger key" is exactly "larger value, or the same value at a lower index",
+ * so the top m is one well-defined set. A stage sorts 2048 keys per block (bitonic, in shared
+ * memory) and keeps each block's best m; stages repeat on the survivors until one block is
+ * left (151,936 logits: 75 blocks, then 10, then 2, then 1 for m = 256).
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+#define TOP_BLOCK 1024
+#define TOP_CHUNK (2 * TOP_BLOCK)
+
+__device__ __forceinline__ unsigned long long top_key(float v, int i)
+{
+	unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
+	unsigned o = isnan(v) ? 0u : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+	return ((unsigned long long)o << 32) | (0xffffffffu - (unsigned)i);
+}
+
+/* src is the logits (stage 0: x != NULL) or the previous stage's keys */
+__global__ void __launch_bounds__(TOP_BLOCK) k_top_stage(const float *x, const unsigned long long *kin, int n, int m,
+							 unsigned long long *kout)
+{
+	__shared__ unsigned long long s[TOP_CHUNK];
+	int base = blockIdx.x * TOP_CHUNK;
+	for (int j = threadIdx.x; j < TOP_CHUNK; j += TOP_BLOCK) {
+		int i = base + j;
+		s[j] = i >= n ? 0ull : x ? top_key(x[i], i) : kin[i];
+	}
+	__syncthreads();
+	/* bitonic sort, descending */
+	for (int k = 2; k <= TOP_CHUNK; k <<= 1) {
+		for (int j = k >> 1; j > 0; j >>= 1) {
+			int t = threadIdx.x;
+			int a = (t / j) * 2 * j + (t % j), b = a + j;
+			bool desc = (a & k) == 0;
+			unsigned long long va = s[a], vb = s[b];
+			if ((va < vb) == desc) {
+				s[a] = vb;
+				s[b] = va;
+			}
+			__syncthreads();
+		}
+	}
+	for (int j = threadIdx.x; j < m; j += TOP_BLOCK)
+		kout[(size_t)blockIdx.x * m + j] = s[j];
+}
+
+int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals)
+{
+	if (m < 1 || m > TOAST_TOP_MAX || n < 1)
+		return 0;
+	int g = (int)cu_blocks((size_t)n, TOP_CHUNK);
+	/* two ping-pong buffers of g*m keys (the largest stage) */
+	unsigned long long *buf = (unsigned long long *)cu_scratch(cb, 2 * (size_t)g * m * sizeof(unsigned long long));
+	if (!buf)
+		return -1;
+	unsigned long long *a = buf, *b = buf + (size_t)g * m;
+	cu_launch(cb, k_top_stage, g, TOP_BLOCK, 0, x, (const unsigned long long *)NULL, n, m, a);
+	cu_launched(cb, "top");
+	while (g > 1) {
+		int n2 = g * m;
+		g = (int)cu_blocks((size_t)n2, TOP_CHUNK);
+		cu_launch(cb, k_top_stage, g, TOP_BLOCK, 0, (const float *)NULL, (const unsigned long long *)a, n2, m, b);
+		cu_launched(cb, "top");
+		unsigned long long *t = a;
+		a = b;
+		b = t;
+	}
+	unsigned long long keys[TOAST_TOP_MAX];
+	int k = m < n ? m : n;
+	if (cb->failed || cu_fail(cb, cudaMemcpyAsync(keys, a, (size_t)k * sizeof(keys[0]), cudaMemcpyDeviceToHost,
+						     cb->stream), "top read") ||
+	    cu_fail(cb, cudaStreamSynchronize(cb->stream), "top read"))
+		return -1;
+	int got = 0;
+	for (int j = 0; j < k; j++) {
+		unsigned o = (unsigned)(keys[j] >> 32);
+		if (o == 0)
+			break; /* NaN (or padding): nothing below it counts */
+		unsigned u = (o & 0x80000000u) ? (o & 0x7fffffffu) : ~o;
+		float v;
+		memcpy(&v, &u, sizeof(v));
+		ids[got] = (int32_t)(0xffffffffu - (unsigned)keys[j]);
+		vals[got++] = v;
+	}
+	return got;
+}
