@@ -55,6 +55,8 @@ int cli_bench(int argc, char **argv)
 		long n;
 		if ((v = cli_optval(argc, argv, &i, "--synthetic"))) {
 			o.eo.synthetic = v;
+		} else if ((v = cli_optval(argc, argv, &i, "--type"))) {
+			o.eo.synthetic_type = v;
 		} else if ((v = cli_optval(argc, argv, &i, "--layers"))) {
 			if (!cli_int("--layers", v, 1, 4096, &n))
 				return 2;
@@ -87,8 +89,8 @@ int cli_bench(int argc, char **argv)
 		}
 	}
 	if (!o.model && !o.eo.synthetic) {
-		fprintf(stderr, "usage: toasted bench (MODEL_DIR | --synthetic qwen3-next-80b-a3b [--layers N]) [--backend cpu|cuda]\n"
-				"                     [--threads N] [--chunk N] [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N]\n");
+		fprintf(stderr, "usage: toasted bench (MODEL_DIR | --synthetic qwen3-next-80b-a3b [--layers N] [--type bf16|q4_k|q8_0|mlx4|..])\n"
+				"                     [--backend cpu|cuda] [--threads N] [--chunk N] [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N]\n");
 		return 2;
 	}
 	struct toast_error err = {0};
