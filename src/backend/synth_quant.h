@@ -59,11 +59,16 @@ TOAST_HD static inline int toast_synth_e(int64_t n_in)
 	return l / 2;
 }
 
-/* f16 bits of (sign) 2^expo * (1 + mant/1024); expo clamped to the normal range */
+/* f16 bits of (sign) 2^expo * (1 + mant/1024), subnormal below 2^-14 (K-quant scales are that
+ * small), expo at most 15 */
 TOAST_HD static inline uint16_t toast_synth_f16(int neg, int expo, uint32_t mant)
 {
-	expo = expo < -14 ? -14 : expo > 15 ? 15 : expo;
-	return (uint16_t)((neg ? 0x8000u : 0u) | (uint32_t)(15 + expo) << 10 | (mant & 0x3ffu));
+	uint32_t m = mant & 0x3ffu, bits;
+	if (expo < -14)
+		bits = expo < -24 ? 0 : (1024u + m) >> (-14 - expo);
+	else
+		bits = (uint32_t)(15 + (expo > 15 ? 15 : expo)) << 10 | m;
+	return (uint16_t)((neg ? 0x8000u : 0u) | bits);
 }
 
 /* GGUF block geometry for the synthetic fill: bytes per block, or 0 */

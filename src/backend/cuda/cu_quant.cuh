@@ -25,9 +25,11 @@
 #ifndef TOAST_CU_QUANT_CUH
 #define TOAST_CU_QUANT_CUH
 
+#ifndef TOAST_CUDA_EMU /* tests/cuda_emu.h compiles this header for the host, to test it without a GPU */
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#endif
 
 /* GGUF block geometry: elements and bytes per block, and the quant bytes [qoff, qoff + qb) that
  * go to the quant plane (qb == bs: not split). Plain and MLX types: blck elements in bs bytes. */
@@ -49,6 +51,18 @@ __host__ __device__ static inline cu_qgeo cu_qgeo_of(int type)
 	case TOAST_DT_F32: return {1, 4, 0, 4};
 	default: return {1, 2, 0, 2}; /* BF16 */
 	}
+}
+
+/* the device offset of byte i of a GGUF-block tensor in file layout (identity when not split) */
+__host__ __device__ static inline size_t cu_qdev_pos(const cu_qgeo &g, size_t m_off, size_t i)
+{
+	if (g.qb == g.bs)
+		return i;
+	size_t b = i / (size_t)g.bs;
+	int o = (int)(i - b * (size_t)g.bs), mb = g.bs - g.qb;
+	if (o >= g.qoff && o < g.qoff + g.qb)
+		return b * (size_t)g.qb + (size_t)(o - g.qoff);
+	return m_off + b * (size_t)mb + (size_t)(o < g.qoff ? o : o - g.qb);
 }
 
 static inline bool cu_is_mlx(int type)

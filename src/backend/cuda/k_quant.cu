@@ -10,28 +10,16 @@ extern "C" {
 #include "backend/synth_quant.h"
 }
 
-/* the device offset of byte i of a file-layout GGUF-block tensor (identity when not split) */
-__device__ __forceinline__ size_t q_dev_pos(const cu_qgeo &g, size_t m_off, size_t i)
-{
-	if (g.qb == g.bs)
-		return i;
-	size_t b = i / (size_t)g.bs;
-	int o = (int)(i - b * (size_t)g.bs), mb = g.bs - g.qb;
-	if (o >= g.qoff && o < g.qoff + g.qb)
-		return b * (size_t)g.qb + (size_t)(o - g.qoff);
-	return m_off + b * (size_t)mb + (size_t)(o < g.qoff ? o : o - g.qb);
-}
-
 __global__ void k_q_split(uint8_t *dst, const uint8_t *src, size_t n, cu_qgeo g, size_t m_off)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-		dst[q_dev_pos(g, m_off, i)] = src[i];
+		dst[cu_qdev_pos(g, m_off, i)] = src[i];
 }
 
 __global__ void k_q_synth(uint8_t *dst, size_t n, int type, cu_qgeo g, size_t m_off, uint64_t seed, int64_t n_in)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-		dst[q_dev_pos(g, m_off, i)] = toast_synth_qbyte(type, seed, i, n_in);
+		dst[cu_qdev_pos(g, m_off, i)] = toast_synth_qbyte(type, seed, i, n_in);
 }
 
 __global__ void k_q_synth_sb(uint16_t *scales, uint16_t *biases, size_t n_groups, int bits, uint64_t seed, int64_t n_in)
