@@ -28,6 +28,20 @@ float toast_synthetic_value(uint64_t seed, uint64_t i, int64_t n_in, int64_t n_o
 	return (2.0f * u - 1.0f) / sqrtf((float)n_in);
 }
 
+void toast_synthetic_weight(struct toast_weight *w, const char *name, enum toast_dtype type, int64_t n_out, int64_t n_in)
+{
+	*w = (struct toast_weight){.name = name, .type = type, .n_in = n_in, .n_out = n_out};
+	size_t row = 0;
+	if (type == TOAST_DT_MLX4 || type == TOAST_DT_MLX8) {
+		w->group_size = TOAST_SYNTH_MLX_GROUP;
+		w->sb_type = TOAST_DT_BF16;
+		row = (size_t)n_in * (type == TOAST_DT_MLX4 ? 4 : 8) / 8 + 2 * (size_t)(n_in / TOAST_SYNTH_MLX_GROUP) * 2;
+	} else {
+		toast_dtype_bytes(type, n_in, &row);
+	}
+	w->n_bytes = row * (size_t)n_out;
+}
+
 void toast_synthetic_fill_quant(struct toast_weight *w, void *buf)
 {
 	uint64_t seed = toast_synthetic_seed(w->name);

@@ -80,6 +80,9 @@ struct toast_experts {
  */
 uint64_t toast_synthetic_seed(const char *name);
 float toast_synthetic_value(uint64_t seed, uint64_t i, int64_t n_in, int64_t n_out);
+/* Describe the synthetic weight `name` of type t (data NULL): MLX types get group size 64 and
+ * BF16 scales; n_bytes is the packed size. t is F32, BF16 or quantised with whole-block rows. */
+void toast_synthetic_weight(struct toast_weight *w, const char *name, enum toast_dtype t, int64_t n_out, int64_t n_in);
 /* Fill buf (w->n_bytes) with the synthetic quantised weight w (type, n_in, n_out, name; MLX:
  * group_size) and point w->data (and scales, biases, sb_type for MLX: data, then scales, then
  * biases, in buf) at it. */

@@ -105,7 +105,9 @@ int cli_bench(int argc, char **argv)
 	printf("model: %s%s (%s), %d layers (%d attention), backend %s, loaded in %.1f s\n",
 	       o.eo.synthetic ? "synthetic " : "", o.eo.synthetic ? o.eo.synthetic : o.model, in->arch, in->n_layer,
 	       in->n_layer_attn, in->backend, toast_now() - t0);
-	printf("weights: %.2f GB; a decode step reads %.3f GB of weights\n", in->weight_bytes / 1e9, in->decode_bytes / 1e9);
+	printf("weights: %.2f GB%s%s; weight bytes read per token: %.3f GB (dense + %d routed + shared experts, as stored)\n",
+	       in->weight_bytes / 1e9, o.eo.synthetic_type ? ", matrices " : "", o.eo.synthetic_type ? o.eo.synthetic_type : "",
+	       in->decode_bytes / 1e9, in->n_expert_used);
 	double bw = toast_engine_bandwidth(e);
 	printf("memory bandwidth (copy, read+write): %.1f GB/s\n", bw / 1e9);
 	int max_ctx = 0;

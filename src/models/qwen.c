@@ -95,17 +95,7 @@ static void bind_synthetic(struct toast_weight *w, const char *name, int64_t n_o
 		t = mlx ? TOAST_DT_MLX8 : TOAST_DT_BF16;
 	if (n_in % (mlx ? TOAST_SYNTH_MLX_GROUP : toast_dtypes[t].blck)) /* rows not whole blocks (conv1d) */
 		t = TOAST_DT_BF16;
-	*w = (struct toast_weight){.name = name, .type = t, .n_in = n_in, .n_out = n_out};
-	if (t == TOAST_DT_MLX4 || t == TOAST_DT_MLX8) {
-		w->group_size = TOAST_SYNTH_MLX_GROUP;
-		w->sb_type = TOAST_DT_BF16;
-		w->n_bytes = (size_t)n_out * (size_t)n_in * (t == TOAST_DT_MLX4 ? 4 : 8) / 8 +
-			     2 * (size_t)n_out * (size_t)(n_in / TOAST_SYNTH_MLX_GROUP) * 2;
-	} else {
-		size_t row = 0;
-		toast_dtype_bytes(t, n_in, &row);
-		w->n_bytes = row * (size_t)n_out;
-	}
+	toast_synthetic_weight(w, name, t, n_out, n_in);
 }
 
 /* Bind the tensor `name` as n_out x n_in (a vector when n_out == 1; size-1 dims are ignored so
