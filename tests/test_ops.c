@@ -733,7 +733,7 @@ static const enum toast_dtype quant_types[] = {TOAST_DT_Q4_0, TOAST_DT_Q4_1, TOA
 /* quantised weights: every op that reads a matrix, every type, decode and prefill sizes */
 static void test_quant(struct ctx *c)
 {
-	int o1[] = {7}, o2[] = {33, 5}, o3[] = {129, 64, 1, 300}, o4[] = {8461}, o5[] = {33001};
+	int o1[] = {7}, o2[] = {33, 5}, o3[] = {129, 64, 1, 300}, o4[] = {40961}, o5[] = {33001};
 	for (int i = 0; i < N_QUANT_TYPES; i++) {
 		enum toast_dtype t = quant_types[i];
 		test_matmul(c, t, 1, o1, 1, 512, TOAST_MM_ACT, false, false);
@@ -746,7 +746,8 @@ static void test_quant(struct ctx *c)
 		test_embed(c, t, 37, 256);
 		test_synthetic(c, t, 17, 2048);
 	}
-	/* four rows a warp (many rows), and a weight dequantised in two pieces for the GEMM */
+	/* four rows a warp (rows for many waves of blocks), and a weight dequantised in two pieces
+	 * for the GEMM */
 	test_matmul(c, TOAST_DT_Q4_K, 1, o4, 1, 256, TOAST_MM_F32, true, true);
 	test_matmul(c, TOAST_DT_MLX4, 4, o4, 1, 256, TOAST_MM_ADD, false, false);
 	test_matmul(c, TOAST_DT_Q8_0, 9, o5, 1, 1024, TOAST_MM_F32, false, false);

@@ -259,12 +259,20 @@ static bool gemv_fits(struct cuda_backend *cb, const struct toast_weight *W, int
 	return (size_t)gemv_tt(type, T) * (size_t)W->n_in * 4 + 1024 <= cb->smem_optin;
 }
 
+/* the dynamic shared memory k_gemv<TYPE, T, ROWS> may use (set once) */
 template <int TYPE, int T, int ROWS>
-static void gemv_launch(struct cuda_backend *cb, gemv_args &a)
+static size_t gemv_room(struct cuda_backend *cb)
 {
 	static size_t room;
 	if (!room)
 		room = cu_allow_smem(cb, (const void *)k_gemv<TYPE, T, ROWS>);
+	return room;
+}
+
+template <int TYPE, int T, int ROWS>
+static void gemv_launch(struct cuda_backend *cb, gemv_args &a)
+{
+	size_t room = gemv_room<TYPE, T, ROWS>(cb);
 	size_t smem = (size_t)T * a.n_in * 4;
 	if (smem > room) {
 		cu_fail_msg(cb, "gemv: %zu bytes of shared memory needed, %zu allowed", smem, room);
@@ -282,11 +290,26 @@ template <int TYPE, int T>
 static void gemv_launch_rows(struct cuda_backend *cb, gemv_args &a)
 {
 	/* four rows a warp stream more bytes per load batch; one row a warp gives small matrices
-	 * enough blocks to fill the GPU */
-	int64_t rows = 0;
-	for (int k = 0; k < a.n_jobs; k++)
+	 * enough blocks to fill the GPU. Four rows only when their blocks fill whole waves: one
+	 * (bf16 qkvz at 3 blocks an SM), or many (lm_head); 4-bit kernels hold twice the registers
+	 * and would run 1.5 waves on the same matrix, where one row a warp runs 3 */
+	int64_t rows = 0, blocks4 = 0;
+	for (int k = 0; k < a.n_jobs; k++) {
 		rows += a.job[k].n_out;
-	if (rows >= (int64_t)cb->n_sm * GEMV_WARPS * 4 * 2)
+		blocks4 += (a.job[k].n_out + GEMV_WARPS * 4 - 1) / (GEMV_WARPS * 4);
+	}
+	bool four = rows >= (int64_t)cb->n_sm * GEMV_WARPS * 4 * 2;
+	int per_sm = 0;
+	if (four && gemv_room<TYPE, T, 4>(cb)) {
+		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv<TYPE, T, 4>, GEMV_WARPS * 32,
+								  (size_t)T * a.n_in * 4) == cudaSuccess) {
+			int64_t slots = (int64_t)per_sm * cb->n_sm;
+			four = blocks4 <= slots || blocks4 >= 4 * slots;
+		} else {
+			cudaGetLastError(); /* a failed query is no launch error: keep four rows */
+		}
+	}
+	if (four)
 		gemv_launch<TYPE, T, 4>(cb, a);
 	else
 		gemv_launch<TYPE, T, 1>(cb, a);
