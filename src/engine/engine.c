@@ -69,16 +69,22 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	}
 	rc = engine_backend(opts, &e->be, err);
 	if (rc == TOAST_OK && opts->synthetic) {
+		/* a preset name, or a config.json file: a shape of one's own */
 		const char *cfg = toast_model_preset(opts->synthetic);
 		enum toast_dtype st = opts->synthetic_type ? toast_dtype_parse(opts->synthetic_type) : TOAST_DT_BF16;
+		char *text = NULL;
 		if (st == TOAST_DT_UNKNOWN)
 			rc = toast_err_set(err, TOAST_ERR_INVALID, "unknown weight type \"%s\" for a synthetic model",
 					   opts->synthetic_type);
+		else if (!cfg && strchr(opts->synthetic, '/'))
+			rc = toast_read_file(opts->synthetic, 1 << 20, &text, NULL, err);
 		else if (!cfg)
 			rc = toast_err_set(err, TOAST_ERR_INVALID,
-					   "unknown synthetic shape \"%s\" (qwen3-next-80b-a3b, qwen3.5-35b-a3b)", opts->synthetic);
-		else
-			rc = toast_model_load_synthetic(&e->model, cfg, opts->synthetic_layers, st, e->be, err);
+					   "unknown synthetic shape \"%s\" (qwen3-next-80b-a3b, qwen3.5-35b-a3b, or a config.json path)",
+					   opts->synthetic);
+		if (rc == TOAST_OK)
+			rc = toast_model_load_synthetic(&e->model, cfg ? cfg : text, opts->synthetic_layers, st, e->be, err);
+		free(text);
 	} else if (rc == TOAST_OK) {
 		rc = toast_model_load(&e->model, path, e->be, e->quant, opts->progress, opts->progress_ud, err);
 	}
@@ -157,10 +163,12 @@ enum toast_status toast_session_new(struct toast_engine *e, int n_ctx, struct to
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	s->e = e;
 	s->logits = malloc((size_t)e->model.hp.n_vocab * sizeof(float));
-	enum toast_status rc = s->logits ? toast_model_state_new(&e->model, n_ctx, &s->state, err)
-					 : toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	s->tokens = calloc((size_t)n_ctx, sizeof(int32_t));
+	enum toast_status rc = s->logits && s->tokens ? toast_model_state_new(&e->model, n_ctx, &s->state, err)
+						      : toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	if (rc != TOAST_OK) {
 		free(s->logits);
+		free(s->tokens);
 		free(s);
 		return rc;
 	}
@@ -174,6 +182,7 @@ void toast_session_free(struct toast_session *s)
 		return;
 	toast_model_state_free(&s->e->model, &s->state);
 	free(s->logits);
+	free(s->tokens);
 	free(s);
 }
 
@@ -217,6 +226,11 @@ int toast_session_n_past(const struct toast_session *s)
 	return s->n_past;
 }
 
+const int32_t *toast_session_tokens(const struct toast_session *s)
+{
+	return s->tokens;
+}
+
 int toast_session_n_ctx(const struct toast_session *s)
 {
 	return s->state.n_ctx;
@@ -253,6 +267,7 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 			toast_session_reset(s);
 			return rc;
 		}
+		memcpy(s->tokens + s->n_past, ids + i, (size_t)T * sizeof(int32_t));
 		s->n_past += T;
 		s->have_logits = true;
 	}

@@ -21,9 +21,9 @@ struct toast_session {
 	struct toast_engine *e;
 	struct toast_state state;
 	int n_past;
-	float *logits; /* host [n_vocab] */
+	int32_t *tokens; /* host [n_ctx]: the tokens the state holds, [0, n_past) */
+	float *logits;   /* host [n_vocab] */
 	bool have_logits;
 };
-
 
 #endif

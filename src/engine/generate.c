@@ -62,6 +62,8 @@ static size_t gen_safe_prefix(const struct gen_text *t, const struct toast_gen_o
 
 static bool gen_hold(struct gen_text *t, const char *s, size_t n)
 {
+	if (n == 0) /* nothing held yet may mean no buffer yet: memcpy must not see NULL */
+		return true;
 	if (t->n_hold + n > t->cap_hold) {
 		size_t cap = (t->n_hold + n) * 2 + 64;
 		char *h = realloc(t->hold, cap);
@@ -78,6 +80,8 @@ static bool gen_hold(struct gen_text *t, const char *s, size_t n)
 /* Move the first n held bytes into out (room ensured by the caller); returns n. */
 static size_t gen_take(struct gen_text *t, size_t n)
 {
+	if (t->n_hold == 0)
+		return 0;
 	memcpy(t->out, t->hold, n);
 	memmove(t->hold, t->hold + n, t->n_hold - n);
 	t->n_hold -= n;
@@ -134,6 +138,9 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	rc = toast_sampler_new(&opts->sampling, s->e->model.hp.n_vocab, &sp, err);
 	if (rc != TOAST_OK)
 		goto out;
+	/* the penalty window sees what the session held before, as it would after a full prefill */
+	for (int i = n_keep > opts->sampling.repeat_last_n ? n_keep - opts->sampling.repeat_last_n : 0; i < n_keep; i++)
+		toast_sampler_accept(sp, s->tokens[i]);
 	for (int i = 0; i < n_prompt; i++)
 		toast_sampler_accept(sp, prompt[i]);
 	if (n_prompt > 0) {
@@ -141,6 +148,8 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 		if (rc != TOAST_OK)
 			goto out;
 	}
+	if (opts->on_prompt)
+		opts->on_prompt(opts->on_prompt_ud, s);
 	double t_prefilled = toast_now(), t_first = 0;
 	res->t_prefill = t_prefilled - t0;
 	struct toast_detok dt;

@@ -163,6 +163,32 @@ enum toast_status toast_model_state_new(const struct toast_model *m, int n_ctx, 
 void toast_model_state_free(const struct toast_model *m, struct toast_state *s);
 void toast_model_state_zero(const struct toast_model *m, struct toast_state *s);
 
+/*
+ * State images: what a state holds after n tokens, copied out so that it can be kept (the
+ * session cache), moved between device and host memory, and written to a file; and copied back
+ * into a state (the same one or another of the same model), whose buffers stay where they are.
+ * Two parts, each one flat buffer:
+ *   kv  [kv_bytes(n)]: for each attention layer in order, K rows [0, n) then V rows [0, n)
+ *       (act elements, n_head_kv*head_dim per row);
+ *   rec [rec_bytes]:   for each GDN layer in order, the conv state (f32, both slots: the current
+ *       one is n & 1, so an image is loaded back at the n it was saved at) then the recurrent
+ *       state (f32).
+ * kv or rec may be NULL (that part is not copied); img_host says whether the image buffers are
+ * host memory (else backend memory). Rows >= n of a loaded state are left as they were.
+ */
+size_t toast_model_kv_bytes(const struct toast_model *m, int n);
+size_t toast_model_rec_bytes(const struct toast_model *m);
+enum toast_status toast_model_state_save(const struct toast_model *m, const struct toast_state *s, int n, void *kv,
+					 void *rec, bool img_host, struct toast_error *err);
+/* Load rows [0, n) of a kv image laid out with kv_rows >= n rows per layer (a snapshot taken at
+ * kv_rows can be loaded at an earlier point whose rows it shares). */
+enum toast_status toast_model_state_load(const struct toast_model *m, struct toast_state *s, int n, const void *kv,
+					 int kv_rows, const void *rec, bool img_host, struct toast_error *err);
+/* A 64-bit fingerprint of what a state image depends on: the shapes, the backend's act type and
+ * the weights (their norm vectors' bytes, which any two trained checkpoints differ in, and every
+ * matrix's storage and compute types, which differ between quantisations of one checkpoint). */
+uint64_t toast_model_fingerprint(const struct toast_model *m);
+
 enum toast_status toast_model_work_new(const struct toast_model *m, int max_T, struct toast_work *w,
 				       struct toast_error *err);
 void toast_model_work_free(const struct toast_model *m, struct toast_work *w);

@@ -19,6 +19,7 @@
 #include "models/quantize.h"
 #include "util/fs.h"
 #include "util/half.h"
+#include "util/hash.h"
 #include "util/mem.h"
 
 #define CONFIG_MAX_BYTES (4u << 20)
@@ -654,6 +655,119 @@ void toast_model_state_zero(const struct toast_model *m, struct toast_state *s)
 			be->ops->zero(be, s->conv[il], state_conv_bytes(m));
 			be->ops->zero(be, s->ssm[il], state_ssm_bytes(m));
 		}
+}
+
+/* ---- state images (model.h) ---- */
+
+size_t toast_model_kv_bytes(const struct toast_model *m, int n)
+{
+	size_t b = 0;
+	for (int il = 0; il < m->hp.n_layer; il++)
+		b += m->layers[il].is_attn ? 2 * state_kv_row_bytes(m) * (size_t)n : 0;
+	return b;
+}
+
+size_t toast_model_rec_bytes(const struct toast_model *m)
+{
+	size_t b = 0;
+	for (int il = 0; il < m->hp.n_layer; il++)
+		b += m->layers[il].is_attn ? 0 : state_conv_bytes(m) + state_ssm_bytes(m);
+	return b;
+}
+
+/* Copy between a state and an image (load: image -> state), part by part in layer order; the
+ * kv image has kv_rows rows per layer, of which the first n are copied. */
+static enum toast_status state_image_move(const struct toast_model *m, const struct toast_state *s, int n,
+					  unsigned char *kv, int kv_rows, unsigned char *rec, bool img_host, bool load,
+					  struct toast_error *err)
+{
+	struct toast_backend *be = m->be;
+	enum toast_status rc = TOAST_OK;
+	size_t row = state_kv_row_bytes(m), cb = state_conv_bytes(m), sb = state_ssm_bytes(m);
+	for (int il = 0; il < m->hp.n_layer && rc == TOAST_OK; il++) {
+		void *bufs[2];
+		size_t sizes[2], strides[2];
+		unsigned char **img;
+		if (m->layers[il].is_attn) {
+			bufs[0] = s->k_cache[il], bufs[1] = s->v_cache[il], img = &kv;
+			sizes[0] = sizes[1] = row * (size_t)n;
+			strides[0] = strides[1] = row * (size_t)kv_rows;
+		} else {
+			bufs[0] = s->conv[il], bufs[1] = s->ssm[il], img = &rec;
+			strides[0] = sizes[0] = cb;
+			strides[1] = sizes[1] = sb;
+		}
+		if (!*img)
+			continue;
+		for (int k = 0; k < 2 && rc == TOAST_OK; k++) {
+			rc = load ? toast_backend_move(be, bufs[k], false, *img, img_host, sizes[k], err)
+				  : toast_backend_move(be, *img, img_host, bufs[k], false, sizes[k], err);
+			*img += strides[k];
+		}
+	}
+	if (rc == TOAST_OK)
+		rc = be->ops->sync(be, err);
+	return rc;
+}
+
+enum toast_status toast_model_state_save(const struct toast_model *m, const struct toast_state *s, int n, void *kv,
+					 void *rec, bool img_host, struct toast_error *err)
+{
+	if (n < 0 || n > s->n_ctx)
+		return toast_err_set(err, TOAST_ERR_INVALID, "state image of %d tokens (context %d)", n, s->n_ctx);
+	return state_image_move(m, s, n, kv, n, rec, img_host, false, err);
+}
+
+enum toast_status toast_model_state_load(const struct toast_model *m, struct toast_state *s, int n, const void *kv,
+					 int kv_rows, const void *rec, bool img_host, struct toast_error *err)
+{
+	if (n < 0 || n > s->n_ctx || kv_rows < n)
+		return toast_err_set(err, TOAST_ERR_INVALID, "state image: %d tokens of %d (context %d)", n, kv_rows,
+				     s->n_ctx);
+	/* the image is only read: the cast lets one walker serve both directions */
+	return state_image_move(m, s, n, (unsigned char *)(uintptr_t)kv, kv_rows, (unsigned char *)(uintptr_t)rec,
+				img_host, true, err);
+}
+
+static uint64_t fp_weight(uint64_t h, const struct toast_weight *w)
+{
+	h = toast_fnv1a(&w->type, sizeof(w->type), h);
+	h = toast_fnv1a(&w->n_in, sizeof(w->n_in), h);
+	return w->data ? toast_fnv1a(w->data, w->n_bytes, h) : h;
+}
+
+/* the element types a matrix is stored and computed in: a quantised model computes other states */
+static uint64_t fp_types(uint64_t h, const struct toast_weight *w)
+{
+	int t[3] = {w->type, w->dev_type, w->group_size};
+	return toast_fnv1a(t, sizeof(t), h);
+}
+
+uint64_t toast_model_fingerprint(const struct toast_model *m)
+{
+	const struct toast_hparams *hp = &m->hp;
+	int dims[] = {hp->arch,      hp->n_vocab,      hp->n_embd,       hp->n_layer,  hp->n_head,    hp->n_head_kv,
+		      hp->head_dim,  hp->n_rot,        hp->ssm_n_k_head, hp->ssm_n_v_head, hp->ssm_d_k, hp->ssm_d_v,
+		      hp->ssm_conv_k, (int)m->be->act_type, m->synthetic};
+	uint64_t h = toast_fnv1a(dims, sizeof(dims), TOAST_FNV_OFFSET);
+	h = toast_fnv1a(&hp->rope_theta, sizeof(hp->rope_theta), h);
+	for (int il = 0; il < hp->n_layer; il++) {
+		const struct toast_layer *l = &m->layers[il];
+		h = toast_fnv1a(&l->is_attn, sizeof(bool), h);
+		h = fp_weight(h, &l->attn_norm);
+		h = fp_weight(h, &l->ffn_norm);
+		const struct toast_weight *mats[] = {&l->wq,      &l->wk,       &l->wv,      &l->wo,       &l->ssm_qkv,
+						     &l->ssm_z,   &l->ssm_out,  &l->ffn_gate, &l->ffn_up,  &l->ffn_down,
+						     &l->router,  &l->sh_gate,  &l->sh_up,   &l->sh_down};
+		for (size_t k = 0; k < sizeof(mats) / sizeof(mats[0]); k++)
+			h = fp_types(h, mats[k]);
+		const struct toast_experts *x[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
+		for (int k = 0; k < 3; k++)
+			if (x[k]->n_expert > 0 && x[k]->w)
+				h = fp_types(h, &x[k]->w[0]);
+	}
+	h = fp_types(fp_types(h, &m->tok_embd), &m->output);
+	return fp_weight(h, &m->output_norm);
 }
 
 /* ---- work buffers ---- */

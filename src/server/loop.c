@@ -223,16 +223,25 @@ static bool srv_status_json(struct toast_server *s, struct toast_buf *b)
 				    "\"running\":%d,\"queued\":%d},\"tokens\":{\"prompt\":%llu,\"generated\":%llu},"
 				    "\"connections\":{\"open\":%d,\"max\":%d},\"queue_depth\":%d,\"max_line_bytes\":%u,"
 				    "\"memory\":{\"rss_bytes\":%zu,\"weight_bytes\":%zu,\"session_bytes\":%zu},"
-				    "\"cache\":{\"enabled\":false,\"hits\":%llu,\"misses\":%llu,\"tokens_reused\":%llu,"
-				    "\"bytes_held\":%zu,\"evictions\":%llu}}",
+				    "\"cache\":{\"enabled\":%s,\"where\":\"%s\",\"hits\":%llu,\"misses\":%llu,"
+				    "\"tokens_reused\":%llu,\"bytes_held\":%zu,\"budget_bytes\":%zu,\"snapshots\":%d,"
+				    "\"evictions\":%llu,\"replaced\":%llu,\"rejected\":%llu,\"files\":%d,\"file_bytes\":%zu,"
+				    "\"dir_budget_bytes\":%zu,\"dir\":",
 				    s->info.arch, s->info.backend, s->n_ctx, toast_now() - s->t_start, s->created,
 				    (unsigned long long)st.n_ok, (unsigned long long)st.n_error,
 				    (unsigned long long)st.n_cancelled, (unsigned long long)s->n_rejected, st.busy ? 1 : 0,
 				    st.queued, (unsigned long long)st.prompt_tokens, (unsigned long long)st.generated_tokens,
 				    s->n_conns, s->o.max_clients, s->o.queue_depth, TOAST_PROTO_MAX_LINE, srv_rss_bytes(),
-				    s->info.weight_bytes, session_bytes, (unsigned long long)st.cache_hits,
+				    s->info.weight_bytes, session_bytes, s->o.cache_off ? "false" : "true",
+				    st.cache.device ? "device" : "host", (unsigned long long)st.cache_hits,
 				    (unsigned long long)st.cache_misses, (unsigned long long)st.cache_tokens_reused,
-				    st.cache_bytes, (unsigned long long)st.cache_evictions);
+				    st.cache.bytes_held, st.cache.budget_bytes, st.cache.entries,
+				    (unsigned long long)st.cache.evictions, (unsigned long long)st.cache.replaced,
+				    (unsigned long long)st.cache.rejected, st.cache.files, st.cache.file_bytes,
+				    st.cache.dir_budget_bytes);
+	const char *dir = s->o.cache_off ? NULL : s->o.cache.dir;
+	ok = ok && (dir ? toast_buf_puts(b, "\"") && toast_buf_json_escape(b, dir, strlen(dir)) && toast_buf_puts(b, "\"}}")
+			: toast_buf_puts(b, "null}}"));
 	return ok;
 }
 
@@ -803,6 +812,12 @@ enum toast_status toast_server_new(const struct toast_server_opts *o, struct toa
 	toast_log_set_level(o->debug ? TOAST_LOG_DEBUG : TOAST_LOG_INFO);
 	if (s->log)
 		toast_log_set_file(s->log);
+	/* after the log is set: the cache reports the snapshot files it ignores there */
+	rc = o->cache_off ? TOAST_OK : srv_worker_cache(&s->w, &o->cache, err);
+	if (rc != TOAST_OK) {
+		toast_server_free(s);
+		return rc;
+	}
 	*out = s;
 	return TOAST_OK;
 }

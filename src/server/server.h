@@ -30,6 +30,8 @@ struct toast_server_opts {
 	int max_clients;         /* 0: TOAST_SERVER_MAX_CLIENTS */
 	int queue_depth;         /* 0: TOAST_SERVER_QUEUE_DEPTH */
 	bool debug;              /* the audit log also records prompts and answers */
+	bool cache_off;          /* no session cache: every request prefills its whole prompt */
+	struct toast_cache_opts cache;
 };
 
 struct toast_server;

@@ -38,12 +38,12 @@ struct srv_job {
 struct srv_job *srv_job_new(const char *via, long uid);
 void srv_job_unref(struct srv_job *j);
 
-/* Counters the worker keeps (the session-cache ones are zero until it has a cache). */
+/* Counters the worker keeps; cache is a copy of the session cache's (zero without one). */
 struct srv_stats {
 	uint64_t n_ok, n_error, n_cancelled;
 	uint64_t prompt_tokens, generated_tokens;
-	uint64_t cache_hits, cache_misses, cache_tokens_reused, cache_evictions;
-	size_t cache_bytes;
+	uint64_t cache_hits, cache_misses, cache_tokens_reused;
+	struct toast_cache_stats cache;
 	bool busy;  /* a request is running */
 	int queued; /* requests waiting */
 };
@@ -62,12 +62,15 @@ struct srv_worker {
 	atomic_bool wake_pending;
 	struct toast_engine *e;
 	struct toast_session *sess;
+	struct toast_cache *cache; /* NULL: every request starts from an empty session */
 	const struct toast_tokenizer *tok;
 	bool debug;
 };
 
 enum toast_status srv_worker_init(struct srv_worker *w, struct toast_engine *e, int n_ctx, int queue_depth,
 				  bool debug, struct toast_error *err);
+/* Give the worker a session cache (before it starts). */
+enum toast_status srv_worker_cache(struct srv_worker *w, const struct toast_cache_opts *o, struct toast_error *err);
 void srv_worker_deinit(struct srv_worker *w);
 enum toast_status srv_worker_start(struct srv_worker *w, struct toast_error *err);
 /* Queue j (taking a reference). TOAST_ERR_BUSY when the queue is full or the worker stops. */

@@ -7,10 +7,10 @@
  * is read at every token, so a client that leaves or a stopping daemon ends a generation at the
  * next token (a prefill in progress runs to its end first).
  *
- * Session model: today one session is reset for every request (every request is a cache miss).
- * worker_session_prepare() is the one place that decides how much of a prompt the session
- * already holds; a session cache (issue 5) replaces it, and the stats/audit fields for hits,
- * reused tokens and bytes held are already reported.
+ * Session model: one session. With a session cache, worker_session_prepare() restores into it the
+ * longest cached prefix of the prompt (the session itself when the conversation continues in
+ * it), the cache marks the end of the prompt, and the finished request is snapshotted after its
+ * client has its `done`. Without one, every request starts from an empty session.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -69,8 +69,18 @@ enum toast_status srv_worker_init(struct srv_worker *w, struct toast_engine *e, 
 	return toast_session_new(e, n_ctx, &w->sess, err);
 }
 
+enum toast_status srv_worker_cache(struct srv_worker *w, const struct toast_cache_opts *o, struct toast_error *err)
+{
+	enum toast_status rc = toast_cache_new(w->e, o, &w->cache, err);
+	if (rc == TOAST_OK)
+		toast_cache_get_stats(w->cache, &w->stats.cache);
+	return rc;
+}
+
 void srv_worker_deinit(struct srv_worker *w)
 {
+	toast_cache_free(w->cache);
+	w->cache = NULL;
 	toast_session_free(w->sess);
 	for (int i = 0; i < w->q_len; i++)
 		srv_job_unref(w->q[(w->q_head + i) % w->q_cap]);
@@ -128,17 +138,35 @@ static void worker_finish(struct srv_worker *w, struct srv_job *j, enum toast_pr
 /*
  * Make the session ready for a prompt of n tokens and return how many of them it already holds
  * (the prefix toast_generate() then skips); *hit tells whether that came from a saved state.
- * Today: no cache, the session is reset (a miss). The session cache (issue 5) replaces this
- * body: find the snapshot whose tokens are the longest prefix of ids, restore it, return its
- * length; the callers already account hits, reused tokens and bytes held.
  */
 static int worker_session_prepare(struct srv_worker *w, const int32_t *ids, int n, bool *hit)
 {
-	(void)ids;
-	(void)n;
-	toast_session_reset(w->sess);
-	*hit = false;
-	return 0;
+	int n_keep = 0;
+	struct toast_error err = {0};
+	if (!w->cache)
+		toast_session_reset(w->sess);
+	else if (toast_cache_restore(w->cache, w->sess, ids, n, &n_keep, &err) != TOAST_OK)
+		TOAST_ERROR("session cache: %s", err.msg); /* the session is reset: the request prefills it all */
+	*hit = n_keep > 0;
+	return n_keep;
+}
+
+static void worker_on_prompt(void *ud, struct toast_session *s)
+{
+	toast_cache_mark_prompt(ud, s);
+}
+
+/* After a request that ran: snapshot what the session holds, and publish the cache's counters. */
+static void worker_session_save(struct srv_worker *w)
+{
+	struct toast_error err = {0};
+	if (!w->cache)
+		return;
+	if (toast_cache_save(w->cache, w->sess, &err) != TOAST_OK)
+		TOAST_ERROR("session cache: %s", err.msg);
+	pthread_mutex_lock(&w->mu);
+	toast_cache_get_stats(w->cache, &w->stats.cache);
+	pthread_mutex_unlock(&w->mu);
 }
 
 struct worker_gen {
@@ -208,7 +236,7 @@ static void worker_chat(struct srv_worker *w, struct srv_job *j, struct srv_audi
 	struct worker_gen g = {w, j, false, {0}};
 	enum toast_proto_code code = TOAST_PROTO_OK;
 	enum toast_status rc = TOAST_OK;
-	bool cancelled = false;
+	bool cancelled = false, ran = false;
 	double t_start = toast_now();
 	a->queue_ms = (t_start - j->t_arrive) * 1e3;
 	if (!w->tok) {
@@ -249,8 +277,13 @@ static void worker_chat(struct srv_worker *w, struct srv_job *j, struct srv_audi
 	pthread_mutex_unlock(&w->mu);
 	struct toast_gen_opts go;
 	worker_gen_opts(&r->p, &go);
+	if (w->cache) {
+		go.on_prompt = worker_on_prompt;
+		go.on_prompt_ud = w->cache;
+	}
 	struct toast_gen_result res = {0};
 	/* the session already holds ids[0, n_keep): feed the rest */
+	ran = true;
 	rc = toast_generate(w->sess, w->tok, ids + n_keep, n_ids - n_keep, &go, worker_on_token, &g, &res, &err);
 	a->cached_tokens = res.n_prompt - res.n_prefilled;
 	a->completion_tokens = res.n_generated;
@@ -299,6 +332,8 @@ out:
 	a->total_ms = (toast_now() - j->t_arrive) * 1e3;
 	srv_audit_write(a);
 	worker_finish(w, j, code, err.msg);
+	if (ran) /* the client has its answer: the snapshot delays only the next request */
+		worker_session_save(w);
 	toast_buf_deinit(&g.all);
 	free(ids);
 	free(prompt);

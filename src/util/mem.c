@@ -1,6 +1,7 @@
 /* mem.c - checked allocation helpers. */
 #include "util/mem.h"
 
+#include <stdio.h>
 #include <string.h>
 
 char *toast_strdup(const char *s)
@@ -27,4 +28,18 @@ void *toast_aalloc(size_t n_bytes)
 void toast_afree(void *p)
 {
 	free(p);
+}
+
+size_t toast_mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	if (!f)
+		return 0;
+	char line[256];
+	unsigned long long kb = 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (size_t)kb << 10;
 }

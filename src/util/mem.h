@@ -34,4 +34,7 @@ char *toast_strdup(const char *s);
 void *toast_aalloc(size_t n_bytes);
 void toast_afree(void *p);
 
+/* Bytes of RAM available to new allocations (MemAvailable in /proc/meminfo), 0 if unknown. */
+size_t toast_mem_available(void);
+
 #endif

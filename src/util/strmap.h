@@ -8,23 +8,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/hash.h"
+
 struct toast_strmap {
 	const char **keys;
 	size_t *lens;
 	int *vals;
 	size_t cap, n;
 };
-
-static inline uint64_t toast_fnv1a(const void *p, size_t n, uint64_t h)
-{
-	const unsigned char *s = p;
-	for (size_t i = 0; i < n; i++) {
-		h ^= s[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
-}
-#define TOAST_FNV_OFFSET 0xcbf29ce484222325ull
 
 /* 0 on success, -1 on allocation failure. Capacity grows as needed. */
 int toast_strmap_init(struct toast_strmap *m, size_t expected);

@@ -115,6 +115,21 @@ static void cpu_release(struct toast_backend *be, void *p)
 	toast_afree(p);
 }
 
+static void *cpu_host_alloc(struct toast_backend *be, size_t n)
+{
+	return malloc(n ? n : 1);
+}
+
+static void cpu_host_release(struct toast_backend *be, void *p)
+{
+	free(p);
+}
+
+static size_t cpu_mem_free(struct toast_backend *be)
+{
+	return toast_mem_available();
+}
+
 static void cpu_write(struct toast_backend *be, void *dst, const void *src, size_t n)
 {
 	memcpy(dst, src, n);
@@ -265,6 +280,9 @@ static const struct toast_backend_ops cpu_ops = {
 	.attention = cpu_attention,
 	.gdn = cpu_gdn,
 	.moe = cpu_moe,
+	.host_alloc = cpu_host_alloc,
+	.host_release = cpu_host_release,
+	.mem_free = cpu_mem_free,
 };
 
 enum toast_status toast_backend_cpu_new(int n_threads, struct toast_backend **out, struct toast_error *err)

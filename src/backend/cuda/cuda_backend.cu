@@ -165,6 +165,32 @@ static void cuda_release(struct toast_backend *be, void *p)
 		cudaFree(p);
 }
 
+static void *cuda_host_alloc(struct toast_backend *be, size_t n)
+{
+	void *p = NULL;
+	if (cudaHostAlloc(&p, n ? n : 1, cudaHostAllocDefault) != cudaSuccess) {
+		cudaGetLastError(); /* out of pinned memory is reported to the caller, not sticky */
+		return NULL;
+	}
+	return p;
+}
+
+static void cuda_host_release(struct toast_backend *be, void *p)
+{
+	if (p)
+		cudaFreeHost(p);
+}
+
+static size_t cuda_mem_free(struct toast_backend *be)
+{
+	size_t fr = 0, tot = 0;
+	if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) {
+		cudaGetLastError();
+		return 0;
+	}
+	return fr;
+}
+
 static void cuda_write(struct toast_backend *be, void *dst, const void *src, size_t n)
 {
 	struct cuda_backend *cb = cu_of(be);
@@ -550,6 +576,9 @@ static const struct toast_backend_ops cuda_ops = {
 	cuda_attention,
 	cuda_gdn,
 	cuda_moe,
+	cuda_host_alloc,
+	cuda_host_release,
+	cuda_mem_free,
 };
 
 extern "C" bool toast_backend_cuda_available(void)

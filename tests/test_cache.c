@@ -1,0 +1,506 @@
+/*
+ * test_cache.c - the session cache (src/engine/cache.c) on the CPU backend, with the tiny
+ * hybrid (Gated DeltaNet + attention), attention-only and flat-GDN reference models:
+ *
+ * - a restored snapshot continues bit for bit as the session it was taken from, at both of its
+ *   points (the end of a request and the end of its prompt), from host or backend memory;
+ * - lookups key on exact tokens: a prompt that differs anywhere before a point never restores it;
+ * - parent eviction: a conversation of ten turns holds one snapshot; interleaved conversations
+ *   hold one each; the budget evicts the least recently used;
+ * - files: a new cache on the same directory restores bit for bit; a corrupted, truncated,
+ *   renamed or foreign file is detected and never loaded;
+ * - the repetition penalty sees restored tokens as it sees prefilled ones.
+ * With a GPU, restores and files are checked on the CUDA backend too (SKIP without one).
+ */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "test.h"
+#include "util/fs.h"
+#include "util/log.h"
+
+#define N_CTX 512
+
+static const char *backend = "cpu";
+static const char *quant; /* NULL: the weights as stored */
+
+static struct toast_engine *open_model(const char *name, int chunk)
+{
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/models/%s", test_data_dir(), name);
+	struct toast_engine_opts o;
+	toast_engine_opts_init(&o);
+	o.backend = backend;
+	o.quant = quant;
+	o.n_threads = 2;
+	o.chunk = chunk;
+	struct toast_engine *e = NULL;
+	struct toast_error err = {0};
+	CHECK(toast_engine_open(dir, &o, &e, &err) == TOAST_OK, "%s: %s", dir, err.msg);
+	return e;
+}
+
+/* a model and a session of N_CTX tokens on it (NULL, reported, when either fails) */
+static struct toast_engine *setup(const char *model, int chunk, struct toast_session **s)
+{
+	struct toast_engine *e = open_model(model, chunk);
+	struct toast_error err = {0};
+	*s = NULL;
+	if (e && toast_session_new(e, N_CTX, s, &err) != TOAST_OK) {
+		CHECK(0, "session: %s", err.msg);
+		toast_engine_close(e);
+		e = NULL;
+	}
+	return e;
+}
+
+static void teardown(struct toast_engine *e, struct toast_session *s, struct toast_cache *c)
+{
+	toast_cache_free(c);
+	toast_session_free(s);
+	toast_engine_close(e);
+}
+
+static void fill_ids(int32_t *ids, int n, uint32_t seed, int n_vocab)
+{
+	for (int i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		ids[i] = (int32_t)((seed >> 8) % (uint32_t)n_vocab);
+	}
+}
+
+static struct toast_cache *cache_open(struct toast_engine *e, size_t budget, bool device, const char *dir)
+{
+	struct toast_cache_opts o = {.budget_bytes = budget, .device = device, .dir = dir};
+	struct toast_cache *c = NULL;
+	struct toast_error err = {0};
+	CHECK(toast_cache_new(e, &o, &c, &err) == TOAST_OK, "cache: %s", err.msg);
+	return c;
+}
+
+static struct toast_cache_stats stats(const struct toast_cache *c)
+{
+	struct toast_cache_stats st;
+	toast_cache_get_stats(c, &st);
+	return st;
+}
+
+static void feed(struct toast_session *s, const int32_t *ids, int n)
+{
+	struct toast_error err = {0};
+	for (int i = 0; i < n; i++) /* one at a time, as generation feeds */
+		CHECK(toast_session_feed(s, ids + i, 1, NULL, &err) == TOAST_OK, "feed: %s", err.msg);
+}
+
+static int restore(struct toast_cache *c, struct toast_session *s, const int32_t *ids, int n)
+{
+	int keep = -1;
+	struct toast_error err = {0};
+	CHECK(toast_cache_restore(c, s, ids, n, &keep, &err) == TOAST_OK, "restore: %s", err.msg);
+	CHECK(toast_session_n_past(s) == keep, "the session holds what restore says (%d vs %d)",
+	      toast_session_n_past(s), keep);
+	return keep;
+}
+
+/*
+ * One request as the daemon runs it: restore the longest cached prefix of prompt, prefill the
+ * rest, mark the end of the prompt, "generate" gen (fed one at a time), snapshot. Returns n_keep.
+ */
+static int request(struct toast_cache *c, struct toast_session *s, const int32_t *prompt, int n, const int32_t *gen,
+		   int n_gen)
+{
+	struct toast_error err = {0};
+	int keep = restore(c, s, prompt, n);
+	if (keep < n)
+		CHECK(toast_session_feed(s, prompt + keep, n - keep, NULL, &err) == TOAST_OK, "prefill: %s", err.msg);
+	toast_cache_mark_prompt(c, s);
+	feed(s, gen, n_gen);
+	CHECK(toast_cache_save(c, s, &err) == TOAST_OK, "save: %s", err.msg);
+	return keep;
+}
+
+/* logits after feeding ids in a fresh session, the same way request() feeds them */
+static void reference(struct toast_engine *e, const int32_t *prompt, int n, const int32_t *gen, int n_gen,
+		      const int32_t *next, int n_next, float *logits)
+{
+	struct toast_session *s = NULL;
+	struct toast_error err = {0};
+	CHECK(toast_session_new(e, N_CTX, &s, &err) == TOAST_OK, "session: %s", err.msg);
+	CHECK(toast_session_feed(s, prompt, n, NULL, &err) == TOAST_OK, "feed: %s", err.msg);
+	feed(s, gen, n_gen);
+	if (n_next)
+		CHECK(toast_session_feed(s, next, n_next, NULL, &err) == TOAST_OK, "feed: %s", err.msg);
+	memcpy(logits, toast_session_logits(s), (size_t)toast_engine_info(e)->n_vocab * sizeof(float));
+	toast_session_free(s);
+}
+
+static bool same_logits(struct toast_session *s, const float *ref, int V)
+{
+	const float *l = toast_session_logits(s);
+	return l && memcmp(l, ref, (size_t)V * sizeof(float)) == 0;
+}
+
+/* Restore at both points, from host and backend memory: bit for bit the same continuation. */
+static void test_restore(const char *model, bool device)
+{
+	struct toast_session *s;
+	struct toast_engine *e = setup(model, 0, &s);
+	if (!e)
+		return;
+	int V = toast_engine_info(e)->n_vocab;
+	struct toast_error err = {0};
+	struct toast_cache *c = cache_open(e, 64 << 20, device, NULL);
+	int32_t conv[200], other[100];
+	fill_ids(conv, 200, 1, V);
+	fill_ids(other, 100, 2, V);
+	float *ref = malloc((size_t)V * sizeof(float));
+	/* request 1: prompt conv[0, 70) (crosses a prefill chunk), reply conv[70, 80) */
+	CHECK(request(c, s, conv, 70, conv + 70, 10) == 0, "%s: the first request is a miss", model);
+	CHECK(stats(c).entries == 1, "%s: one snapshot", model);
+
+	/* the end point, after another conversation used the session: conv[0, 80) + 30 new tokens */
+	CHECK(request(c, s, other, 50, other + 50, 5) == 0, "%s: another conversation misses", model);
+	CHECK(restore(c, s, conv, 110) == 80, "%s: the end point of the first request is restored", model);
+	CHECK(toast_session_feed(s, conv + 80, 30, NULL, &err) == TOAST_OK, "feed: %s", err.msg);
+	reference(e, conv, 70, conv + 70, 10, conv + 80, 30, ref);
+	CHECK(same_logits(s, ref, V), "%s (%s, %s): restored at the end, the continuation is bit-identical", model,
+	      backend, device ? "device" : "host");
+
+	/* the prompt point: the same prompt with another reply (an edited or regenerated answer) */
+	int32_t edited[120];
+	memcpy(edited, conv, sizeof(edited));
+	edited[75] = (edited[75] + 1) % V;
+	CHECK(restore(c, s, edited, 120) == 70, "%s: a changed reply falls back to the end of the prompt", model);
+	reference(e, conv, 70, NULL, 0, NULL, 0, ref);
+	CHECK(same_logits(s, ref, V), "%s: the logits at the end of the prompt come back", model);
+	CHECK(toast_session_feed(s, edited + 70, 50, NULL, &err) == TOAST_OK, "feed: %s", err.msg);
+	reference(e, conv, 70, NULL, 0, edited + 70, 50, ref);
+	CHECK(same_logits(s, ref, V), "%s (%s): restored at the prompt point, bit-identical", model,
+	      device ? "device" : "host");
+	CHECK(restore(c, s, conv, 70) == 70, "%s: the exact prompt again (a regenerated answer) is a full hit", model);
+
+	/* exact tokens: a difference before a point never restores it */
+	memcpy(edited, conv, sizeof(edited));
+	edited[69] = (edited[69] + 1) % V;
+	CHECK(restore(c, s, edited, 120) == 0 && toast_session_n_past(s) == 0, "%s: a changed prompt token is a miss",
+	      model);
+	edited[69] = conv[69];
+	edited[0] = (edited[0] + 1) % V;
+	CHECK(restore(c, s, edited, 120) == 0, "%s: a changed first token is a miss", model);
+	CHECK(restore(c, s, conv, 69) == 0, "%s: a prompt shorter than every point is a miss", model);
+
+	/* the session itself: a conversation that continues in it needs no copy */
+	CHECK(request(c, s, conv, 80, conv + 80, 10) == 80, "%s: the snapshot continues", model);
+	CHECK(restore(c, s, conv, 120) == 90, "%s: the session holds the last request", model);
+	CHECK(toast_session_feed(s, conv + 90, 30, NULL, &err) == TOAST_OK, "feed: %s", err.msg);
+	reference(e, conv, 70, conv + 70, 20, conv + 90, 30, ref);
+	CHECK(same_logits(s, ref, V), "%s: continued in the session, bit-identical", model);
+	free(ref);
+	teardown(e, s, c);
+}
+
+/* Ten turns of one conversation hold one snapshot; interleaved conversations hold one each. */
+static void test_parent_eviction(void)
+{
+	struct toast_session *s;
+	struct toast_engine *e = setup("qwen3next-tiny", 0, &s);
+	if (!e)
+		return;
+	int V = toast_engine_info(e)->n_vocab;
+	struct toast_cache *c = cache_open(e, 64 << 20, false, NULL);
+	int32_t a[400], b[400];
+	fill_ids(a, 400, 3, V);
+	fill_ids(b, 400, 4, V);
+	int na = 0, nb = 0;
+	for (int turn = 0; turn < 10; turn++) {
+		/* a turn: the history so far + 12 new prompt tokens, then a reply of 6 */
+		int keep = request(c, s, a, na + 12, a + na + 12, 6);
+		CHECK(keep == na, "turn %d of A: the whole history is reused (%d of %d)", turn, keep, na);
+		na += 18;
+		keep = request(c, s, b, nb + 12, b + nb + 12, 6);
+		CHECK(keep == nb, "turn %d of B: the whole history is reused (%d of %d)", turn, keep, nb);
+		nb += 18;
+		CHECK(stats(c).entries == 2, "turn %d: one snapshot per conversation (%d)", turn, stats(c).entries);
+	}
+	CHECK(stats(c).replaced == 18, "each turn after the first replaced its parent (%llu)",
+	      (unsigned long long)stats(c).replaced);
+	CHECK(stats(c).evictions == 0, "nothing evicted for the budget");
+	teardown(e, s, c);
+}
+
+/* The budget holds two snapshots: the least recently used one goes. */
+static void test_lru(void)
+{
+	struct toast_session *s;
+	struct toast_engine *e = setup("qwen3next-tiny", 0, &s);
+	if (!e)
+		return;
+	int V = toast_engine_info(e)->n_vocab;
+	/* measure one snapshot (prompt 40 + reply 10, with its prompt point) */
+	struct toast_cache *c = cache_open(e, 64 << 20, false, NULL);
+	int32_t conv[4][60];
+	for (int k = 0; k < 4; k++)
+		fill_ids(conv[k], 60, 10 + k, V);
+	request(c, s, conv[0], 40, conv[0] + 40, 10);
+	size_t one = stats(c).bytes_held;
+	CHECK(one > toast_model_kv_bytes(&e->model, 50) + 2 * toast_model_rec_bytes(&e->model),
+	      "a snapshot holds the KV rows, the states at both points and the logits (%zu)", one);
+	toast_cache_free(c);
+
+	c = cache_open(e, 2 * one + one / 2, false, NULL);
+	request(c, s, conv[0], 40, conv[0] + 40, 10);
+	request(c, s, conv[1], 40, conv[1] + 40, 10);
+	CHECK(restore(c, s, conv[0], 50) == 50, "0 is used again (now more recent than 1)");
+	request(c, s, conv[2], 40, conv[2] + 40, 10);
+	struct toast_cache_stats st = stats(c);
+	CHECK(st.entries == 2 && st.evictions == 1 && st.bytes_held <= st.budget_bytes,
+	      "the budget holds two: one eviction (%d snapshots, %llu evictions, %zu of %zu bytes)", st.entries,
+	      (unsigned long long)st.evictions, st.bytes_held, st.budget_bytes);
+	CHECK(restore(c, s, conv[1], 50) == 0, "the least recently used (1) was evicted");
+	CHECK(restore(c, s, conv[0], 50) == 50, "0 stays");
+	CHECK(restore(c, s, conv[2], 50) == 50, "2 stays");
+	toast_cache_free(c);
+
+	c = cache_open(e, one / 2, false, NULL);
+	request(c, s, conv[3], 40, conv[3] + 40, 10);
+	CHECK(stats(c).entries == 0 && stats(c).bytes_held == 0, "a snapshot larger than the budget is not kept");
+	teardown(e, s, c);
+}
+
+static char *only_file(const char *dir)
+{
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "ls %s/*.snap 2>/dev/null", dir);
+	FILE *p = popen(cmd, "r");
+	static char line[4200];
+	line[0] = 0;
+	if (p) {
+		if (!fgets(line, sizeof(line), p))
+			line[0] = 0;
+		pclose(p);
+	}
+	line[strcspn(line, "\n")] = 0;
+	return line[0] ? line : NULL;
+}
+
+static void flip_byte(const char *path, long off_from_end)
+{
+	int fd = open(path, O_RDWR);
+	struct stat st;
+	CHECK(fd >= 0 && fstat(fd, &st) == 0, "open %s", path);
+	if (fd < 0)
+		return;
+	unsigned char b;
+	off_t off = st.st_size - off_from_end;
+	CHECK(pread(fd, &b, 1, off) == 1, "read");
+	b ^= 0x40;
+	CHECK(pwrite(fd, &b, 1, off) == 1, "write");
+	close(fd);
+}
+
+/* Files: a restart restores bit for bit; broken or foreign files are never loaded. */
+static void test_files(void)
+{
+	struct toast_session *s;
+	struct toast_engine *e = setup("qwen3next-tiny", 0, &s);
+	if (!e)
+		return;
+	int V = toast_engine_info(e)->n_vocab;
+	char dir[] = "/tmp/toast-cache-test-XXXXXX";
+	CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+	struct toast_error err = {0};
+	int32_t conv[120];
+	fill_ids(conv, 120, 5, V);
+	float *ref = malloc((size_t)V * sizeof(float));
+	reference(e, conv, 70, conv + 70, 10, conv + 80, 40, ref);
+
+	for (int device = 0; device < 2; device++) {
+		struct toast_cache *c = cache_open(e, 64 << 20, device, dir);
+		request(c, s, conv, 70, conv + 70, 10);
+		CHECK(stats(c).files == 1 && only_file(dir), "the snapshot is written to a file");
+		toast_cache_free(c);
+
+		c = cache_open(e, 64 << 20, !device, dir); /* files do not depend on where images live */
+		struct toast_cache_stats st = stats(c);
+		CHECK(st.entries == 1 && st.files == 1 && st.bytes_held == 0, "a new cache indexes the file, loads nothing");
+		toast_session_reset(s);
+		CHECK(restore(c, s, conv, 120) == 80, "after a restart: a hit");
+		CHECK(toast_session_feed(s, conv + 80, 40, NULL, &err) == TOAST_OK, "feed: %s", err.msg);
+		CHECK(same_logits(s, ref, V), "restored from a file: bit-identical");
+		CHECK(stats(c).bytes_held > 0, "the state is in memory once used");
+		toast_cache_free(c);
+	}
+
+	/* a corrupted payload: indexed (its header is fine), never loaded, removed */
+	char *path = only_file(dir);
+	char keep[4200];
+	snprintf(keep, sizeof(keep), "%s", path ? path : "");
+	flip_byte(keep, 3);
+	struct toast_cache *c = cache_open(e, 64 << 20, false, dir);
+	toast_session_reset(s);
+	CHECK(restore(c, s, conv, 120) == 0 && toast_session_n_past(s) == 0, "a corrupted file is a miss");
+	CHECK(stats(c).rejected == 1 && stats(c).entries == 0, "and counted as rejected");
+	CHECK(!toast_file_exists(keep), "a broken snapshot file of ours is removed");
+	request(c, s, conv, 70, conv + 70, 10);
+	toast_cache_free(c);
+
+	/* corrupted tokens: the header checksum rejects it at once */
+	struct stat st0;
+	CHECK(stat(keep, &st0) == 0, "the file is back");
+	{
+		int fd = open(keep, O_RDWR);
+		unsigned char b;
+		CHECK(fd >= 0 && pread(fd, &b, 1, 72 + 4) == 1, "read a token byte");
+		b ^= 1;
+		CHECK(pwrite(fd, &b, 1, 72 + 4) == 1, "write");
+		close(fd);
+	}
+	c = cache_open(e, 64 << 20, false, dir);
+	CHECK(stats(c).entries == 0 && stats(c).rejected == 1, "corrupted tokens: rejected when indexed");
+	toast_session_reset(s);
+	CHECK(restore(c, s, conv, 120) == 0, "and a miss");
+	request(c, s, conv, 70, conv + 70, 10); /* rewrites it */
+	toast_cache_free(c);
+
+	/* truncated: rejected when indexed */
+	CHECK(truncate(keep, st0.st_size - 1) == 0, "truncate");
+	c = cache_open(e, 64 << 20, false, dir);
+	CHECK(stats(c).entries == 0 && stats(c).rejected == 1, "a truncated file is rejected");
+	toast_session_reset(s);
+	CHECK(restore(c, s, conv, 120) == 0, "and a miss");
+	request(c, s, conv, 70, conv + 70, 10);
+	toast_cache_free(c);
+
+	/* renamed: its name no longer matches its tokens */
+	char moved[4200];
+	snprintf(moved, sizeof(moved), "%s/0000000000000000-0000000000000000.snap", dir);
+	CHECK(rename(keep, moved) == 0, "rename");
+	c = cache_open(e, 64 << 20, false, dir);
+	CHECK(stats(c).entries == 0 && stats(c).rejected == 1, "a renamed file is rejected");
+	toast_cache_free(c);
+	CHECK(rename(moved, keep) == 0, "rename back");
+
+	/* another model, the same one quantised, or on another backend (another act type): the
+	 * file is refused and left alone */
+	const char *mine = backend;
+	for (int k = 0; k < 3; k++) {
+		static const char *what[] = {"another model", "the same model quantised", "the same model elsewhere"};
+		backend = k < 2 ? mine : strcmp(mine, "cpu") == 0 && toast_backend_cuda_available() ? "cuda" : NULL;
+		quant = k == 1 ? "q8_0" : NULL;
+		struct toast_engine *e2 = backend ? open_model(k == 0 ? "qwen35-tiny" : "qwen3next-tiny", 0) : NULL;
+		if (e2) {
+			c = cache_open(e2, 64 << 20, false, dir);
+			CHECK(stats(c).entries == 0 && stats(c).rejected == 1, "%s (%s): the file is refused", what[k], backend);
+			toast_cache_free(c);
+			CHECK(toast_file_exists(keep), "and left alone");
+			toast_engine_close(e2);
+		}
+	}
+	backend = mine;
+	quant = NULL;
+
+	/* the directory budget: a second conversation's file pushes out the older one, whose state
+	 * stays in memory once it is there */
+	c = cache_open(e, 64 << 20, false, dir);
+	size_t one = stats(c).file_bytes;
+	toast_cache_free(c);
+	struct toast_cache_opts o = {.budget_bytes = 64 << 20, .dir = dir, .dir_budget_bytes = one + one / 2};
+	CHECK(toast_cache_new(e, &o, &c, &err) == TOAST_OK, "cache: %s", err.msg);
+	toast_session_reset(s);
+	CHECK(restore(c, s, conv, 120) == 80, "loaded from its file");
+	int32_t other[80];
+	fill_ids(other, 80, 6, V);
+	request(c, s, other, 70, other + 70, 10);
+	CHECK(stats(c).files == 1 && stats(c).file_bytes <= one + one / 2, "the directory budget holds one file");
+	CHECK(!toast_file_exists(keep), "the older file went");
+	CHECK(stats(c).entries == 2, "its snapshot stays in memory");
+	teardown(e, s, c);
+
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	CHECK(system(cmd) == 0, "cleanup");
+	free(ref);
+}
+
+struct collect {
+	int32_t ids[64];
+	int n;
+};
+
+static int collect_id(void *ud, int32_t id, const char *text, size_t len)
+{
+	struct collect *c = ud;
+	if (c->n < 64)
+		c->ids[c->n++] = id;
+	return 0;
+}
+
+/* The repetition penalty sees the restored history: the same tokens as a full prefill. With
+ * chunk 1 every token is its own forward pass, so both ways compute the same logits. */
+static void test_penalty(void)
+{
+	struct toast_session *s;
+	struct toast_engine *e = setup("qwen3next-tiny", 1, &s);
+	if (!e)
+		return;
+	int V = toast_engine_info(e)->n_vocab;
+	struct toast_error err = {0};
+	struct toast_cache *c = cache_open(e, 64 << 20, false, NULL);
+	int32_t p[60];
+	fill_ids(p, 60, 7, V);
+	struct toast_gen_opts go = {.max_tokens = 24};
+	toast_sampling_init(&go.sampling);
+	go.sampling.temperature = 0;
+	go.sampling.repeat_penalty = 50;
+	go.sampling.repeat_last_n = 64;
+	struct toast_gen_result res;
+	struct collect full = {0}, cached = {0};
+	toast_session_reset(s);
+	CHECK(toast_generate(s, NULL, p, 60, &go, collect_id, &full, &res, &err) == TOAST_OK, "generate: %s", err.msg);
+	/* a snapshot with its prompt point at p[0, 40) (and a reply that is not p[40]), then the rest
+	 * of the prompt on top of that point */
+	int32_t reply = (p[40] + 1) % V;
+	request(c, s, p, 40, &reply, 1);
+	CHECK(restore(c, s, p, 60) == 40, "the prompt point is restored");
+	CHECK(toast_generate(s, NULL, p + 40, 20, &go, collect_id, &cached, &res, &err) == TOAST_OK, "generate: %s",
+	      err.msg);
+	CHECK(res.n_prompt == 60 && res.n_prefilled == 20, "n_prompt %d, n_prefilled %d", res.n_prompt, res.n_prefilled);
+	CHECK(full.n == cached.n && memcmp(full.ids, cached.ids, (size_t)full.n * sizeof(int32_t)) == 0,
+	      "with a repetition penalty, the restored session generates what a full prefill does");
+	/* the penalty mattered: without it the reply differs */
+	struct collect plain = {0};
+	go.sampling.repeat_penalty = 1;
+	toast_session_reset(s);
+	CHECK(toast_generate(s, NULL, p, 60, &go, collect_id, &plain, &res, &err) == TOAST_OK, "generate: %s", err.msg);
+	CHECK(plain.n != full.n || memcmp(plain.ids, full.ids, (size_t)full.n * sizeof(int32_t)) != 0,
+	      "the penalty changes the reply (else this test proves nothing)");
+	teardown(e, s, c);
+}
+
+int main(int argc, char **argv)
+{
+	const char *models[] = {"qwen3next-tiny", "qwen3-tiny", "qwen35-tiny"};
+	toast_log_set_level(TOAST_LOG_ERROR); /* the broken files below are warned about, as they should be */
+	for (int i = 0; i < 3; i++)
+		for (int device = 0; device < 2; device++)
+			test_restore(models[i], device);
+	test_parent_eviction();
+	test_lru();
+	test_files();
+	test_penalty();
+	/* the GPU: restores (from pinned host and from device memory) and files, bit for bit */
+	if (toast_backend_cuda_available()) {
+		backend = "cuda";
+		for (int i = 0; i < 3; i++)
+			for (int device = 0; device < 2; device++)
+				test_restore(models[i], device);
+		test_files();
+	} else {
+		printf("test_cache: cuda SKIP (no CUDA device in this build or machine)\n");
+	}
+	return test_done("test_cache");
+}
