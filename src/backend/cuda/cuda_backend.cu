@@ -377,9 +377,8 @@ static enum toast_status cuda_prepare_experts(struct toast_backend *be, struct t
 	enum toast_status rc = cu_check_type(w0, err);
 	if (rc != TOAST_OK)
 		return rc;
-	w0->dev_type = cu_dev_type(w0);
-	if (w0->dev_type == TOAST_DT_F32) /* one-row experts: kernels read experts as matrices */
-		w0->dev_type = TOAST_DT_BF16;
+	/* as matrices even with one row: the kernels read experts as matrices */
+	w0->dev_type = toast_dtype_is_quant(w0->type) ? w0->type : TOAST_DT_BF16;
 	cu_layout l = cu_layout_weight(w0);
 	size_t stride = cu_align256(l.bytes);
 	void *d = NULL;
