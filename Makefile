@@ -21,13 +21,14 @@ TOAST_SRCS:= $(wildcard src/client/*.c)
 # toast links util + proto only (libtoastproto.a), never the engine: tests/toast_link.sh checks it
 PROTO_SRCS:= $(wildcard src/util/*.c src/proto/*.c)
 TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_CXX_SRCS := $(wildcard tests/test_*.cpp)
 BENCH_SRCS:= $(wildcard bench/*.c)
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 TOAST_OBJS:= $(TOAST_SRCS:%.c=$(BUILD)/%.o)
 PROTO_OBJS:= $(PROTO_SRCS:%.c=$(BUILD)/%.o)
-TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%) $(TEST_CXX_SRCS:tests/%.cpp=$(BUILD)/tests/%)
 
 ifeq ($(CUDA),1)
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
@@ -78,6 +79,14 @@ $(BUILD)/tests/test_proto: $(BUILD)/tests/test_proto.o $(BUILD)/src/client/histo
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libtoasted.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libtoasted.a $(LDLIBS) -lcurl
+
+# C++ tests: host builds of CUDA device code (tests/cuda_emu.h), no C++ runtime
+CXX      ?= c++
+CXXFLAGS += -std=c++17 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Wno-unknown-pragmas \
+	    -fno-exceptions -fno-rtti -fno-strict-aliasing $(SAN)
+$(BUILD)/tests/%.o: tests/%.cpp $(CUDA_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libtoasted.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libtoasted.a $(LDLIBS)

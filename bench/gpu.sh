@@ -2,7 +2,11 @@
 # One GPU session's work in one call: correctness of every CUDA op and model against the CPU
 # oracle, then timing. Run on the device machine from the repository root, with carry/gpu
 # (made here by tools/gpu-bundle.sh) carried. Full logs go to $OUT; a short table is printed last.
-# Usage: bench/gpu.sh [quick|full|perf|cache]   (cache: only the session cache's checks and benchmark)
+# Usage: bench/gpu.sh [quick|full|perf|cache|quant]   (cache: only the session cache's checks and benchmark)
+#   quant: quantised weights (issue 7): test_ops (every op, every weight type, against the
+#   reference), the op timings with 4-bit weights, and the whole Qwen3-Next-80B-A3B (48 layers)
+#   at Q4_K and MLX 4-bit: prefill 128/4096/17408, decode at 0 and 68000 of context, per-kernel
+#   profiles. About 5 minutes on an H200.
 set -u
 MODE=${1:-full}
 OUT=${OUT:-/tmp/gpu-out}
@@ -36,6 +40,36 @@ if [ "$MODE" = cache ]; then
 	echo
 	echo "==== summary ===="
 	printf '%s\n' "${summary[@]}"
+	exit 0
+fi
+if [ "$MODE" = quant ]; then
+	timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
+	rc=$?
+	summary+=("test_ops (every op and weight type, cpu + cuda vs reference): rc=$rc, $(grep -c 'failed' "$OUT/test_ops.log") failures")
+	grep -E "failed|cuda|OK" "$OUT/test_ops.log" | head -40
+	timeout 240 $B/test_ops --perf >"$OUT/ops-perf.log" 2>&1
+	summary+=("test_ops --perf rc=$?")
+	cat "$OUT/ops-perf.log"
+	for t in q4_k mlx4; do
+		timeout 420 $B/toasted bench --synthetic qwen3-next-80b-a3b --type $t --backend cuda --chunk 4096 \
+			--prompt 128,4096,17408 --ctx 0,68000 --decode 64 >"$OUT/bench-$t.log" 2>&1
+		summary+=("bench $t (48 layers) rc=$?")
+		cat "$OUT/bench-$t.log"
+		TOASTED_CUDA_PROFILE=1 timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --type $t --backend cuda \
+			--prompt 1 --ctx 0 --decode 20 >"$OUT/profile-$t.txt" 2>&1
+		grep -A40 "cuda profile" "$OUT/profile-$t.txt"
+		TOASTED_CUDA_PROFILE=1 timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --type $t --backend cuda \
+			--chunk 4096 --prompt 4096 --ctx 0 --decode 1 >"$OUT/profile-prefill-$t.txt" 2>&1
+		grep -A40 "cuda profile" "$OUT/profile-prefill-$t.txt"
+	done
+	echo
+	echo "==== summary ===="
+	printf '%s\n' "${summary[@]}"
+	grep -hE "^(gemv|moe) (Q4_K|MLX4)" "$OUT/ops-perf.log"
+	for t in q4_k mlx4; do
+		awk -v t=$t '/^weights:/ {w=$0} /^prefill/ {p=p " " $2 ":" $5 "(" $4 "ms)"} /^[0-9]+ +[0-9.]+ +[0-9.]+/ {d=d " ctx" $1 ":" $2 "tok/s(" $6 "x floor)"}
+			END {print t ": prefill tok/s" p "; decode" d; print "  " w}' "$OUT/bench-$t.log"
+	done
 	exit 0
 fi
 # 1. every op against the scalar reference (MODE=perf skips 1 and 2)

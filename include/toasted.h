@@ -62,6 +62,8 @@ struct toast_engine_opts {
 	const char *synthetic; /* a preset shape ("qwen3-next-80b-a3b") or a config.json path (with a '/'):
 				* random weights, no weight files; path is ignored */
 	int synthetic_layers;  /* with synthetic: use only the first N layers (0: all) */
+	const char *synthetic_type; /* with synthetic: the matrices' type, NULL or "bf16" (default), "q4_k",
+				       "q8_0", "mlx4", ... (any quantised type name, case-insensitive) */
 };
 
 void toast_engine_opts_init(struct toast_engine_opts *o);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "format/quant.h"
 #include "test.h"
 #include "util/half.h"
 
@@ -43,8 +44,55 @@ struct hw { /* a host weight and its values in f32 */
 	float *f;
 };
 
+/* a quantised weight: random values quantised by the reference quantisers (MLX: group 64,
+ * bf16 scales), f their exact dequantisation */
+static struct hw mkw_quant(enum toast_dtype type, int64_t n_out, int64_t n_in, double scale, double offset)
+{
+	struct hw h;
+	size_t n = (size_t)(n_out * n_in);
+	float *x = malloc((size_t)n_in * sizeof(float));
+	h.f = malloc(n * sizeof(float));
+	h.w = (struct toast_weight){.name = "test", .type = type, .n_in = n_in, .n_out = n_out};
+	if (type == TOAST_DT_MLX4 || type == TOAST_DT_MLX8) {
+		int bits = type == TOAST_DT_MLX4 ? 4 : 8, gs = 64;
+		size_t ng = (size_t)n_out * (size_t)(n_in / gs);
+		uint32_t *q = malloc(n * (size_t)bits / 8);
+		uint16_t *sc = malloc(ng * 2), *bi = malloc(ng * 2);
+		float *fs = malloc((size_t)(n_in / gs) * sizeof(float)), *fb = malloc((size_t)(n_in / gs) * sizeof(float));
+		for (int64_t r = 0; r < n_out; r++) {
+			for (int64_t i = 0; i < n_in; i++)
+				x[i] = (float)(offset + rnd() * scale);
+			toast_quant_mlx(bits, gs, x, n_in, q + r * n_in * bits / 32, fs, fb);
+			for (int64_t g = 0; g < n_in / gs; g++) {
+				sc[r * (n_in / gs) + g] = toast_f32_to_bf16(fs[g]);
+				bi[r * (n_in / gs) + g] = toast_f32_to_bf16(fb[g]);
+			}
+			toast_dequant_mlx(bits, gs, q + r * n_in * bits / 32, sc + r * (n_in / gs), bi + r * (n_in / gs),
+					  TOAST_DT_BF16, h.f + r * n_in, n_in);
+		}
+		h.w.data = q, h.w.scales = sc, h.w.biases = bi, h.w.sb_type = TOAST_DT_BF16, h.w.group_size = gs;
+		h.w.n_bytes = n * (size_t)bits / 8 + 4 * ng;
+		free(fs), free(fb);
+	} else {
+		size_t rb = 0;
+		toast_dtype_bytes(type, n_in, &rb);
+		uint8_t *d = malloc(rb * (size_t)n_out);
+		for (int64_t r = 0; r < n_out; r++) {
+			for (int64_t i = 0; i < n_in; i++)
+				x[i] = (float)(offset + rnd() * scale);
+			toast_quant(type, x, d + r * rb, n_in);
+		}
+		toast_dequant(type, d, h.f, (int64_t)n);
+		h.w.data = d, h.w.n_bytes = rb * (size_t)n_out;
+	}
+	free(x);
+	return h;
+}
+
 static struct hw mkw(enum toast_dtype type, int64_t n_out, int64_t n_in, double scale, double offset)
 {
+	if (toast_dtype_is_quant(type))
+		return mkw_quant(type, n_out, n_in, scale, offset);
 	struct hw h;
 	size_t n = (size_t)(n_out * n_in);
 	h.f = malloc(n * sizeof(float));
@@ -67,6 +115,8 @@ static struct hw mkw(enum toast_dtype type, int64_t n_out, int64_t n_in, double 
 static void freew(struct hw *h)
 {
 	free((void *)h->w.data);
+	free((void *)h->w.scales);
+	free((void *)h->w.biases);
 	free(h->f);
 }
 
@@ -153,9 +203,10 @@ static double *ref_norm(const float *x, const float *w, int T, int n, bool plus_
 	return y;
 }
 
-/* n_outs outputs of one input; normed: the input is RMSNorm(x) (norm_out checked too) */
-static void test_matmul(struct ctx *c, enum toast_dtype type, int T, const int *n_out, int n_outs, int n_in,
-			enum toast_mm_mode mode, bool normed, bool plus_one)
+/* n_outs outputs of one input, weight k of types[k]; normed: the input is RMSNorm(x) (norm_out
+ * checked too) */
+static void test_matmul_types(struct ctx *c, const enum toast_dtype *types, int T, const int *n_out, int n_outs,
+			      int n_in, enum toast_mm_mode mode, bool normed, bool plus_one)
 {
 	struct toast_backend *be = c->be;
 	float *x = rand_vec((size_t)T * n_in, normed ? 3 : 1);
@@ -178,7 +229,7 @@ static void test_matmul(struct ctx *c, enum toast_dtype type, int T, const int *
 	float *y0[TOAST_MM_MAX_OUT];
 	bool act_out = mode == TOAST_MM_ACT;
 	for (int k = 0; k < n_outs; k++) {
-		w[k] = mkw(type, n_out[k], n_in, 0.1, 0);
+		w[k] = mkw(types[k], n_out[k], n_in, 0.1, 0);
 		prep(be, &w[k]);
 		y0[k] = rand_vec((size_t)T * n_out[k], 1);
 		outs[k] = (struct toast_mm_out){put(be, y0[k], (size_t)T * n_out[k], act_out), mode, &w[k].w};
@@ -196,7 +247,7 @@ static void test_matmul(struct ctx *c, enum toast_dtype type, int T, const int *
 			}
 		double e = relerr(y, ref, (size_t)T * n_out[k]);
 		CHECK(e < c->tol, "%s matmul %s T=%d out %d/%d %dx%d mode %d normed %d: error %.3g", c->name,
-		      toast_dtype_name(type), T, k, n_outs, n_out[k], n_in, mode, normed, e);
+		      toast_dtype_name(types[k]), T, k, n_outs, n_out[k], n_in, mode, normed, e);
 		be->ops->release(be, outs[k].out);
 		free(y), free(ref), free(y0[k]), freew(&w[k]);
 	}
@@ -209,6 +260,90 @@ static void test_matmul(struct ctx *c, enum toast_dtype type, int T, const int *
 	be->ops->release(be, dx);
 	be->ops->release(be, dnorm);
 	free(x), free(in_ref), freew(&nw);
+}
+
+static void test_matmul(struct ctx *c, enum toast_dtype type, int T, const int *n_out, int n_outs, int n_in,
+			enum toast_mm_mode mode, bool normed, bool plus_one)
+{
+	enum toast_dtype types[TOAST_MM_MAX_OUT];
+	for (int k = 0; k < n_outs; k++)
+		types[k] = type;
+	test_matmul_types(c, types, T, n_out, n_outs, n_in, mode, normed, plus_one);
+}
+
+/* rows of a (quantised) table for the step's ids */
+static void test_embed(struct ctx *c, enum toast_dtype type, int n_vocab, int n)
+{
+	struct toast_backend *be = c->be;
+	struct hw w = mkw(type, n_vocab, n, 1, 0);
+	prep(be, &w);
+	int32_t ids[] = {0, n_vocab - 1, 3, 3, 17 % n_vocab};
+	int T = 5;
+	float *dx = be->ops->alloc(be, (size_t)T * n * sizeof(float));
+	be->ops->begin_step(be, ids, T, 0);
+	be->ops->embed(be, dx, &w.w, T);
+	float *x = get(be, dx, (size_t)T * n, false);
+	double *ref = malloc((size_t)T * n * sizeof(double));
+	for (int t = 0; t < T; t++)
+		for (int i = 0; i < n; i++)
+			ref[(size_t)t * n + i] = w.f[(size_t)ids[t] * n + i];
+	double e = relerr(x, ref, (size_t)T * n);
+	CHECK(e < 1e-5, "%s embed %s %dx%d: error %.3g", c->name, toast_dtype_name(type), n_vocab, n, e);
+	be->ops->release(be, dx);
+	free(x), free(ref), freew(&w);
+}
+
+/* a synthetic quantised weight made by the backend: its product with an input against the
+ * bytes the CPU definition gives (a differing scale field would show); the CPU backend's bytes
+ * and the CUDA backend's for types it keeps in file layout are compared exactly */
+static void test_synthetic(struct ctx *c, enum toast_dtype type, int n_out, int n_in)
+{
+	struct toast_backend *be = c->be;
+	const char *name = "blk.7.synthetic.weight";
+	struct toast_weight w, hw;
+	toast_synthetic_weight(&w, name, type, n_out, n_in);
+	toast_synthetic_weight(&hw, name, type, n_out, n_in);
+	void *buf = malloc(hw.n_bytes);
+	toast_synthetic_fill_quant(&hw, buf);
+	float *f = malloc((size_t)n_out * n_in * sizeof(float));
+	if (type == TOAST_DT_MLX4 || type == TOAST_DT_MLX8) {
+		int bits = type == TOAST_DT_MLX4 ? 4 : 8, ng = n_in / hw.group_size;
+		for (int r = 0; r < n_out; r++)
+			toast_dequant_mlx(bits, hw.group_size, (const uint32_t *)hw.data + (size_t)r * n_in * bits / 32,
+					  (const uint16_t *)hw.scales + (size_t)r * ng, (const uint16_t *)hw.biases + (size_t)r * ng,
+					  hw.sb_type, f + (size_t)r * n_in, n_in);
+	} else {
+		toast_dequant(type, hw.data, f, (int64_t)n_out * n_in);
+	}
+	struct toast_error err;
+	CHECK(be->ops->prepare_weight(be, &w, &err) == TOAST_OK, "synthetic %s: %s", toast_dtype_name(type), err.msg);
+	if (strcmp(be->name, "cpu") == 0) {
+		CHECK(w.data && memcmp(w.data, buf, hw.n_bytes) == 0, "%s synthetic %s: bytes differ from the definition",
+		      c->name, toast_dtype_name(type));
+	} else if (type == TOAST_DT_Q4_K || type == TOAST_DT_Q5_K) { /* kept as in a file */
+		uint8_t *dev = malloc(hw.n_bytes);
+		CHECK(be->ops->read(be, dev, w.dev, hw.n_bytes, &err) == TOAST_OK, "read: %s", err.msg);
+		CHECK(memcmp(dev, buf, hw.n_bytes) == 0, "%s synthetic %s: device bytes differ from the definition", c->name,
+		      toast_dtype_name(type));
+		free(dev);
+	}
+	float *x = rand_vec((size_t)n_in, 1);
+	void *dx = put(be, x, (size_t)n_in, true);
+	float *dy = be->ops->alloc(be, (size_t)n_out * sizeof(float));
+	struct toast_mm_in in = {.act = dx};
+	struct toast_mm_out o = {dy, TOAST_MM_F32, &w};
+	be->ops->matmul(be, &in, &o, 1, 1);
+	float *y = get(be, dy, (size_t)n_out, false);
+	double *ref = malloc((size_t)n_out * sizeof(double));
+	for (int r = 0; r < n_out; r++) {
+		ref[r] = 0;
+		for (int i = 0; i < n_in; i++)
+			ref[r] += (double)f[(size_t)r * n_in + i] * x[i];
+	}
+	double e = relerr(y, ref, (size_t)n_out);
+	CHECK(e < c->tol, "%s synthetic %s %dx%d: error %.3g", c->name, toast_dtype_name(type), n_out, n_in, e);
+	be->ops->release(be, dx), be->ops->release(be, dy);
+	free(buf), free(f), free(x), free(y), free(ref);
 }
 
 static void test_swiglu(struct ctx *c, int T, int n)
@@ -337,6 +472,7 @@ static void test_attention(struct ctx *c, int n_head, int n_head_kv, int hd, int
 struct gdn_shape {
 	int nk, nv, dk, dv, K;
 	bool grouped;
+	bool tiled; /* value head h reads key head h % nk */
 };
 
 static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n_parts)
@@ -395,7 +531,7 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 		be->ops->begin_step(be, ids, n, done); /* the step carries pos to a backend that records steps */
 		free(ids);
 		struct toast_gdn_args a = {dqkv, dz, db, da, sh.grouped, sh.grouped, &cw.w, &Al.w, false, &dt.w, &nw.w,
-					   nk, nv, dk, dv, K, 1e-6f, conv, ssm, done, n, dout};
+					   nk, nv, dk, dv, K, 1e-6f, conv, ssm, done, n, dout, sh.tiled};
 		be->ops->gdn(be, &a);
 		float *o = get(be, dout, (size_t)n * vdim, true);
 		memcpy(out + (size_t)done * vdim, o, (size_t)n * vdim * sizeof(float));
@@ -428,7 +564,7 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 			}
 		}
 		for (int h = 0; h < nv; h++) {
-			int kh = h / r;
+			int kh = sh.tiled ? h % nk : h / r;
 			double beta = dsig(b[(size_t)t * nv + h]);
 			double x = av[(size_t)t * nv + h] + dt.f[h];
 			double g = -exp(Al.f[h]) * (x > 20 ? x : log1p(exp(x))), alpha = exp(g);
@@ -457,8 +593,8 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 	char pdesc[64] = "", *pp = pdesc;
 	for (int i = 0; i < n_parts && pp < pdesc + 50; i++)
 		pp += sprintf(pp, "%s%d", i ? "+" : "", parts[i]);
-	CHECK(e < c->tol * 3, "%s gdn nk %d nv %d dk %d dv %d K %d grouped %d T %s: error %.3g", c->name, nk, nv, dk, dv, K,
-	      sh.grouped, pdesc, e);
+	CHECK(e < c->tol * 3, "%s gdn nk %d nv %d dk %d dv %d K %d grouped %d tiled %d T %s: error %.3g", c->name, nk, nv,
+	      dk, dv, K, sh.grouped, sh.tiled, pdesc, e);
 	/* the final state too */
 	float *st = get(be, ssm, (size_t)nv * dv * dk, false);
 	double *sref = malloc((size_t)nv * dv * dk * sizeof(double));
@@ -475,7 +611,15 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 
 /* ---- moe ---- */
 
-static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, bool norm_topk, bool sh_gate)
+/* weight types of a MoE test: router, routed gate/up, routed down, shared expert */
+struct moe_types {
+	enum toast_dtype router, gate_up, down, shared;
+};
+
+static const struct moe_types moe_bf16 = {TOAST_DT_BF16, TOAST_DT_BF16, TOAST_DT_BF16, TOAST_DT_BF16};
+
+static void test_moe_types(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, bool norm_topk, bool sh_gate,
+			   const struct moe_types *ty)
 {
 	struct toast_backend *be = c->be;
 	struct toast_error err;
@@ -486,17 +630,18 @@ static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, 
 	float *h = malloc((size_t)T * E * sizeof(float)); /* the reference's input: the normed x, kept in double below */
 	for (size_t i = 0; i < (size_t)T * E; i++)
 		h[i] = (float)hd[i];
-	struct hw router = mkw(TOAST_DT_BF16, ne, E, 0.5, 0);
+	struct hw router = mkw(ty->router, ne, E, 0.5, 0);
 	struct hw *gw = malloc(sizeof(struct hw) * ne), *uw = malloc(sizeof(struct hw) * ne), *dw = malloc(sizeof(struct hw) * ne);
 	struct toast_experts G = {ne, calloc(ne, sizeof(struct toast_weight)), NULL}, U = G, D = G;
 	U.w = calloc(ne, sizeof(struct toast_weight));
 	D.w = calloc(ne, sizeof(struct toast_weight));
 	for (int e = 0; e < ne; e++) {
-		gw[e] = mkw(TOAST_DT_BF16, F, E, 0.2, 0), uw[e] = mkw(TOAST_DT_BF16, F, E, 0.2, 0), dw[e] = mkw(TOAST_DT_BF16, E, F, 0.2, 0);
+		gw[e] = mkw(ty->gate_up, F, E, 0.2, 0), uw[e] = mkw(ty->gate_up, F, E, 0.2, 0), dw[e] = mkw(ty->down, E, F, 0.2, 0);
 		G.w[e] = gw[e].w, U.w[e] = uw[e].w, D.w[e] = dw[e].w;
 	}
-	struct hw sg = mkw(TOAST_DT_BF16, Fs ? Fs : 1, E, 0.2, 0), su = mkw(TOAST_DT_BF16, Fs ? Fs : 1, E, 0.2, 0);
-	struct hw sd = mkw(TOAST_DT_BF16, E, Fs ? Fs : 1, 0.2, 0), sgi = mkw(TOAST_DT_BF16, 1, E, 0.3, 0);
+	enum toast_dtype st = Fs ? ty->shared : TOAST_DT_BF16;
+	struct hw sg = mkw(st, Fs ? Fs : 1, E, 0.2, 0), su = mkw(st, Fs ? Fs : 1, E, 0.2, 0);
+	struct hw sd = mkw(st, E, Fs ? Fs : 1, 0.2, 0), sgi = mkw(TOAST_DT_BF16, 1, E, 0.3, 0);
 	prep(be, &router), prep(be, &sg), prep(be, &su), prep(be, &sd), prep(be, &sgi);
 	CHECK(be->ops->prepare_experts(be, &G, &err) == TOAST_OK && be->ops->prepare_experts(be, &U, &err) == TOAST_OK &&
 		      be->ops->prepare_experts(be, &D, &err) == TOAST_OK,
@@ -564,8 +709,9 @@ static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, 
 		}
 	}
 	double e = relerr(x, ref, (size_t)T * E);
-	CHECK(e < c->tol, "%s moe T=%d E=%d experts %d top %d F %d shared %d norm %d gate %d: error %.3g", c->name, T, E, ne,
-	      k, F, Fs, norm_topk, sh_gate, e);
+	CHECK(e < c->tol, "%s moe T=%d E=%d experts %d top %d F %d shared %d norm %d gate %d types %s/%s/%s/%s: error %.3g",
+	      c->name, T, E, ne, k, F, Fs, norm_topk, sh_gate, toast_dtype_name(ty->router), toast_dtype_name(ty->gate_up),
+	      toast_dtype_name(ty->down), toast_dtype_name(st), e);
 	be->ops->release(be, dx);
 	freew(&nw), free(hd);
 	for (int e2 = 0; e2 < ne; e2++)
@@ -614,6 +760,70 @@ static void test_top(struct ctx *c)
 	}
 }
 
+static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, bool norm_topk, bool sh_gate)
+{
+	test_moe_types(c, T, E, ne, k, F, Fs, norm_topk, sh_gate, &moe_bf16);
+}
+
+static const enum toast_dtype quant_types[] = {TOAST_DT_Q4_0, TOAST_DT_Q4_1, TOAST_DT_Q8_0, TOAST_DT_Q4_K,
+					      TOAST_DT_Q5_K, TOAST_DT_Q6_K, TOAST_DT_MLX4, TOAST_DT_MLX8};
+#define N_QUANT_TYPES (int)(sizeof(quant_types) / sizeof(quant_types[0]))
+
+/* quantised weights: every op that reads a matrix, every type, decode and prefill sizes */
+static void test_quant(struct ctx *c)
+{
+	int o1[] = {7}, o2[] = {33, 5}, o3[] = {129, 64, 1, 300}, o4[] = {40961}, o5[] = {33001};
+	for (int i = 0; i < N_QUANT_TYPES; i++) {
+		enum toast_dtype t = quant_types[i];
+		test_matmul(c, t, 1, o1, 1, 512, TOAST_MM_ACT, false, false);
+		test_matmul(c, t, 2, o2, 2, 256, TOAST_MM_F32, true, true);
+		test_matmul(c, t, 3, o2, 2, 512, TOAST_MM_F32, true, false);
+		test_matmul(c, t, 8, o3, 4, 256, TOAST_MM_ADD, false, false);
+		test_matmul(c, t, 5, o2, 2, 2048, TOAST_MM_F32, true, true);
+		test_matmul(c, t, 9, o2, 2, 512, TOAST_MM_F32, true, true); /* prefill: tensor cores on a GPU */
+		test_matmul(c, t, 33, o3, 4, 256, TOAST_MM_ACT, false, false);
+		test_embed(c, t, 37, 256);
+		test_synthetic(c, t, 17, 2048);
+	}
+	/* four rows a warp (rows for many waves of blocks), and a weight dequantised in two pieces
+	 * for the GEMM */
+	test_matmul(c, TOAST_DT_Q4_K, 1, o4, 1, 256, TOAST_MM_F32, true, true);
+	test_matmul(c, TOAST_DT_MLX4, 4, o4, 1, 256, TOAST_MM_ADD, false, false);
+	test_matmul(c, TOAST_DT_Q8_0, 9, o5, 1, 1024, TOAST_MM_F32, false, false);
+	/* one call, outputs of several types (a launch per type; the norm output written once) */
+	enum toast_dtype mix[] = {TOAST_DT_Q4_K, TOAST_DT_BF16, TOAST_DT_MLX4, TOAST_DT_Q4_K};
+	test_matmul_types(c, mix, 1, o3, 4, 256, TOAST_MM_F32, true, true);
+	test_matmul_types(c, mix, 12, o3, 4, 256, TOAST_MM_F32, true, true);
+	/* MoE: the Qwen3-Next widths (n_embd 2048: gate/up rows loaded whole; n_ff 512: down rows
+	 * loaded whole), narrower ones, mixed types, prefill */
+	struct moe_types q4k = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q4_K, TOAST_DT_Q4_K};
+	struct moe_types mlx4 = {TOAST_DT_MLX8, TOAST_DT_MLX4, TOAST_DT_MLX4, TOAST_DT_MLX4};
+	struct moe_types q8 = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q8_0};
+	struct moe_types q6 = {TOAST_DT_BF16, TOAST_DT_Q6_K, TOAST_DT_Q6_K, TOAST_DT_Q6_K};
+	struct moe_types mixed = {TOAST_DT_Q8_0, TOAST_DT_Q4_K, TOAST_DT_Q6_K, TOAST_DT_MLX4};
+	struct moe_types small = {TOAST_DT_Q4_1, TOAST_DT_Q5_K, TOAST_DT_Q4_0, TOAST_DT_MLX8};
+	test_moe_types(c, 1, 2048, 3, 2, 256, 256, true, true, &q4k);
+	test_moe_types(c, 1, 256, 4, 2, 512, 512, true, true, &q4k);
+	test_moe_types(c, 2, 2048, 3, 2, 256, 256, true, true, &mlx4);
+	test_moe_types(c, 2, 256, 4, 3, 512, 512, true, true, &mlx4);
+	test_moe_types(c, 1, 2048, 3, 2, 256, 0, true, false, &q8);
+	test_moe_types(c, 5, 256, 4, 2, 512, 512, true, false, &q8);
+	test_moe_types(c, 3, 2048, 2, 2, 256, 0, false, true, &q6);
+	test_moe_types(c, 3, 256, 4, 2, 512, 512, false, true, &q6);
+	test_moe_types(c, 2, 256, 8, 3, 256, 256, true, true, &mixed);
+	test_moe_types(c, 1, 256, 8, 3, 256, 0, true, false, &small);
+	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &q4k); /* prefill-sized: the grouped GEMM */
+	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &mlx4);
+	test_moe_types(c, 33, 256, 8, 2, 256, 256, true, true, &mixed);
+	/* value heads in llama.cpp's tiled order */
+	struct gdn_shape tiled = {2, 6, 32, 48, 4, false, true}, tiled_big = {4, 8, 128, 128, 4, false, true};
+	int p1[] = {1, 1, 1}, p3[] = {5, 1, 70};
+	test_gdn(c, tiled, p1, 3);
+	test_gdn(c, tiled, p3, 3);
+	test_gdn(c, tiled_big, p1, 3);
+	test_gdn(c, tiled_big, p3, 3);
+}
+
 static void test_backend(struct ctx *c)
 {
 	test_top(c);
@@ -638,8 +848,8 @@ static void test_backend(struct ctx *c)
 	test_attention(c, 3, 1, 32, 32, false, true, 1, 7);
 	test_attention(c, 2, 2, 24, 8, false, false, 9, 33);
 	test_attention(c, 16, 2, 256, 64, true, true, 7, 1);
-	struct gdn_shape flat = {2, 4, 32, 48, 4, false}, grouped = {2, 4, 32, 48, 4, true};
-	struct gdn_shape odd = {3, 3, 7, 5, 3, false}, big = {2, 6, 128, 128, 4, true};
+	struct gdn_shape flat = {2, 4, 32, 48, 4, false, false}, grouped = {2, 4, 32, 48, 4, true, false};
+	struct gdn_shape odd = {3, 3, 7, 5, 3, false, false}, big = {2, 6, 128, 128, 4, true, false};
 	int p1[] = {1, 1, 1}, p2[] = {12}, p3[] = {5, 1, 70}, p4[] = {64, 64, 1, 3}, p5[] = {131};
 	test_gdn(c, flat, p1, 3);
 	test_gdn(c, flat, p2, 1);
@@ -656,16 +866,44 @@ static void test_backend(struct ctx *c)
 	test_moe(c, 33, 64, 8, 2, 128, 0, false, false);
 }
 
+/* what the CUDA backend cannot compute is refused when the weight is prepared, by name */
+static void test_cuda_refusals(struct ctx *c)
+{
+	struct toast_backend *be = c->be;
+	struct toast_error err;
+	int32_t ints[64] = {0};
+	struct toast_weight w = {.name = "blk.0.odd.weight", .type = TOAST_DT_I32, .n_in = 8, .n_out = 8, .data = ints,
+				 .n_bytes = sizeof(ints)};
+	CHECK(be->ops->prepare_weight(be, &w, &err) != TOAST_OK && strstr(err.msg, "blk.0.odd.weight"),
+	      "an I32 matrix was not refused by name");
+	uint32_t q[64] = {0};
+	uint16_t sb[16] = {0};
+	struct toast_weight m = {.name = "blk.0.mlx16.weight", .type = TOAST_DT_MLX4, .n_in = 64, .n_out = 2, .data = q,
+				 .n_bytes = 64 + 32, .scales = sb, .biases = sb, .sb_type = TOAST_DT_BF16, .group_size = 16};
+	CHECK(be->ops->prepare_weight(be, &m, &err) != TOAST_OK && strstr(err.msg, "blk.0.mlx16.weight"),
+	      "an MLX weight of group 16 was not refused by name");
+	struct toast_error e2;
+	CHECK(be->ops->sync(be, &e2) == TOAST_OK, "a refused weight poisoned the backend: %s", e2.msg);
+}
+
 /* ---- --perf: each op at Qwen3-Next-80B-A3B decode shapes, time per call and bandwidth ---- */
 
 #include "util/timeutil.h"
 
-static struct toast_weight synth(struct toast_backend *be, const char *name, int64_t n_out, int64_t n_in)
+/* a synthetic weight of type t (vectors f32), made by the backend */
+static struct toast_weight synth_t(struct toast_backend *be, const char *name, enum toast_dtype t, int64_t n_out,
+				   int64_t n_in)
 {
-	struct toast_weight w = {.name = name, .type = n_out == 1 ? TOAST_DT_F32 : TOAST_DT_BF16, .n_in = n_in, .n_out = n_out};
+	struct toast_weight w;
+	toast_synthetic_weight(&w, name, n_out == 1 ? TOAST_DT_F32 : t, n_out, n_in);
 	struct toast_error err;
 	CHECK(be->ops->prepare_weight(be, &w, &err) == TOAST_OK, "%s", err.msg);
 	return w;
+}
+
+static struct toast_weight synth(struct toast_backend *be, const char *name, int64_t n_out, int64_t n_in)
+{
+	return synth_t(be, name, TOAST_DT_BF16, n_out, n_in);
 }
 
 static double perf_time(struct toast_backend *be, void (*fn)(void *), void *ctx)
@@ -736,9 +974,72 @@ static void perf_row(const char *name, double t, double bytes)
 	printf("%-40s %10.1f us %10.1f GB/s\n", name, t * 1e6, bytes / t / 1e9);
 }
 
+/* MoE decode at the Qwen3-Next shape (512 experts of 512x2048, top 10, shared expert): bytes
+ * read are the router's and the 11 experts' (packed) */
+static void perf_moe(struct toast_backend *be, float *x, const struct toast_weight *nw, enum toast_dtype type,
+		     enum toast_dtype router_type)
+{
+	const int E = 2048, NE = 512, F = 512, K = 10;
+	struct toast_weight router = synth_t(be, "perf.router", router_type, NE, E);
+	struct toast_experts G = {NE, calloc(NE, sizeof(struct toast_weight)), NULL}, U = G, D = G;
+	U.w = calloc(NE, sizeof(struct toast_weight));
+	D.w = calloc(NE, sizeof(struct toast_weight));
+	for (int e = 0; e < NE; e++) {
+		toast_synthetic_weight(&G.w[e], "perf.g", type, F, E);
+		toast_synthetic_weight(&U.w[e], "perf.u", type, F, E);
+		toast_synthetic_weight(&D.w[e], "perf.d", type, E, F);
+	}
+	struct toast_error err;
+	CHECK(be->ops->prepare_experts(be, &G, &err) == TOAST_OK && be->ops->prepare_experts(be, &U, &err) == TOAST_OK &&
+		      be->ops->prepare_experts(be, &D, &err) == TOAST_OK, "%s", err.msg);
+	struct toast_weight sg = synth_t(be, "perf.sg", type, F, E), su = synth_t(be, "perf.su", type, F, E);
+	struct toast_weight sd = synth_t(be, "perf.sd", type, E, F), sgi = synth(be, "perf.sgi", 1, E);
+	struct toast_moe_args ma = {x, nw, 1e-6f, true, &router, &G, &U, &D, NE, K, true, &sg, &su, &sd, &sgi, E, F, F, 1};
+	void *mctx[2] = {be, &ma};
+	char name[80];
+	snprintf(name, sizeof(name), "moe %s 512 experts top-10 + shared", toast_dtype_name(type));
+	perf_row(name, perf_time(be, perf_moe_fn, mctx),
+		 (double)router.n_bytes + (K + 1.0) * (G.w[0].n_bytes + U.w[0].n_bytes + D.w[0].n_bytes));
+	free(G.w), free(U.w), free(D.w);
+}
+
+/* the quantised GEMVs and MoE of a decode step at Qwen3-Next shapes, GB/s of packed bytes */
+static void perf_quant(struct toast_backend *be, float *x, const struct toast_weight *nw, enum toast_dtype type)
+{
+	const int E = 2048, V = 151936;
+	const char *tn = toast_dtype_name(type);
+	char name[80];
+	struct toast_weight wqkvz = synth_t(be, "perf.q.qkvz", type, 12288, E), wba = synth_t(be, "perf.q.ba", type, 64, E);
+	float *yq = be->ops->alloc(be, 12288 * 4), *yb = be->ops->alloc(be, 64 * 4);
+	struct perf_mm mm = {be, {.norm_x = x, .norm_w = nw, .eps = 1e-6f, .plus_one = true},
+			     {{yq, TOAST_MM_F32, &wqkvz}, {yb, TOAST_MM_F32, &wba}}, 2};
+	snprintf(name, sizeof(name), "gemv %s qkvz+ba 12352x2048 (normed in)", tn);
+	perf_row(name, perf_time(be, perf_mm_fn, &mm), (double)wqkvz.n_bytes + wba.n_bytes);
+	struct toast_weight wout = synth_t(be, "perf.q.out", type, E, 4096);
+	float *a4 = rand_vec(4096, 1);
+	void *act = put(be, a4, 4096, true);
+	struct perf_mm mo = {be, {.act = act}, {{x, TOAST_MM_ADD, &wout}}, 1};
+	snprintf(name, sizeof(name), "gemv %s out_proj 2048x4096 (+= res.)", tn);
+	perf_row(name, perf_time(be, perf_mm_fn, &mo), (double)wout.n_bytes);
+	struct toast_weight wexp = synth_t(be, "perf.q.exp", type, 512, E);
+	float *ye = be->ops->alloc(be, 512 * 4);
+	struct perf_mm me = {be, {.norm_x = x, .norm_w = nw, .eps = 1e-6f, .plus_one = true}, {{ye, TOAST_MM_F32, &wexp}}, 1};
+	snprintf(name, sizeof(name), "gemv %s 512x2048 (one expert matrix)", tn);
+	perf_row(name, perf_time(be, perf_mm_fn, &me), (double)wexp.n_bytes);
+	struct toast_weight wlm = synth_t(be, "perf.q.lm_head", type, V, E);
+	float *lg = be->ops->alloc(be, (size_t)V * 4);
+	struct perf_mm ml = {be, {.norm_x = x, .norm_w = nw, .eps = 1e-6f, .plus_one = true}, {{lg, TOAST_MM_F32, &wlm}}, 1};
+	snprintf(name, sizeof(name), "gemv %s lm_head 151936x2048", tn);
+	perf_row(name, perf_time(be, perf_mm_fn, &ml), (double)wlm.n_bytes);
+	perf_moe(be, x, nw, type, type == TOAST_DT_MLX4 || type == TOAST_DT_MLX8 ? TOAST_DT_MLX8 : TOAST_DT_BF16);
+	be->ops->release(be, yq), be->ops->release(be, yb), be->ops->release(be, act), be->ops->release(be, ye);
+	be->ops->release(be, lg);
+	free(a4);
+}
+
 static void perf_backend(struct toast_backend *be)
 {
-	const int E = 2048, V = 151936, NE = 512, F = 512, K = 10;
+	const int E = 2048, V = 151936;
 	float *xh = rand_vec((size_t)E, 3);
 	float *x = put(be, xh, E, false);
 	struct toast_weight nw = synth(be, "perf.norm", 1, E);
@@ -773,25 +1074,10 @@ static void perf_backend(struct toast_backend *be)
 		struct perf_top pt = {be, lg, V, 0};
 		perf_row("read all 151936 logits", perf_time(be, perf_top_fn, &pt), (double)V * 4);
 	}
-	/* MoE decode */
-	struct toast_weight router = synth(be, "perf.router", NE, E);
-	struct toast_experts G = {NE, calloc(NE, sizeof(struct toast_weight)), NULL}, U = G, D = G;
-	U.w = calloc(NE, sizeof(struct toast_weight));
-	D.w = calloc(NE, sizeof(struct toast_weight));
-	for (int e = 0; e < NE; e++) {
-		G.w[e] = (struct toast_weight){.name = "perf.g", .type = TOAST_DT_BF16, .n_in = E, .n_out = F};
-		U.w[e] = (struct toast_weight){.name = "perf.u", .type = TOAST_DT_BF16, .n_in = E, .n_out = F};
-		D.w[e] = (struct toast_weight){.name = "perf.d", .type = TOAST_DT_BF16, .n_in = F, .n_out = E};
-	}
-	struct toast_error err;
-	CHECK(be->ops->prepare_experts(be, &G, &err) == TOAST_OK && be->ops->prepare_experts(be, &U, &err) == TOAST_OK &&
-		      be->ops->prepare_experts(be, &D, &err) == TOAST_OK, "%s", err.msg);
-	struct toast_weight sg = synth(be, "perf.sg", F, E), su = synth(be, "perf.su", F, E), sd = synth(be, "perf.sd", E, F);
-	struct toast_weight sgi = synth(be, "perf.sgi", 1, E);
-	struct toast_moe_args ma = {x, &nw, 1e-6f, true, &router, &G, &U, &D, NE, K, true, &sg, &su, &sd, &sgi, E, F, F, 1};
-	void *mctx[2] = {be, &ma};
-	perf_row("moe 512 experts top-10 + shared (decode)", perf_time(be, perf_moe_fn, mctx),
-		 (double)NE * E * 2 + 11.0 * 3 * F * E * 2);
+	perf_moe(be, x, &nw, TOAST_DT_BF16, TOAST_DT_BF16);
+	/* the same with 4-bit weights (GGUF Q4_K, MLX affine 4-bit): GB/s of the packed bytes */
+	perf_quant(be, x, &nw, TOAST_DT_Q4_K);
+	perf_quant(be, x, &nw, TOAST_DT_MLX4);
 	/* GDN decode */
 	int nk = 16, nv = 32, dk = 128, dv = 128, cd = 2 * nk * dk + nv * dv;
 	struct toast_weight cw = synth(be, "perf.conv", cd, 4), Al = synth(be, "perf.A", 1, nv);
@@ -800,7 +1086,7 @@ static void perf_backend(struct toast_backend *be)
 	float *cst = be->ops->alloc(be, 2 * 3 * (size_t)cd * 4), *ssm = be->ops->alloc(be, (size_t)nv * dv * dk * 4);
 	void *gout = be->ops->alloc(be, (size_t)nv * dv * be->act_size);
 	struct toast_gdn_args ga = {qkvz, NULL, ba, NULL, true, true, &cw, &Al, false, &dt, &gn, nk, nv, dk, dv, 4, 1e-6f,
-				    cst, ssm, 0, 1, gout};
+				    cst, ssm, 0, 1, gout, false};
 	void *gctx[2] = {be, &ga};
 	perf_row("gdn decode (32 heads, state r+w)", perf_time(be, perf_gdn_fn, gctx), 2.0 * nv * dv * dk * 4);
 	/* attention decode at several contexts */
@@ -822,7 +1108,7 @@ static void perf_backend(struct toast_backend *be)
 		be->ops->release(be, kc), be->ops->release(be, vc), be->ops->release(be, q), be->ops->release(be, k);
 		be->ops->release(be, v), be->ops->release(be, o);
 	}
-	free(G.w), free(U.w), free(D.w), free(xh), free(a4);
+	free(xh), free(a4);
 }
 
 int main(int argc, char **argv)
@@ -849,6 +1135,8 @@ int main(int argc, char **argv)
 		snprintf(name, sizeof(name), "cpu/%d", threads[i]);
 		struct ctx c = {be, name, 2e-5};
 		test_backend(&c);
+		if (i == 0) /* the CPU reads quantised weights the same way with any number of threads */
+			test_quant(&c);
 		toast_backend_free(be);
 	}
 	if (toast_backend_cuda_available()) {
@@ -857,6 +1145,8 @@ int main(int argc, char **argv)
 		CHECK(toast_backend_cuda_new(&be, &err) == TOAST_OK, "%s", err.msg);
 		struct ctx c = {be, "cuda", 1.5e-2};
 		test_backend(&c);
+		test_quant(&c);
+		test_cuda_refusals(&c);
 		toast_backend_free(be);
 	} else {
 		printf("test_ops: cuda SKIP (no CUDA device in this build or machine)\n");

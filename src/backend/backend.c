@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/synth_quant.h"
 #include "util/half.h"
 
 uint64_t toast_synthetic_seed(const char *name)
@@ -25,6 +26,56 @@ float toast_synthetic_value(uint64_t seed, uint64_t i, int64_t n_in, int64_t n_o
 	if (n_out == 1)
 		return 0.1f * u;
 	return (2.0f * u - 1.0f) / sqrtf((float)n_in);
+}
+
+void toast_synthetic_weight(struct toast_weight *w, const char *name, enum toast_dtype type, int64_t n_out, int64_t n_in)
+{
+	*w = (struct toast_weight){.name = name, .type = type, .n_in = n_in, .n_out = n_out};
+	size_t row = 0;
+	if (type == TOAST_DT_MLX4 || type == TOAST_DT_MLX8) {
+		w->group_size = TOAST_SYNTH_MLX_GROUP;
+		w->sb_type = TOAST_DT_BF16;
+		row = (size_t)n_in * (type == TOAST_DT_MLX4 ? 4 : 8) / 8 + 2 * (size_t)(n_in / TOAST_SYNTH_MLX_GROUP) * 2;
+	} else {
+		toast_dtype_bytes(type, n_in, &row);
+	}
+	w->n_bytes = row * (size_t)n_out;
+}
+
+void toast_synthetic_fill_quant(struct toast_weight *w, void *buf)
+{
+	uint64_t seed = toast_synthetic_seed(w->name);
+	uint8_t *b = buf;
+	bool mlx = w->type == TOAST_DT_MLX4 || w->type == TOAST_DT_MLX8;
+	int bits = w->type == TOAST_DT_MLX4 ? 4 : 8;
+	size_t n_q = mlx ? (size_t)w->n_out * (size_t)w->n_in * (size_t)bits / 8 : w->n_bytes;
+	/* the random stream word by word, then the scale fields over it (synth_quant.h) */
+	for (size_t j = 0; j < n_q / 4; j++) {
+		uint32_t v = toast_synth_word(seed, j);
+		memcpy(b + 4 * j, &v, 4);
+	}
+	for (size_t i = n_q & ~(size_t)3; i < n_q; i++)
+		b[i] = toast_synth_qbyte(w->type, seed, i, w->n_in);
+	w->data = b;
+	if (mlx) {
+		size_t n_g = (size_t)w->n_out * (size_t)(w->n_in / w->group_size);
+		uint16_t *sc = (uint16_t *)(b + n_q), *bi = sc + n_g;
+		for (size_t g = 0; g < n_g; g++) {
+			sc[g] = toast_synth_mlx_sb(bits, seed, g, 0, w->n_in);
+			bi[g] = toast_synth_mlx_sb(bits, seed, g, 1, w->n_in);
+		}
+		w->scales = sc;
+		w->biases = bi;
+		w->sb_type = TOAST_DT_BF16;
+		return;
+	}
+	int bs = toast_synth_block_bytes(w->type), start, expo, neg;
+	for (size_t blk = 0; blk < n_q / (size_t)bs; blk++)
+		for (int k = 0; k < 6; k++) { /* the fields lie in the first four and last two bytes */
+			int o = k < 4 ? k : bs - 6 + k;
+			if (toast_synth_field(w->type, o, &start, &expo, &neg))
+				b[blk * (size_t)bs + (size_t)o] = toast_synth_qbyte(w->type, seed, blk * (size_t)bs + (size_t)o, w->n_in);
+		}
 }
 
 float toast_rope_inv_freq(float theta, int i, int n_rot, enum toast_dtype freq_type)

@@ -68,12 +68,25 @@ struct toast_experts {
 
 /*
  * Synthetic weights (benchmarks at real shapes without files): a weight with data == NULL is
- * made by prepare_weight/prepare_experts (type BF16, vectors F32) and filled with deterministic
- * pseudo-random values: matrices uniform in [-1/sqrt(n_in), 1/sqrt(n_in)], vectors (n_out == 1)
- * uniform in [0, 0.1]. toast_synthetic_value() is the definition every backend follows.
+ * made by prepare_weight/prepare_experts in the type the binder gave it, deterministically from
+ * toast_synthetic_seed(name):
+ *   - BF16 matrices and F32 vectors (n_out == 1): toast_synthetic_value(), matrices uniform in
+ *     [-1/sqrt(n_in), 1/sqrt(n_in)], vectors uniform in [0, 0.1];
+ *   - quantised types (GGUF blocks, MLX4/MLX8 with group 64 and BF16 scales/biases): the packed
+ *     bytes defined in backend/synth_quant.h (random quants, bounded power-of-two scale fields),
+ *     integer arithmetic only, so the CPU (toast_synthetic_fill_quant) and the CUDA backend (on
+ *     the device) make identical bytes; n_bytes is then the packed size, scales and biases
+ *     included.
  */
 uint64_t toast_synthetic_seed(const char *name);
 float toast_synthetic_value(uint64_t seed, uint64_t i, int64_t n_in, int64_t n_out);
+/* Describe the synthetic weight `name` of type t (data NULL): MLX types get group size 64 and
+ * BF16 scales; n_bytes is the packed size. t is F32, BF16 or quantised with whole-block rows. */
+void toast_synthetic_weight(struct toast_weight *w, const char *name, enum toast_dtype t, int64_t n_out, int64_t n_in);
+/* Fill buf (w->n_bytes) with the synthetic quantised weight w (type, n_in, n_out, name; MLX:
+ * group_size) and point w->data (and scales, biases, sb_type for MLX: data, then scales, then
+ * biases, in buf) at it. */
+void toast_synthetic_fill_quant(struct toast_weight *w, void *buf);
 
 enum toast_mm_mode {
 	TOAST_MM_ACT, /* out (act) = in · Wᵀ */

@@ -142,6 +142,8 @@ int cli_bench(int argc, char **argv)
 		long n;
 		if ((v = cli_optval(argc, argv, &i, "--synthetic"))) {
 			o.eo.synthetic = v;
+		} else if ((v = cli_optval(argc, argv, &i, "--type"))) {
+			o.eo.synthetic_type = v;
 		} else if ((v = cli_optval(argc, argv, &i, "--layers"))) {
 			if (!cli_int("--layers", v, 1, 4096, &n))
 				return 2;
@@ -183,8 +185,8 @@ int cli_bench(int argc, char **argv)
 		}
 	}
 	if (!o.model && !o.eo.synthetic) {
-		fprintf(stderr, "usage: toasted bench (MODEL_DIR | --synthetic qwen3-next-80b-a3b|CONFIG.json [--layers N])\n"
-				"                     [--backend cpu|cuda] [--threads N] [--chunk N]\n"
+		fprintf(stderr, "usage: toasted bench (MODEL_DIR | --synthetic qwen3-next-80b-a3b|CONFIG.json [--layers N]\n"
+				"                      [--type bf16|q4_k|q8_0|mlx4|..]) [--backend cpu|cuda] [--threads N] [--chunk N]\n"
 				"                     [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N]\n"
 				"                     | --cache [--history H1,H2,..] [--new N]\n");
 		return 2;
@@ -201,7 +203,9 @@ int cli_bench(int argc, char **argv)
 	printf("model: %s%s (%s), %d layers (%d attention), backend %s, loaded in %.1f s\n",
 	       o.eo.synthetic ? "synthetic " : "", o.eo.synthetic ? o.eo.synthetic : o.model, in->arch, in->n_layer,
 	       in->n_layer_attn, in->backend, toast_now() - t0);
-	printf("weights: %.2f GB; a decode step reads %.3f GB of weights\n", in->weight_bytes / 1e9, in->decode_bytes / 1e9);
+	printf("weights: %.2f GB%s%s; weight bytes read per token: %.3f GB (dense + %d routed + shared experts, as stored)\n",
+	       in->weight_bytes / 1e9, o.eo.synthetic_type ? ", matrices " : "", o.eo.synthetic_type ? o.eo.synthetic_type : "",
+	       in->decode_bytes / 1e9, in->n_expert_used);
 	double bw = toast_engine_bandwidth(e);
 	printf("memory bandwidth (copy, read+write): %.1f GB/s\n", bw / 1e9);
 	int max_ctx = 0;

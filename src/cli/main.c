@@ -81,7 +81,7 @@ static const struct {
 	{"start", cli_start, "start MODEL_DIR [--socket PATH] [--foreground] [--log FILE] [--debug] [--http 127.0.0.1:PORT] [--ctx-size N] [--cache-mb N] [--cache-dir DIR] ...: serve a model"},
 	{"stop", cli_stop, "stop [--socket PATH] [--timeout S]: stop the daemon (SIGTERM) and wait for it"},
 	{"status", cli_status, "status [--socket PATH] [--json]: what the daemon serves, requests, memory, cache"},
-	{"bench", cli_bench, "bench (MODEL_DIR | --synthetic SHAPE|CONFIG.json) [--backend B] [--threads N] [--cache]: prefill and decode speed, or time to first token with the session cache"},
+	{"bench", cli_bench, "bench (MODEL_DIR | --synthetic SHAPE|CONFIG.json [--type T]) [--backend B] [--threads N] [--cache]: prefill and decode speed, or time to first token with the session cache"},
 };
 
 static void usage(FILE *f)

@@ -72,26 +72,23 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	if (rc == TOAST_OK && opts->synthetic) {
 		/* a preset name, or a config.json file: a shape of one's own */
 		const char *cfg = toast_model_preset(opts->synthetic);
+		enum toast_dtype st = opts->synthetic_type ? toast_dtype_parse(opts->synthetic_type) : TOAST_DT_BF16;
 		char *text = NULL;
-		if (!cfg && strchr(opts->synthetic, '/'))
+		if (st == TOAST_DT_UNKNOWN)
+			rc = toast_err_set(err, TOAST_ERR_INVALID, "unknown weight type \"%s\" for a synthetic model",
+					   opts->synthetic_type);
+		else if (!cfg && strchr(opts->synthetic, '/'))
 			rc = toast_read_file(opts->synthetic, 1 << 20, &text, NULL, err);
 		else if (!cfg)
 			rc = toast_err_set(err, TOAST_ERR_INVALID,
 					   "unknown synthetic shape \"%s\" (qwen3-next-80b-a3b, qwen3.5-35b-a3b, or a config.json path)",
 					   opts->synthetic);
 		if (rc == TOAST_OK)
-			rc = toast_model_load_synthetic(&e->model, cfg ? cfg : text, opts->synthetic_layers, e->be, err);
+			rc = toast_model_load_synthetic(&e->model, cfg ? cfg : text, opts->synthetic_layers, st, e->be, err);
 		free(text);
 	} else if (rc == TOAST_OK) {
 		rc = toast_model_load(&e->model, path, e->be, e->quant, opts->progress, opts->progress_ud, err);
 	}
-	/* the CUDA GDN kernels read value heads in Hugging Face order only: refuse rather than
-	 * compute a wrong model until they honour toast_gdn_args.v_heads_tiled */
-	if (rc == TOAST_OK && e->model.hp.v_heads_tiled && strcmp(e->be->name, "cpu") != 0)
-		rc = toast_err_set(err, TOAST_ERR_UNSUPPORTED,
-				   "%s: this GGUF's value heads are in llama.cpp's tiled order, which the %s backend does not "
-				   "support yet (use --backend cpu)",
-				   path, e->be->name);
 	if (rc == TOAST_OK)
 		rc = toast_model_work_new(&e->model, e->chunk, &e->work, err);
 	char tok_path[4096];

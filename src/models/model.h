@@ -82,6 +82,7 @@ struct toast_model {
 	bool output_tied;    /* lm_head is the embedding table */
 	bool synthetic;      /* weights made by the backend, no files (benchmarks) */
 	char **synth_names;  /* names of synthetic weights, owned */
+	enum toast_dtype synth_type; /* their matrices' type (see toast_model_load_synthetic) */
 	size_t n_synth_names;
 	toast_progress_cb progress; /* while loading: after each layer is prepared (may be NULL) */
 	void *progress_ud;
@@ -144,9 +145,13 @@ enum toast_status toast_model_load(struct toast_model *m, const char *path, stru
 				   struct toast_error *err);
 void toast_model_unload(struct toast_model *m);
 /* A model of the shape described by config_json (a config.json text) with synthetic weights
- * (backend.h): for benchmarks at real shapes. n_layer > 0 overrides the layer count. */
+ * (backend.h): for benchmarks at real shapes. n_layer > 0 overrides the layer count. type
+ * (BF16 or a quantised type) is that of the matrices, as a published checkpoint of that type
+ * has them: vectors are F32; the MoE router stays BF16 (GGUF types; llama.cpp keeps it
+ * unquantised) or is MLX8 under MLX types (mlx-lm keeps routers at 8 bits); a matrix whose rows
+ * are not whole blocks (the GDN conv1d) is BF16; MLX weights have group 64 and BF16 scales. */
 enum toast_status toast_model_load_synthetic(struct toast_model *m, const char *config_json, int n_layer,
-					     struct toast_backend *be, struct toast_error *err);
+					     enum toast_dtype type, struct toast_backend *be, struct toast_error *err);
 /* The config.json text of a named real model shape ("qwen3-next-80b-a3b", ...), or NULL. */
 const char *toast_model_preset(const char *name);
 /* Parse config.json text into hp (exposed for tests). */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "backend/synth_quant.h"
 #include "format/safetensors.h"
 #include "models/gguf_names.h"
 #include "models/model.h"
@@ -86,6 +87,18 @@ static void bind_set_mlx(struct toast_weight *w, const struct bind_mlx *x, const
 	w->n_bytes += 2 * sb_bytes;
 }
 
+/* A synthetic weight of the model's type `want` (see toast_model_load_synthetic) */
+static void bind_synthetic(struct toast_weight *w, const char *name, int64_t n_out, int64_t n_in, enum toast_dtype want)
+{
+	bool mlx = want == TOAST_DT_MLX4 || want == TOAST_DT_MLX8;
+	enum toast_dtype t = n_out == 1 ? TOAST_DT_F32 : want;
+	if (n_out > 1 && strstr(name, "mlp.gate.weight")) /* the router: as published checkpoints keep it */
+		t = mlx ? TOAST_DT_MLX8 : TOAST_DT_BF16;
+	if (n_in % (mlx ? TOAST_SYNTH_MLX_GROUP : toast_dtypes[t].blck)) /* rows not whole blocks (conv1d) */
+		t = TOAST_DT_BF16;
+	toast_synthetic_weight(w, name, t, n_out, n_in);
+}
+
 /* Bind the tensor `name` as n_out x n_in (a vector when n_out == 1; size-1 dims are ignored so
  * conv1d's [C, 1, K] binds as C x K). */
 static void bind_as(struct binder *b, struct toast_weight *w, const char *name, int64_t n_out, int64_t n_in)
@@ -93,7 +106,6 @@ static void bind_as(struct binder *b, struct toast_weight *w, const char *name, 
 	if (b->rc != TOAST_OK)
 		return;
 	if (b->m->synthetic) {
-		size_t es = n_out == 1 ? 4 : 2;
 		char **names = realloc(b->m->synth_names, (b->m->n_synth_names + 1) * sizeof(char *));
 		char *nm = names ? toast_strdup(name) : NULL;
 		if (names)
@@ -103,8 +115,7 @@ static void bind_as(struct binder *b, struct toast_weight *w, const char *name, 
 			return;
 		}
 		b->m->synth_names[b->m->n_synth_names++] = nm;
-		*w = (struct toast_weight){.name = nm, .type = es == 4 ? TOAST_DT_F32 : TOAST_DT_BF16, .n_in = n_in,
-					   .n_out = n_out, .n_bytes = (size_t)(n_in * n_out) * es};
+		bind_synthetic(w, nm, n_out, n_in, b->m->synth_type);
 		b->m->weight_bytes += w->n_bytes;
 		return;
 	}
@@ -484,11 +495,15 @@ enum toast_status toast_model_load(struct toast_model *m, const char *path, stru
 }
 
 enum toast_status toast_model_load_synthetic(struct toast_model *m, const char *config_json, int n_layer,
-					     struct toast_backend *be, struct toast_error *err)
+					     enum toast_dtype type, struct toast_backend *be, struct toast_error *err)
 {
 	memset(m, 0, sizeof(*m));
 	m->be = be;
 	m->synthetic = true;
+	m->synth_type = type;
+	if (type != TOAST_DT_BF16 && !toast_dtype_is_quant(type))
+		return toast_err_set(err, TOAST_ERR_INVALID, "synthetic model: weights of type %s are not made (bf16, "
+				     "q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, mlx4, mlx8)", toast_dtype_name(type));
 	enum toast_status rc = toast_hparams_parse(&m->hp, config_json, err);
 	if (rc == TOAST_OK && n_layer > 0 && n_layer < m->hp.n_layer)
 		m->hp.n_layer = n_layer; /* the per-layer tables are longer than needed: harmless */

@@ -167,7 +167,8 @@ static enum toast_status cpu_sync(struct toast_backend *be, struct toast_error *
 	return TOAST_OK;
 }
 
-/* a synthetic weight: BF16 matrices, F32 vectors, values per toast_synthetic_value() */
+/* a synthetic weight: values per toast_synthetic_value() (BF16 matrices, F32 vectors) or bytes
+ * per synth_quant.h (quantised types, as the binder chose) */
 static enum toast_status cpu_prepare_weight(struct toast_backend *be, struct toast_weight *w,
 					    struct toast_error *err)
 {
@@ -175,15 +176,21 @@ static enum toast_status cpu_prepare_weight(struct toast_backend *be, struct toa
 	w->dev_type = w->type;
 	if (w->data)
 		return TOAST_OK;
+	bool quant = toast_dtype_is_quant(w->type);
 	size_t n = (size_t)w->n_in * (size_t)w->n_out, es = w->n_out == 1 ? 4 : 2;
+	size_t bytes = quant ? w->n_bytes : n * es;
 	void **owned = realloc(cb->owned, (cb->n_owned + 1) * sizeof(void *));
-	void *p = owned ? toast_aalloc(n * es) : NULL;
+	void *p = owned ? toast_aalloc(bytes) : NULL;
 	if (owned)
 		cb->owned = owned;
 	if (!p)
-		return toast_err_set(err, TOAST_ERR_NOMEM, "%s: cannot allocate %zu bytes", w->name, n * es);
+		return toast_err_set(err, TOAST_ERR_NOMEM, "%s: cannot allocate %zu bytes", w->name, bytes);
 	cb->owned[cb->n_owned++] = p;
 	uint64_t seed = toast_synthetic_seed(w->name);
+	if (quant) {
+		toast_synthetic_fill_quant(w, p);
+		return TOAST_OK;
+	}
 	for (size_t i = 0; i < n; i++) {
 		float v = toast_synthetic_value(seed, i, w->n_in, w->n_out);
 		if (es == 4)

@@ -4,17 +4,19 @@
  * k_*.cu files, one op family each.
  *
  * Weights on the device: matrices (n_out > 1) as bf16 (f16/f32 sources are converted once at
- * upload), vectors (n_out == 1) as f32. Expert sets are packed into one [n_expert][n_out][n_in]
- * buffer whose base is toast_experts.dev.
+ * upload) or packed in their quantised type (layout in cu_quant.cuh), vectors (n_out == 1) as
+ * f32 (quantised ones dequantised at upload). Expert sets are packed into one buffer whose base
+ * is toast_experts.dev, expert e at e * cu_wd_experts().stride.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cu_quant.cuh"
 
 extern "C" {
+#include "format/quant.h"
 #include "util/half.h"
 }
 
@@ -258,7 +260,7 @@ static enum toast_status cu_own(struct cuda_backend *cb, size_t n, void **out, c
 	return TOAST_OK;
 }
 
-/* Upload host weight data (any plain type) into dst as dst_type (BF16 or F32). */
+/* Upload host weight data (F32, F16 or BF16) into dst as dst_type (BF16 or F32). */
 static enum toast_status cu_upload(struct cuda_backend *cb, void *dst, enum toast_dtype dst_type,
 				   const struct toast_weight *w, struct toast_error *err)
 {
@@ -267,9 +269,6 @@ static enum toast_status cu_upload(struct cuda_backend *cb, void *dst, enum toas
 		return cu_fail(cb, cudaMemcpy(dst, w->data, w->n_bytes, cudaMemcpyHostToDevice), "weight upload")
 			       ? toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", w->name, cb->fail_msg)
 			       : TOAST_OK;
-	if (w->type != TOAST_DT_F32 && w->type != TOAST_DT_F16 && w->type != TOAST_DT_BF16)
-		return toast_err_set(err, TOAST_ERR_UNSUPPORTED, "%s: dtype %s is not supported by the CUDA backend",
-				     w->name, toast_dtype_name(w->type));
 	size_t es = dst_type == TOAST_DT_F32 ? 4 : 2;
 	void *tmp = malloc(n * es);
 	if (!tmp)
@@ -288,28 +287,84 @@ static enum toast_status cu_upload(struct cuda_backend *cb, void *dst, enum toas
 	return bad ? toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", w->name, cb->fail_msg) : TOAST_OK;
 }
 
+/* matrices: bf16, or a quantised type kept packed (cu_quant.cuh); vectors: f32 */
 static enum toast_dtype cu_dev_type(const struct toast_weight *w)
 {
-	return w->n_out == 1 ? TOAST_DT_F32 : TOAST_DT_BF16;
+	return w->n_out == 1 ? TOAST_DT_F32 : toast_dtype_is_quant(w->type) ? w->type : TOAST_DT_BF16;
+}
+
+static enum toast_status cu_check_type(const struct toast_weight *w, struct toast_error *err)
+{
+	bool ok = w->type == TOAST_DT_F32 || w->type == TOAST_DT_F16 || w->type == TOAST_DT_BF16 ||
+		  toast_dtype_is_quant(w->type);
+	/* an MLX chunk (16 bytes of codes) must lie in one group */
+	if (ok && cu_is_mlx(w->type))
+		ok = (w->sb_type == TOAST_DT_BF16 || w->sb_type == TOAST_DT_F16 || w->sb_type == TOAST_DT_F32) &&
+		     w->group_size >= 32 && w->group_size % 32 == 0 && w->n_in % w->group_size == 0;
+	if (!ok)
+		return toast_err_set(err, TOAST_ERR_UNSUPPORTED,
+				     "%s: weights of type %s%s are not supported by the CUDA backend", w->name,
+				     toast_dtype_name(w->type), cu_is_mlx(w->type) ? " with these scales or this group size" : "");
+	return TOAST_OK;
+}
+
+/* a quantised vector (an MLX shared-expert gate, say) becomes f32 like every vector */
+static enum toast_status cu_upload_qvector(struct cuda_backend *cb, void *dst, const struct toast_weight *w,
+					   struct toast_error *err)
+{
+	float *tmp = (float *)malloc((size_t)w->n_in * sizeof(float));
+	if (!tmp)
+		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory converting %s", w->name);
+	if (cu_is_mlx(w->type))
+		toast_dequant_mlx(w->type == TOAST_DT_MLX4 ? 4 : 8, w->group_size, (const uint32_t *)w->data, w->scales,
+				  w->biases, w->sb_type, tmp, w->n_in);
+	else
+		toast_dequant(w->type, w->data, tmp, w->n_in);
+	bool bad = cu_fail(cb, cudaMemcpy(dst, tmp, (size_t)w->n_in * sizeof(float), cudaMemcpyHostToDevice), "weight upload");
+	free(tmp);
+	return bad ? toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", w->name, cb->fail_msg) : TOAST_OK;
+}
+
+/* w (its dev_type set) into dst laid out as l: uploaded, converted or made synthetic */
+static enum toast_status cu_prepare_into(struct cuda_backend *cb, struct toast_weight *w, void *dst, const cu_layout &l,
+					 struct toast_error *err)
+{
+	bool quant = toast_dtype_is_quant(w->dev_type);
+	w->dev = dst;
+	if (!w->data) {
+		if (quant)
+			cu_q_fill_synthetic(cb, dst, w, l);
+		else
+			cu_fill_synthetic(cb, dst, w->dev_type, (size_t)w->n_in * (size_t)w->n_out,
+					  toast_synthetic_seed(w->name), w->n_in, w->n_out);
+		return cb->failed ? toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", w->name, cb->fail_msg) : TOAST_OK;
+	}
+	if (quant)
+		return cu_q_upload(cb, dst, w, l, err);
+	if (toast_dtype_is_quant(w->type))
+		return cu_upload_qvector(cb, dst, w, err);
+	return cu_upload(cb, dst, w->dev_type, w, err);
+}
+
+static cu_layout cu_layout_weight(const struct toast_weight *w)
+{
+	return cu_layout_of(w->dev_type, w->n_in, w->n_out, w->sb_type, w->group_size);
 }
 
 static enum toast_status cuda_prepare_weight(struct toast_backend *be, struct toast_weight *w,
 					     struct toast_error *err)
 {
 	struct cuda_backend *cb = cu_of(be);
-	enum toast_dtype dt = cu_dev_type(w);
-	size_t n = (size_t)w->n_in * (size_t)w->n_out, es = dt == TOAST_DT_F32 ? 4 : 2;
-	void *d = NULL;
-	enum toast_status rc = cu_own(cb, n * es, &d, w->name, err);
+	enum toast_status rc = cu_check_type(w, err);
 	if (rc != TOAST_OK)
 		return rc;
-	w->dev = d;
-	w->dev_type = dt;
-	if (!w->data) {
-		cu_fill_synthetic(cb, d, dt, n, toast_synthetic_seed(w->name), w->n_in, w->n_out);
-		return cuda_sync(be, err);
-	}
-	return cu_upload(cb, d, dt, w, err);
+	w->dev_type = cu_dev_type(w);
+	cu_layout l = cu_layout_weight(w);
+	void *d = NULL;
+	rc = cu_own(cb, l.bytes, &d, w->name, err);
+	if (rc == TOAST_OK)
+		rc = cu_prepare_into(cb, w, d, l, err);
+	return rc == TOAST_OK ? cuda_sync(be, err) : rc;
 }
 
 static enum toast_status cuda_prepare_experts(struct toast_backend *be, struct toast_experts *x,
@@ -318,22 +373,24 @@ static enum toast_status cuda_prepare_experts(struct toast_backend *be, struct t
 	struct cuda_backend *cb = cu_of(be);
 	if (x->n_expert <= 0)
 		return TOAST_OK;
-	const struct toast_weight *w0 = &x->w[0];
-	size_t per = (size_t)w0->n_in * (size_t)w0->n_out * 2;
+	struct toast_weight *w0 = &x->w[0];
+	enum toast_status rc = cu_check_type(w0, err);
+	if (rc != TOAST_OK)
+		return rc;
+	/* as matrices even with one row: the kernels read experts as matrices */
+	w0->dev_type = toast_dtype_is_quant(w0->type) ? w0->type : TOAST_DT_BF16;
+	cu_layout l = cu_layout_weight(w0);
+	size_t stride = cu_align256(l.bytes);
 	void *d = NULL;
-	enum toast_status rc = cu_own(cb, per * (size_t)x->n_expert, &d, w0->name, err);
+	rc = cu_own(cb, stride * (size_t)x->n_expert, &d, w0->name, err);
 	x->dev = d;
 	for (int e = 0; rc == TOAST_OK && e < x->n_expert; e++) {
 		struct toast_weight *w = &x->w[e];
-		if (w->n_in != w0->n_in || w->n_out != w0->n_out)
-			return toast_err_set(err, TOAST_ERR_FORMAT, "%s: experts of different shapes", w->name);
-		w->dev = (char *)d + per * (size_t)e;
-		w->dev_type = TOAST_DT_BF16;
-		if (w->data)
-			rc = cu_upload(cb, w->dev, TOAST_DT_BF16, w, err);
-		else
-			cu_fill_synthetic(cb, w->dev, TOAST_DT_BF16, (size_t)w->n_in * w->n_out,
-					  toast_synthetic_seed(w->name), w->n_in, w->n_out);
+		if (w->n_in != w0->n_in || w->n_out != w0->n_out || w->type != w0->type ||
+		    (cu_is_mlx(w->type) && (w->sb_type != w0->sb_type || w->group_size != w0->group_size)))
+			return toast_err_set(err, TOAST_ERR_FORMAT, "%s: experts of different shapes or types", w->name);
+		w->dev_type = w0->dev_type;
+		rc = cu_prepare_into(cb, w, (char *)d + stride * (size_t)e, l, err);
 	}
 	return rc == TOAST_OK ? cuda_sync(be, err) : rc;
 }

@@ -189,7 +189,8 @@ void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const stru
 /* rows y = RMSNorm(x) with w, into yf (f32) and/or yb (bf16); ylo = bf16(y - yb) */
 void cu_norm_rows(struct cuda_backend *cb, const float *x, const struct toast_weight *w, int T, int64_t n, float eps,
 		  bool plus_one, float *yf, bf16 *yb, bf16 *ylo);
-/* one cuBLAS GEMM: o->out [T][W.n_out] (per mode) = in [T][W.n_in] (bf16) · Wᵀ */
+/* o->out [T][W.n_out] (per mode) = in [T][W.n_in] (bf16) · Wᵀ on cuBLAS (a quantised W is
+ * dequantised to bf16 in scratch2 first, a block of rows at a time) */
 void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16 *in, int T);
 
 /* k_attn.cu */

@@ -1,8 +1,8 @@
 /*
- * k_basic.cu - small ops: embedding gather, SwiGLU,
+ * k_basic.cu - small ops: embedding gather (plain or quantised rows), SwiGLU,
  * synthetic weight fill, f32 -> bf16.
  */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cu_quant.cuh"
 
 /* x[t][i] = W[ids[t]][i]; ids from the step's device copy */
 __global__ void k_embed(float *x, const void *W, int type, int64_t n, const int32_t *step)
@@ -13,10 +13,24 @@ __global__ void k_embed(float *x, const void *W, int type, int64_t n, const int3
 		x[t * n + i] = cu_ldw(W, type, row * n + i);
 }
 
+/* the same from a quantised table, 8 elements a thread */
+__global__ void k_embed_q(float *x, cu_wd W, int64_t n, const int32_t *step)
+{
+	int t = blockIdx.y;
+	int64_t row = step[2 + t], i = 8 * (blockIdx.x * (int64_t)blockDim.x + threadIdx.x);
+	if (i < n)
+		cu_dq8(W, 0, row, i, x + t * n + i);
+}
+
 void cu_embed(struct cuda_backend *cb, float *x, const struct toast_weight *W, int T)
 {
-	dim3 grid(cu_blocks((size_t)W->n_in, 256), T);
-	cu_launch(cb, k_embed, grid, 256, 0, x, W->dev, W->dev_type, W->n_in, cb->d_step);
+	if (toast_dtype_is_quant(W->dev_type)) {
+		dim3 grid(cu_blocks((size_t)W->n_in / 8, 256), T);
+		cu_launch(cb, k_embed_q, grid, 256, 0, x, cu_wd_weight(W), W->n_in, cb->d_step);
+	} else {
+		dim3 grid(cu_blocks((size_t)W->n_in, 256), T);
+		cu_launch(cb, k_embed, grid, 256, 0, x, W->dev, W->dev_type, W->n_in, cb->d_step);
+	}
 	cu_launched(cb, "embed");
 }
 

@@ -5,6 +5,7 @@
  * of q and k per key head, beta and g per value head), the delta rule, and the gated RMSNorm.
  * The delta rule is independent per row j of a value head's state S[j][:] (value dim j,
  * key dims contiguous), so blocks own (value head, 32 rows): that fills the GPU at decode.
+ * Value head h reads key head gdn_kh(): h / (n_v/n_k), or h % n_k when the heads are tiled.
  * Decode (T == 1) runs the token recurrence, one warp per row; prefill runs the chunked form
  * (docs/qwen3next-spec.md §4.1) with a chunk in shared memory, all in f32.
  */
@@ -14,8 +15,21 @@
 
 struct gdn_dims {
 	int nk, nv, dk, dv, K, r, key_dim, vdim, conv_dim, T;
-	int grouped, ba_grouped;
+	int grouped, ba_grouped, tiled;
 };
+
+/* the key head value head h reads (toast_gdn_args.v_heads_tiled) */
+__device__ __forceinline__ int gdn_kh(const gdn_dims &g, int h)
+{
+	return g.tiled ? h % g.nk : h / g.r;
+}
+
+/* whether value head h is the first to read its key head (its decode block writes the key
+ * head's q/k conv state) */
+__device__ __forceinline__ bool gdn_first_of_kh(const gdn_dims &g, int h)
+{
+	return g.tiled ? h < g.nk : h % g.r == 0;
+}
 
 /* position of conv channel c in a row of the projection output */
 __device__ __forceinline__ int64_t gdn_chan(const gdn_dims &g, int c)
@@ -125,13 +139,13 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS)
 	extern __shared__ float sm[];
 	__shared__ float red[32];
 	__shared__ float gate_beta, gate_alpha;
-	int h = blockIdx.x, kh = h / g.r, dk = g.dk, dv = g.dv, K = g.K, tid = threadIdx.x;
+	int h = blockIdx.x, kh = gdn_kh(g, h), dk = g.dk, dv = g.dv, K = g.K, tid = threadIdx.x;
 	float *qs = sm, *ks = qs + dk, *vs = ks + dk, *os = vs + dv;
 	int pos = step[0];
 	size_t slot = (size_t)(K - 1) * g.conv_dim;
 	const float *st = conv_state + (pos & 1) * slot;
 	float *sn = conv_state + ((pos + 1) & 1) * slot;
-	bool own_qk = h % g.r == 0;
+	bool own_qk = gdn_first_of_kh(g, h);
 	for (int cl = tid; cl < 2 * dk + dv; cl += blockDim.x) {
 		int c = cl < dk ? kh * dk + cl : cl < 2 * dk ? g.key_dim + kh * dk + cl - dk : 2 * g.key_dim + h * dv + cl - 2 * dk;
 		float x = qkv[gdn_chan(g, c)];
@@ -283,7 +297,7 @@ struct gdn_chunks {
 __global__ void k_gdn_intra(gdn_dims g, gdn_chunks ch, const float *conv, const float *beta, const float *gg)
 {
 	extern __shared__ float smem[];
-	int c = blockIdx.x, h = blockIdx.y, kh = h / g.r, dk = g.dk, dv = g.dv, dkp = dk + 1, C = ch.C;
+	int c = blockIdx.x, h = blockIdx.y, kh = gdn_kh(g, h), dk = g.dk, dv = g.dv, dkp = dk + 1, C = ch.C;
 	int t0 = c * C, L = min(C, g.T - t0), tid = threadIdx.x, nt = blockDim.x;
 	float *Kc = smem, *Qc = Kc + C * dkp, *W = Qc + C * dkp, *A = W + C * dkp, *U = A + C * C, *gam = U + C * dv,
 	      *bet = gam + C;
@@ -357,7 +371,7 @@ __global__ void k_gdn_intra(gdn_dims g, gdn_chunks ch, const float *conv, const 
 __global__ void k_gdn_state(gdn_dims g, gdn_chunks ch, const float *conv, float *S, float *o)
 {
 	extern __shared__ float smem[];
-	int h = blockIdx.x, kh = h / g.r, dk = g.dk, dv = g.dv, dkp = dk + 1, C = ch.C;
+	int h = blockIdx.x, kh = gdn_kh(g, h), dk = g.dk, dv = g.dv, dkp = dk + 1, C = ch.C;
 	int jb = blockIdx.y * GDN_ROWS, J = min(GDN_ROWS, dv - jb);
 	float *Kc = smem, *Qc = Kc + C * dkp, *W = Qc + C * dkp, *P = W + C * dkp, *U = P + C * C, *Ss = U + C * GDN_ROWS,
 	      *gam = Ss + GDN_ROWS * dkp, *dec = gam + C;
@@ -452,7 +466,7 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 	gdn_dims g;
 	g.nk = a->n_k_head, g.nv = a->n_v_head, g.dk = a->d_k, g.dv = a->d_v, g.K = a->conv_k, g.r = g.nv / g.nk;
 	g.key_dim = g.nk * g.dk, g.vdim = g.nv * g.dv, g.conv_dim = 2 * g.key_dim + g.vdim, g.T = a->T;
-	g.grouped = a->qkvz_grouped, g.ba_grouped = a->ba_grouped;
+	g.grouped = a->qkvz_grouped, g.ba_grouped = a->ba_grouped, g.tiled = a->v_heads_tiled;
 	if (g.K > 16 || g.K < 2) {
 		cu_fail_msg(cb, "gdn: conv kernel %d is not supported (2..16)", g.K);
 		return;

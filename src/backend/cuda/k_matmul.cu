@@ -1,20 +1,21 @@
 /*
- * k_matmul.cu - products of one input with up to TOAST_MM_MAX_OUT bf16 weight matrices, f32
- * accumulation (contract: toast_mm_in / toast_mm_out in backend.h).
+ * k_matmul.cu - products of one input with up to TOAST_MM_MAX_OUT weight matrices (bf16 or
+ * packed quantised types), f32 accumulation (contract: toast_mm_in / toast_mm_out in backend.h).
  *
- * Decode-sized T (<= CU_GEMV_MAX_T): one GEMV launch for all outputs. Each block stages the
- * input in shared memory as f32 (computing the RMSNorm there when the input is a normed
- * residual, so the norm costs no launch and no rounding), then each warp streams four weight
- * rows with 16-byte loads. Larger T: the normed input is written once in bf16 and each output
- * is a cuBLAS GEMM on tensor cores.
+ * Decode-sized T (<= CU_GEMV_MAX_T): one GEMV launch per weight type among the outputs. Each
+ * block stages the input in shared memory as f32 (computing the RMSNorm there when the input is
+ * a normed residual, so the norm costs no launch and no rounding), then each warp streams one or
+ * four weight rows in 16-byte chunks, dequantising quantised ones in registers (cu_quant.cuh).
+ * Larger T: the normed input is written once in bf16 and each output is a cuBLAS GEMM on tensor
+ * cores; a quantised weight is first dequantised to bf16 in pieces of CU_DEQUANT_PIECE bytes.
  */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cu_quant.cuh"
 
 #define GEMV_WARPS 8
 
 struct gemv_job {
 	void *out;
-	const bf16 *W;
+	cu_wd W;
 	int mode;
 	int64_t n_out;
 	int64_t first_block; /* blocks before this job's */
@@ -23,8 +24,10 @@ struct gemv_job {
 struct gemv_args {
 	struct gemv_job job[TOAST_MM_MAX_OUT];
 	int n_jobs;
+	int nt;                /* tokens (the kernel's T may be larger: rows nt..T-1 are zero) */
 	int64_t n_in;
-	const bf16 *act;       /* input rows, or NULL: */
+	const bf16 *act;       /* input rows, or */
+	const float *xf;       /* f32 input rows, or NULL: */
 	const float *norm_x;   /* RMSNorm(norm_x) with norm_w */
 	const float *norm_w;
 	float eps;
@@ -42,16 +45,17 @@ __device__ __forceinline__ void gemv_store(void *out, int mode, int64_t n_out, i
 		((float *)out)[t * n_out + r] += v;
 }
 
-/* stage the T input rows in shared memory as f32: xs[t][n_in] */
-template <int T>
+/* stage the T input rows in shared memory as f32: xs[t][n_in], element i at cu_qpos<TYPE>(i) */
+template <int TYPE, int T>
 __device__ __forceinline__ void gemv_stage(const gemv_args &a, float *xs)
 {
 	__shared__ float red[32];
 	int64_t n = a.n_in;
 	for (int t = 0; t < T; t++) {
-		if (a.act) {
+		float *row = xs + t * n;
+		if (t >= a.nt || a.act || a.xf) {
 			for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-				xs[t * n + i] = __bfloat162float(a.act[t * n + i]);
+				row[cu_qpos<TYPE>(i)] = t >= a.nt ? 0.0f : a.act ? __bfloat162float(a.act[t * n + i]) : a.xf[t * n + i];
 			continue;
 		}
 		const float *x = a.norm_x + t * n;
@@ -62,7 +66,7 @@ __device__ __forceinline__ void gemv_stage(const gemv_args &a, float *xs)
 		float r = rsqrtf(ss / n + a.eps);
 		for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
 			float y = x[i] * r * (a.plus_one ? 1.0f + a.norm_w[i] : a.norm_w[i]);
-			xs[t * n + i] = y;
+			row[cu_qpos<TYPE>(i)] = y;
 			if (a.norm_out && blockIdx.x == 0)
 				a.norm_out[t * n + i] = __float2bfloat16(y);
 		}
@@ -70,68 +74,82 @@ __device__ __forceinline__ void gemv_stage(const gemv_args &a, float *xs)
 	__syncthreads();
 }
 
-/* requires n_in % 8 == 0 and 16-byte aligned weight rows; ROWS rows per warp */
-template <int T, int ROWS>
+/*
+ * ROWS weight rows per warp, each lane streaming chunks (qk<TYPE>: 16 packed bytes and their
+ * scales) of all of them before using any; each input float4 is read once per position and
+ * used for every row. Requires n_in % EPC == 0 and 16-byte aligned rows.
+ */
+template <int TYPE, int T, int ROWS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 {
-	const int GEMV_ROWS = ROWS, GEMV_BLOCK_ROWS = GEMV_WARPS * ROWS;
+	typedef qk<TYPE> Q;
+	const int GEMV_BLOCK_ROWS = GEMV_WARPS * ROWS;
 	extern __shared__ float xs[];
-	gemv_stage<T>(a, xs);
+	gemv_stage<TYPE, T>(a, xs);
 	int j = 0;
 	while (j + 1 < a.n_jobs && blockIdx.x >= a.job[j + 1].first_block)
 		j++;
 	const gemv_job &jb = a.job[j];
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int64_t r0 = (blockIdx.x - jb.first_block) * GEMV_BLOCK_ROWS + warp * GEMV_ROWS;
+	int64_t r0 = (blockIdx.x - jb.first_block) * GEMV_BLOCK_ROWS + warp * ROWS;
 	if (r0 >= jb.n_out)
 		return;
-	int64_t n_in = a.n_in, n8 = n_in / 8;
-	const uint4 *w[GEMV_ROWS];
+	int64_t n_in = a.n_in;
+	int nc = (int)(n_in / Q::EPC);
+	cu_wrow w[ROWS];
 #pragma unroll
-	for (int r = 0; r < GEMV_ROWS; r++)
-		w[r] = (const uint4 *)(jb.W + min(r0 + r, jb.n_out - 1) * n_in);
-	float acc[GEMV_ROWS][T];
+	for (int r = 0; r < ROWS; r++)
+		w[r] = cu_row(jb.W, 0, min(r0 + r, jb.n_out - 1));
+	float acc[ROWS][T];
 #pragma unroll
-	for (int r = 0; r < GEMV_ROWS; r++)
+	for (int r = 0; r < ROWS; r++)
 #pragma unroll
 		for (int t = 0; t < T; t++)
 			acc[r][t] = 0.0f;
 #pragma unroll 2
-	for (int64_t i = lane; i < n8; i += 32) {
-		uint4 u[GEMV_ROWS];
+	for (int c = lane; c < nc; c += 32) {
+		typename Q::chunk k[ROWS];
 #pragma unroll
-		for (int r = 0; r < GEMV_ROWS; r++)
-			u[r] = __ldg(w[r] + i);
+		for (int r = 0; r < ROWS; r++)
+			k[r] = cu_qload<TYPE>(jb.W, w[r], 0, r0 + r, c);
+		typename Q::info in[ROWS];
 #pragma unroll
-		for (int t = 0; t < T; t++) {
-			const float4 *xv = (const float4 *)(xs + t * n_in + i * 8);
-			float4 x0 = xv[0], x1 = xv[1];
+		for (int r = 0; r < ROWS; r++)
+			in[r] = Q::prep(k[r], c);
 #pragma unroll
-			for (int r = 0; r < GEMV_ROWS; r++) {
-				float f[8];
-				cu_bf16x8(u[r], f);
-				acc[r][t] += f[0] * x0.x + f[1] * x0.y + f[2] * x0.z + f[3] * x0.w + f[4] * x1.x + f[5] * x1.y +
-					     f[6] * x1.z + f[7] * x1.w;
+		for (int i = 0; i < Q::NP; i++) {
+			int f = Q::swz(Q::f4(c, i));
+			float4 xv[T];
+#pragma unroll
+			for (int t = 0; t < T; t++)
+				xv[t] = ((const float4 *)(xs + t * n_in))[f];
+#pragma unroll
+			for (int r = 0; r < ROWS; r++) {
+				float4 y = Q::deq4(k[r], in[r], c, i);
+#pragma unroll
+				for (int t = 0; t < T; t++)
+					acc[r][t] += y.x * xv[t].x + y.y * xv[t].y + y.z * xv[t].z + y.w * xv[t].w;
 			}
 		}
 	}
 #pragma unroll
-	for (int r = 0; r < GEMV_ROWS; r++)
+	for (int r = 0; r < ROWS; r++)
 #pragma unroll
 		for (int t = 0; t < T; t++)
 			acc[r][t] = cu_warp_sum(acc[r][t]);
 	if (lane == 0)
 #pragma unroll
-		for (int r = 0; r < GEMV_ROWS; r++)
+		for (int r = 0; r < ROWS; r++)
 			if (r0 + r < jb.n_out)
 #pragma unroll
 				for (int t = 0; t < T; t++)
-					gemv_store(jb.out, jb.mode, jb.n_out, t, r0 + r, acc[r][t]);
+					if (t < a.nt)
+						gemv_store(jb.out, jb.mode, jb.n_out, t, r0 + r, acc[r][t]);
 }
 
-/* any shape and weight type: one warp per (row, token), input from global (act bf16 or f32) */
-__global__ void k_gemv_plain(void *out, int mode, const bf16 *x, const float *xf, const void *W, int wtype,
-			     int64_t n_out, int64_t n_in)
+/* any shape and weight type: one warp per (row, token), input from global (act bf16 or f32);
+ * plain types element by element, quantised ones 8 at a time */
+__global__ void k_gemv_plain(void *out, int mode, const bf16 *x, const float *xf, cu_wd W, int64_t n_out, int64_t n_in)
 {
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp;
@@ -139,8 +157,17 @@ __global__ void k_gemv_plain(void *out, int mode, const bf16 *x, const float *xf
 	if (r >= n_out)
 		return;
 	float acc = 0;
-	for (int64_t i = lane; i < n_in; i += 32)
-		acc += cu_ldw(W, wtype, r * n_in + i) * (xf ? xf[t * n_in + i] : __bfloat162float(x[t * n_in + i]));
+	if (W.type == TOAST_DT_F32 || W.type == TOAST_DT_BF16) {
+		for (int64_t i = lane; i < n_in; i += 32)
+			acc += cu_ldw(W.base, W.type, r * n_in + i) * (xf ? xf[t * n_in + i] : __bfloat162float(x[t * n_in + i]));
+	} else {
+		for (int64_t i = 8 * lane; i < n_in; i += 256) {
+			float y[8];
+			cu_dq8(W, 0, r, i, y);
+			for (int q = 0; q < 8; q++)
+				acc += y[q] * (xf ? xf[t * n_in + i + q] : __bfloat162float(x[t * n_in + i + q]));
+		}
+	}
 	acc = cu_warp_sum(acc);
 	if (lane == 0)
 		gemv_store(out, mode, n_out, t, r, acc);
@@ -169,14 +196,6 @@ __global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps
 	}
 }
 
-void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const struct toast_weight *W, int T)
-{
-	dim3 grid(cu_blocks((size_t)W->n_out, 8), T);
-	cu_launch(cb, k_gemv_plain, grid, 256, 0, out, (int)TOAST_MM_F32, (const bf16 *)NULL, x, W->dev, (int)W->dev_type,
-		  W->n_out, W->n_in);
-	cu_launched(cb, "gemv (f32 input)");
-}
-
 void cu_norm_rows(struct cuda_backend *cb, const float *x, const struct toast_weight *w, int T, int64_t n, float eps,
 		  bool plus_one, float *yf, bf16 *yb, bf16 *ylo)
 {
@@ -184,87 +203,198 @@ void cu_norm_rows(struct cuda_backend *cb, const float *x, const struct toast_we
 	cu_launched(cb, "rmsnorm");
 }
 
-void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16 *in, int T)
+static void cublas_gemm(struct cuda_backend *cb, const struct toast_mm_out *o, const void *W, int64_t n_out, void *out,
+			const bf16 *in, int T)
 {
-	/* column-major: outᵀ [n_out x T] = W (row-major n_out x n_in = col-major n_in x n_out, op T) · inᵀ */
-	const struct toast_weight *W = o->W;
+	/* column-major: outᵀ [n_out x T] = W (row-major n_out x n_in = col-major n_in x n_out, op T) · inᵀ;
+	 * out may start at a row block of a wider output: its leading dimension is o->W->n_out */
+	int64_t n_in = o->W->n_in, ld = o->W->n_out;
 	float alpha = 1.0f, beta = o->mode == TOAST_MM_ADD ? 1.0f : 0.0f;
 	cudaDataType_t ct = o->mode == TOAST_MM_ACT ? CUDA_R_16BF : CUDA_R_32F;
-	cublasStatus_t st = cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)W->n_out, T, (int)W->n_in, &alpha,
-					 W->dev, CUDA_R_16BF, (int)W->n_in, in, CUDA_R_16BF, (int)W->n_in, &beta, o->out,
-					 ct, (int)W->n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+	cublasStatus_t st = cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, T, (int)n_in, &alpha, W,
+					 CUDA_R_16BF, (int)n_in, in, CUDA_R_16BF, (int)n_in, &beta, out, ct, (int)ld,
+					 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 	if (st != CUBLAS_STATUS_SUCCESS)
-		cu_fail_msg(cb, "cublasGemmEx %lldx%dx%lld: status %d", (long long)W->n_out, T, (long long)W->n_in, (int)st);
+		cu_fail_msg(cb, "cublasGemmEx %lldx%dx%lld: status %d", (long long)n_out, T, (long long)n_in, (int)st);
 	cu_launched(cb, "matmul (cublas)");
 }
 
-template <int T, int ROWS>
-static void gemv_launch(struct cuda_backend *cb, const gemv_args &a, unsigned blocks, size_t smem)
+/* bf16 rows of a quantised weight dequantised into scratch2 at most this many bytes at a time */
+#define CU_DEQUANT_PIECE (64u << 20)
+
+void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16 *in, int T)
+{
+	const struct toast_weight *W = o->W;
+	if (!toast_dtype_is_quant(W->dev_type)) {
+		cublas_gemm(cb, o, W->dev, W->n_out, o->out, in, T);
+		return;
+	}
+	/* prefill: a bf16 copy of a block of rows at a time, then the GEMM on tensor cores */
+	cu_wd wd = cu_wd_weight(W);
+	int64_t rows = (int64_t)(CU_DEQUANT_PIECE / ((size_t)W->n_in * 2));
+	rows = rows < 1 ? 1 : rows > W->n_out ? W->n_out : rows;
+	bf16 *tmp = (bf16 *)cu_scratch2(cb, (size_t)rows * (size_t)W->n_in * 2);
+	size_t es = o->mode == TOAST_MM_ACT ? 2 : 4;
+	for (int64_t r0 = 0; tmp && r0 < W->n_out; r0 += rows) {
+		int64_t n = W->n_out - r0 < rows ? W->n_out - r0 : rows;
+		cu_q_dequant_bf16(cb, wd, 0, r0, n, W->n_in, tmp);
+		cublas_gemm(cb, o, tmp, n, (char *)o->out + (size_t)r0 * es, in, T);
+	}
+}
+
+/* the kernel's token count: exact for bf16, 1, 2, 4 or 8 for quantised types (fewer kernels;
+ * the extra input rows are zeros and their outputs are not stored) */
+static int gemv_tt(int type, int T)
+{
+	return type == TOAST_DT_BF16 ? T : T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
+}
+
+static bool gemv_fits(struct cuda_backend *cb, const struct toast_weight *W, int T)
+{
+	int type = W->dev_type;
+	if (T > CU_GEMV_MAX_T || !(type == TOAST_DT_BF16 || toast_dtype_is_quant((enum toast_dtype)type)))
+		return false;
+	if (type == TOAST_DT_BF16 && (W->n_in % 8 || ((uintptr_t)W->dev & 15)))
+		return false;
+	return (size_t)gemv_tt(type, T) * (size_t)W->n_in * 4 + 1024 <= cb->smem_optin;
+}
+
+/* the dynamic shared memory k_gemv<TYPE, T, ROWS> may use (set once) */
+template <int TYPE, int T, int ROWS>
+static size_t gemv_room(struct cuda_backend *cb)
 {
 	static size_t room;
 	if (!room)
-		room = cu_allow_smem(cb, (const void *)k_gemv<T, ROWS>);
+		room = cu_allow_smem(cb, (const void *)k_gemv<TYPE, T, ROWS>);
+	return room;
+}
+
+template <int TYPE, int T, int ROWS>
+static void gemv_launch(struct cuda_backend *cb, gemv_args &a)
+{
+	size_t room = gemv_room<TYPE, T, ROWS>(cb);
+	size_t smem = (size_t)T * a.n_in * 4;
 	if (smem > room) {
 		cu_fail_msg(cb, "gemv: %zu bytes of shared memory needed, %zu allowed", smem, room);
 		return;
 	}
-	cu_launch(cb, k_gemv<T, ROWS>, blocks, GEMV_WARPS * 32, smem, a);
+	int64_t blocks = 0;
+	for (int k = 0; k < a.n_jobs; k++) {
+		a.job[k].first_block = blocks;
+		blocks += (a.job[k].n_out + GEMV_WARPS * ROWS - 1) / (GEMV_WARPS * ROWS);
+	}
+	cu_launch(cb, k_gemv<TYPE, T, ROWS>, (unsigned)blocks, GEMV_WARPS * 32, smem, a);
 }
 
-template <int T>
-static void gemv_launch_rows(struct cuda_backend *cb, gemv_args &a, const struct toast_mm_out *outs, int n_outs,
-			     size_t smem)
+template <int TYPE, int T>
+static void gemv_launch_rows(struct cuda_backend *cb, gemv_args &a)
 {
 	/* four rows a warp stream more bytes per load batch; one row a warp gives small matrices
-	 * enough blocks to fill the GPU */
-	int64_t rows = 0;
-	for (int k = 0; k < n_outs; k++)
-		rows += outs[k].W->n_out;
-	int per_warp = rows >= (int64_t)cb->n_sm * GEMV_WARPS * 4 * 2 ? 4 : 1;
-	int64_t blocks = 0;
-	for (int k = 0; k < n_outs; k++) {
-		a.job[k].first_block = blocks;
-		blocks += (outs[k].W->n_out + GEMV_WARPS * per_warp - 1) / (GEMV_WARPS * per_warp);
+	 * enough blocks to fill the GPU. Four rows only when their blocks fill whole waves: one
+	 * (bf16 qkvz at 3 blocks an SM), or many (lm_head); 4-bit kernels hold twice the registers
+	 * and would run 1.5 waves on the same matrix, where one row a warp runs 3 */
+	int64_t rows = 0, blocks4 = 0;
+	for (int k = 0; k < a.n_jobs; k++) {
+		rows += a.job[k].n_out;
+		blocks4 += (a.job[k].n_out + GEMV_WARPS * 4 - 1) / (GEMV_WARPS * 4);
 	}
-	if (per_warp == 4)
-		gemv_launch<T, 4>(cb, a, (unsigned)blocks, smem);
+	bool four = rows >= (int64_t)cb->n_sm * GEMV_WARPS * 4 * 2;
+	int per_sm = 0;
+	if (four && gemv_room<TYPE, T, 4>(cb)) {
+		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv<TYPE, T, 4>, GEMV_WARPS * 32,
+								  (size_t)T * a.n_in * 4) == cudaSuccess) {
+			int64_t slots = (int64_t)per_sm * cb->n_sm;
+			four = blocks4 <= slots || blocks4 >= 4 * slots;
+		} else {
+			cudaGetLastError(); /* a failed query is no launch error: keep four rows */
+		}
+	}
+	if (four)
+		gemv_launch<TYPE, T, 4>(cb, a);
 	else
-		gemv_launch<T, 1>(cb, a, (unsigned)blocks, smem);
+		gemv_launch<TYPE, T, 1>(cb, a);
+}
+
+template <int TYPE>
+static void gemv_launch_type(struct cuda_backend *cb, gemv_args &a)
+{
+	switch (gemv_tt(TYPE, a.nt)) {
+	case 1: gemv_launch_rows<TYPE, 1>(cb, a); break;
+	case 2: gemv_launch_rows<TYPE, 2>(cb, a); break;
+	case 4: gemv_launch_rows<TYPE, 4>(cb, a); break;
+	case 8: gemv_launch_rows<TYPE, 8>(cb, a); break;
+	default:
+		if constexpr (TYPE == TOAST_DT_BF16) {
+			if (a.nt == 3)
+				gemv_launch_rows<TYPE, 3>(cb, a);
+			else if (a.nt == 5)
+				gemv_launch_rows<TYPE, 5>(cb, a);
+			else if (a.nt == 6)
+				gemv_launch_rows<TYPE, 6>(cb, a);
+			else
+				gemv_launch_rows<TYPE, 7>(cb, a);
+		}
+	}
+}
+
+static void gemv_launch_any(struct cuda_backend *cb, int type, gemv_args &a)
+{
+	switch (type) {
+	case TOAST_DT_BF16: gemv_launch_type<TOAST_DT_BF16>(cb, a); break;
+	case TOAST_DT_Q4_0: gemv_launch_type<TOAST_DT_Q4_0>(cb, a); break;
+	case TOAST_DT_Q4_1: gemv_launch_type<TOAST_DT_Q4_1>(cb, a); break;
+	case TOAST_DT_Q8_0: gemv_launch_type<TOAST_DT_Q8_0>(cb, a); break;
+	case TOAST_DT_Q4_K: gemv_launch_type<TOAST_DT_Q4_K>(cb, a); break;
+	case TOAST_DT_Q5_K: gemv_launch_type<TOAST_DT_Q5_K>(cb, a); break;
+	case TOAST_DT_Q6_K: gemv_launch_type<TOAST_DT_Q6_K>(cb, a); break;
+	case TOAST_DT_MLX4: gemv_launch_type<TOAST_DT_MLX4>(cb, a); break;
+	default: gemv_launch_type<TOAST_DT_MLX8>(cb, a); break;
+	}
+	cu_launched(cb, "gemv");
+}
+
+void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const struct toast_weight *W, int T)
+{
+	if (gemv_fits(cb, W, T)) {
+		gemv_args a = {};
+		a.job[0] = {out, cu_wd_weight(W), (int)TOAST_MM_F32, W->n_out, 0};
+		a.n_jobs = 1, a.nt = T, a.n_in = W->n_in, a.xf = x;
+		gemv_launch_any(cb, W->dev_type, a);
+		return;
+	}
+	dim3 grid(cu_blocks((size_t)W->n_out, 8), T);
+	cu_launch(cb, k_gemv_plain, grid, 256, 0, out, (int)TOAST_MM_F32, (const bf16 *)NULL, x, cu_wd_weight(W), W->n_out,
+		  W->n_in);
+	cu_launched(cb, "gemv (f32 input)");
 }
 
 void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const struct toast_mm_out *outs, int n_outs,
 	       int T)
 {
 	int64_t n_in = outs[0].W->n_in;
-	bool fast = T <= CU_GEMV_MAX_T && n_in % 8 == 0 && (size_t)T * n_in * 4 + 1024 <= cb->smem_optin;
-	for (int k = 0; k < n_outs; k++)
-		fast = fast && outs[k].W->dev_type == TOAST_DT_BF16 && ((uintptr_t)outs[k].W->dev & 15) == 0;
-	if (fast) {
-		gemv_args a = {};
-		for (int k = 0; k < n_outs; k++)
-			a.job[k] = {outs[k].out, (const bf16 *)outs[k].W->dev, (int)outs[k].mode, outs[k].W->n_out, 0};
-		a.n_jobs = n_outs;
-		a.n_in = n_in;
-		a.act = (const bf16 *)in->act;
-		a.norm_x = in->norm_x;
-		a.norm_w = in->act ? NULL : (const float *)in->norm_w->dev;
-		a.eps = in->eps;
-		a.plus_one = in->plus_one;
-		a.norm_out = (bf16 *)in->norm_out;
-		size_t smem = (size_t)T * n_in * 4;
-		switch (T) {
-		case 1: gemv_launch_rows<1>(cb, a, outs, n_outs, smem); break;
-		case 2: gemv_launch_rows<2>(cb, a, outs, n_outs, smem); break;
-		case 3: gemv_launch_rows<3>(cb, a, outs, n_outs, smem); break;
-		case 4: gemv_launch_rows<4>(cb, a, outs, n_outs, smem); break;
-		case 5: gemv_launch_rows<5>(cb, a, outs, n_outs, smem); break;
-		case 6: gemv_launch_rows<6>(cb, a, outs, n_outs, smem); break;
-		case 7: gemv_launch_rows<7>(cb, a, outs, n_outs, smem); break;
-		default: gemv_launch_rows<8>(cb, a, outs, n_outs, smem); break;
-		}
-		cu_launched(cb, "gemv");
-		return;
+	/* decode-sized T: one GEMV launch per weight type among the outputs */
+	bool done[TOAST_MM_MAX_OUT] = {};
+	int left = n_outs;
+	gemv_args a = {};
+	a.nt = T, a.n_in = n_in, a.act = (const bf16 *)in->act, a.norm_x = in->norm_x;
+	a.norm_w = in->act ? NULL : (const float *)in->norm_w->dev;
+	a.eps = in->eps, a.plus_one = in->plus_one, a.norm_out = (bf16 *)in->norm_out;
+	for (int k = 0; k < n_outs; k++) {
+		if (done[k] || !gemv_fits(cb, outs[k].W, T))
+			continue;
+		int type = outs[k].W->dev_type;
+		a.n_jobs = 0;
+		for (int k2 = k; k2 < n_outs; k2++)
+			if (!done[k2] && outs[k2].W->dev_type == type && gemv_fits(cb, outs[k2].W, T)) {
+				a.job[a.n_jobs++] = {outs[k2].out, cu_wd_weight(outs[k2].W), (int)outs[k2].mode, outs[k2].W->n_out, 0};
+				done[k2] = true;
+				left--;
+			}
+		gemv_launch_any(cb, type, a);
+		a.norm_out = NULL; /* written once */
 	}
+	if (!left)
+		return;
 	/* the general path: the input in memory once (bf16 for tensor cores, f32 for odd shapes) */
 	const bf16 *xb = (const bf16 *)in->act;
 	const float *xf = NULL;
@@ -281,13 +411,15 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 	}
 	for (int k = 0; k < n_outs; k++) {
 		const struct toast_weight *W = outs[k].W;
-		if (T > CU_GEMV_MAX_T && W->dev_type == TOAST_DT_BF16) {
+		if (done[k])
+			continue;
+		if (toast_dtype_is_quant(W->dev_type) || (T > CU_GEMV_MAX_T && W->dev_type == TOAST_DT_BF16)) {
 			cu_cublas(cb, &outs[k], xb, T);
 			continue;
 		}
 		dim3 grid(cu_blocks((size_t)W->n_out, 8), T);
-		cu_launch(cb, k_gemv_plain, grid, 256, 0, outs[k].out, outs[k].mode, xb, xf, W->dev, W->dev_type, W->n_out,
-							    n_in);
+		cu_launch(cb, k_gemv_plain, grid, 256, 0, outs[k].out, (int)outs[k].mode, xb, xf, cu_wd_weight(W), W->n_out,
+			  n_in);
 		cu_launched(cb, "matmul (plain)");
 	}
 }

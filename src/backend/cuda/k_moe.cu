@@ -8,7 +8,7 @@
  * them and adds to the residual. Expert ids stay in device memory, so a recorded decode step
  * is valid whatever the router picks. Longer T runs the same expert kernels per token.
  */
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cu_quant.cuh"
 
 #include <mma.h>
 
@@ -165,28 +165,35 @@ __device__ float moe_sgate(const float *h, const float *sgw, int E)
 	return cu_sigmoid(cu_block_sum(v, red));
 }
 
-/* sum over PL uint4 of a bf16 row (lane's share, already loaded) times f32 x in shared memory */
-template <int PL>
-__device__ __forceinline__ float moe_dot_loaded(const uint4 *w, const float *x, int lane)
+/* a bf16 row of n elements (any n) times f32 x, element by element: odd shapes */
+__device__ __forceinline__ float moe_dot_plain(const uint8_t *row, const float *x, int n, int lane)
 {
 	float acc = 0;
-#pragma unroll
-	for (int p = 0; p < PL; p++) {
-		float f[8];
-		cu_bf16x8(w[p], f);
-		const float4 *xv = (const float4 *)(x + (lane + 32 * p) * 8);
-		float4 x0 = xv[0], x1 = xv[1];
-		acc += f[0] * x0.x + f[1] * x0.y + f[2] * x0.z + f[3] * x0.w + f[4] * x1.x + f[5] * x1.y + f[6] * x1.z +
-		       f[7] * x1.w;
-	}
+	for (int i = lane; i < n; i += 32)
+		acc += __bfloat162float(((const bf16 *)row)[i]) * x[i];
 	return acc;
 }
 
-/* decode: norm + router + (last block) top-k. smem: hs [T][E] then ne floats for the top-k.
- * PL > 0: n_embd == 256 * PL, the router row's loads are issued before the norm is computed. */
-template <int PL>
+/* a row of n elements of matrix e of w times x (staged for TYPE), lane's share: chunk by chunk,
+ * or element by element for a bf16 row that is not whole chunks */
+template <int TYPE>
+__device__ __forceinline__ float moe_dot_row(const cu_wd &w, size_t e, int64_t r, const float *x, int n, int lane)
+{
+	cu_wrow row = cu_row(w, e, r);
+	if (n % qk<TYPE>::EPC)
+		return moe_dot_plain(row.q, x, n, lane);
+	float acc = 0;
+	for (int c = lane; c < n / qk<TYPE>::EPC; c += 32)
+		acc += cu_qdot<TYPE>(cu_qload<TYPE>(w, row, e, r, c), c, x);
+	return acc;
+}
+
+/* decode: norm + router + (last block) top-k. smem: hs [T][E] (staged for TYPE) then ne floats
+ * for the top-k. CPL > 0: n_embd == 32 * CPL chunks, the router row's loads are issued before
+ * the norm is computed. */
+template <int TYPE, int CPL>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
-	k_moe_route(moe_dims d, const float *x, const float *nw, float eps, int plus_one, const bf16 *R, const float *sgw,
+	k_moe_route(moe_dims d, const float *x, const float *nw, float eps, int plus_one, cu_wd R, const float *sgw,
 		    float *h, float *logits, int32_t *sel, float *wt, float *sgate, unsigned *counter)
 {
 	extern __shared__ float hs[];
@@ -195,11 +202,12 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	int E = d.E;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int e = blockIdx.x * MOE_WARPS + warp;
-	uint4 rw[PL > 0 ? PL : 1];
-	if (PL > 0 && e < d.ne)
+	cu_wrow row = cu_row(R, 0, min(e, d.ne - 1));
+	typename qk<TYPE>::chunk rw[CPL > 0 ? CPL : 1];
+	if (CPL > 0 && e < d.ne)
 #pragma unroll
-		for (int p = 0; p < PL; p++)
-			rw[p] = __ldg((const uint4 *)(R + (size_t)e * E) + lane + 32 * p); /* the router rows are weights: their loads fly while the previous kernel ends */
+		for (int p = 0; p < CPL; p++) /* the router rows are weights: their loads fly while the previous kernel ends */
+			rw[p] = cu_qload<TYPE>(R, row, 0, e, lane + 32 * p);
 	for (int t = 0; t < d.T; t++) {
 		const float *xr = x + (size_t)t * E;
 		float ss = 0;
@@ -209,7 +217,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		float r = rsqrtf(ss / E + eps);
 		for (int i = threadIdx.x; i < E; i += blockDim.x) {
 			float y = xr[i] * r * (plus_one ? 1.0f + nw[i] : nw[i]);
-			hs[t * E + i] = y;
+			hs[t * E + cu_qpos<TYPE>(i)] = y;
 			if (blockIdx.x == 0)
 				h[(size_t)t * E + i] = y;
 		}
@@ -217,36 +225,18 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	__syncthreads();
 	/* one router row per warp */
 	if (e < d.ne) {
-		const bf16 *w = R + (size_t)e * E;
 		float acc[CU_GEMV_MAX_T] = {0};
-		if (PL > 0) {
-#pragma unroll
-			for (int t = 0; t < CU_GEMV_MAX_T; t++)
-				if (t < d.T)
-					acc[t] = moe_dot_loaded<PL>(rw, hs + t * E, lane);
-		} else if ((E & 7) == 0) {
-#pragma unroll 4
-			for (int i = lane; i < E / 8; i += 32) {
-				float f[8];
-				cu_bf16x8(__ldg((const uint4 *)w + i), f);
-#pragma unroll
-				for (int t = 0; t < CU_GEMV_MAX_T; t++)
-					if (t < d.T)
-#pragma unroll
-						for (int q = 0; q < 8; q++)
-							acc[t] += f[q] * hs[t * E + i * 8 + q];
-			}
-		} else {
-			for (int i = lane; i < E; i += 32)
-#pragma unroll
-				for (int t = 0; t < CU_GEMV_MAX_T; t++)
-					if (t < d.T)
-						acc[t] += __bfloat162float(w[i]) * hs[t * E + i];
-		}
 #pragma unroll
 		for (int t = 0; t < CU_GEMV_MAX_T; t++) {
 			if (t >= d.T)
 				break;
+			if (CPL > 0) {
+#pragma unroll
+				for (int p = 0; p < CPL; p++)
+					acc[t] += cu_qdot<TYPE>(rw[p], lane + 32 * p, hs + t * E);
+			} else {
+				acc[t] = moe_dot_row<TYPE>(R, 0, e, hs + t * E, E, lane);
+			}
 			float v = cu_warp_sum(acc[t]);
 			if (lane == 0)
 				logits[(size_t)t * d.ne + e] = v;
@@ -268,8 +258,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		} else {
 			moe_topk_block(d, logits + (size_t)t * d.ne, hs + d.T * E, sel + (size_t)t * d.k, wt + (size_t)t * d.k);
 		}
-		if (sgw) {
-			float g = moe_sgate(hs + t * E, sgw, E);
+		if (sgw) { /* h in the order written by block 0 (the shared copy is swizzled) */
+			float g = moe_sgate(h + (size_t)t * E, sgw, E);
 			if (threadIdx.x == 0)
 				sgate[t] = g;
 		}
@@ -292,43 +282,44 @@ __global__ void k_moe_topk(moe_dims d, const float *h, const float *logits, cons
 	}
 }
 
-/* act[t][slot][r] = SiLU(gate·h) * (up·h), one r per warp; slot k is the shared expert.
- * PL > 0: n_embd == 256 * PL and both rows' loads are issued before any use. */
-template <int PL>
+/* act[t][slot][r] = SiLU(gate·h) * (up·h), one r per warp, for slots slot0 + blockIdx.y; slot k
+ * is the shared expert. CPL > 0: n_embd == 32 * CPL chunks, both rows' loads issued first. */
+template <int TYPE, int CPL>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
-	k_moe_gateup(moe_dims d, const float *h, const bf16 *gate, const bf16 *up, const int32_t *sel, const bf16 *sg,
-		     const bf16 *su, float *act)
+	k_moe_gateup(moe_dims d, const float *h, cu_wd G, cu_wd U, const int32_t *sel, cu_wd SG, cu_wd SU, int slot0,
+		     float *act)
 {
 	extern __shared__ float hs[];
-	int slot = blockIdx.y, t = blockIdx.z, E = d.E;
+	int slot = slot0 + blockIdx.y, t = blockIdx.z, E = d.E;
 	bool shared = slot == d.k;
 	int n = shared ? d.Fs : d.F;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int r = blockIdx.x * MOE_WARPS + warp;
+	int r = blockIdx.x * MOE_WARPS + warp, rr = min(r, n - 1);
 	size_t e = shared ? 0 : (size_t)sel[(size_t)t * d.k + slot];
-	const bf16 *g = (shared ? sg : gate + e * d.F * E) + (size_t)min(r, n - 1) * E;
-	const bf16 *u = (shared ? su : up + e * d.F * E) + (size_t)min(r, n - 1) * E;
-	uint4 gw[PL > 0 ? PL : 1], uw[PL > 0 ? PL : 1];
-	if (PL > 0 && r < n)
+	cu_wd gd = shared ? SG : G, ud = shared ? SU : U;
+	cu_wrow g = cu_row(gd, e, rr), u = cu_row(ud, e, rr);
+	typename qk<TYPE>::chunk gw[CPL > 0 ? CPL : 1], uw[CPL > 0 ? CPL : 1];
+	if (CPL > 0 && r < n)
 #pragma unroll
-		for (int p = 0; p < PL; p++) {
-			gw[p] = __ldg((const uint4 *)g + lane + 32 * p);
-			uw[p] = __ldg((const uint4 *)u + lane + 32 * p);
+		for (int p = 0; p < CPL; p++) {
+			gw[p] = cu_qload<TYPE>(gd, g, e, rr, lane + 32 * p);
+			uw[p] = cu_qload<TYPE>(ud, u, e, rr, lane + 32 * p);
 		}
 	for (int i = threadIdx.x; i < E; i += blockDim.x)
-		hs[i] = h[(size_t)t * E + i];
+		hs[cu_qpos<TYPE>(i)] = h[(size_t)t * E + i];
 	__syncthreads();
 	if (r >= n)
 		return;
 	float a = 0, b = 0;
-	if (PL > 0) {
-		a = moe_dot_loaded<PL>(gw, hs, lane);
-		b = moe_dot_loaded<PL>(uw, hs, lane);
-	} else {
-		for (int i = lane; i < E; i += 32) {
-			a += __bfloat162float(g[i]) * hs[i];
-			b += __bfloat162float(u[i]) * hs[i];
+	if (CPL > 0) {
+#pragma unroll
+		for (int p = 0; p < CPL; p++) {
+			a += cu_qdot<TYPE>(gw[p], lane + 32 * p, hs);
+			b += cu_qdot<TYPE>(uw[p], lane + 32 * p, hs);
 		}
+	} else {
+		a = moe_dot_row<TYPE>(gd, e, rr, hs, E, lane);
+		b = moe_dot_row<TYPE>(ud, e, rr, hs, E, lane);
 	}
 	a = cu_warp_sum(a), b = cu_warp_sum(b);
 	if (lane == 0)
@@ -337,51 +328,58 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 
 #define MOE_DOWN_SLOTS 12 /* slots whose loads a warp issues together */
 
-/* x[t][i] += sum over slots of weight * down_slot[i] · act[t][slot], one row i per warp.
- * PL > 0: n_ff == n_ff_sh == 256 * PL and at most MOE_DOWN_SLOTS slots: all loads first. */
-template <int PL>
+/* x[t][i] += sum over slots slot0..slot0+nslot-1 of weight * down_slot[i] · act[t][slot], one
+ * row i per warp (act rows staged for TYPE). CPR > 0: every slot's row is CPR chunks and
+ * nslot <= MOE_DOWN_SLOTS: the chunks of all slots are spread over the lanes and loaded first. */
+template <int TYPE, int CPR>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
-	k_moe_down(moe_dims d, float *x, const bf16 *down, const int32_t *sel, const float *wt, const bf16 *sd,
+	k_moe_down(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, cu_wd SD, int slot0, int nslot,
 		   const float *sgate, const float *act)
 {
 	extern __shared__ float as[];
-	__shared__ const bf16 *rows_base[MOE_MAX_K + 1];
+	__shared__ int32_t eid[MOE_MAX_K + 1];
 	__shared__ float wts[MOE_MAX_K + 1];
-	int t = blockIdx.y, E = d.E, nslot = d.k + (sd ? 1 : 0);
-	for (int s = threadIdx.x; s < nslot; s += blockDim.x) {
+	int t = blockIdx.y, E = d.E;
+	for (int j = threadIdx.x; j < nslot; j += blockDim.x) {
+		int s = slot0 + j;
 		bool shared = s == d.k;
-		rows_base[s] = shared ? sd : down + (size_t)sel[(size_t)t * d.k + s] * E * d.F;
-		wts[s] = shared ? (sgate ? sgate[t] : 1.0f) : wt[(size_t)t * d.k + s];
+		eid[j] = shared ? 0 : sel[(size_t)t * d.k + s];
+		wts[j] = shared ? (sgate ? sgate[t] : 1.0f) : wt[(size_t)t * d.k + s];
 	}
-	for (int i = threadIdx.x; i < nslot * d.Fmax; i += blockDim.x)
-		as[i] = act[(size_t)t * (d.k + 1) * d.Fmax + i];
+	for (int j = 0; j < nslot; j++) {
+		int F = slot0 + j == d.k ? d.Fs : d.F;
+		const float *src = act + ((size_t)t * (d.k + 1) + slot0 + j) * d.Fmax;
+		for (int i = threadIdx.x; i < F; i += blockDim.x)
+			as[j * d.Fmax + cu_qpos<TYPE>(i)] = src[i];
+	}
 	__syncthreads();
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int i = blockIdx.x * MOE_WARPS + warp;
 	if (i >= E)
 		return;
 	float acc = 0;
-	if (PL > 0) {
-		uint4 w[MOE_DOWN_SLOTS][PL > 0 ? PL : 1];
+	if (CPR > 0) {
+		const int NJ = (MOE_DOWN_SLOTS * (CPR > 0 ? CPR : 1) + 31) / 32;
+		typename qk<TYPE>::chunk w[NJ];
 #pragma unroll
-		for (int s = 0; s < MOE_DOWN_SLOTS; s++)
+		for (int j = 0; j < NJ; j++) {
+			int idx = lane + 32 * j, s = idx / (CPR > 0 ? CPR : 1), c = idx % (CPR > 0 ? CPR : 1);
+			if (s < nslot) {
+				cu_wd wd = slot0 + s == d.k ? SD : D;
+				w[j] = cu_qload<TYPE>(wd, cu_row(wd, eid[s], i), eid[s], i, c);
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < NJ; j++) {
+			int idx = lane + 32 * j, s = idx / (CPR > 0 ? CPR : 1), c = idx % (CPR > 0 ? CPR : 1);
 			if (s < nslot)
-#pragma unroll
-				for (int p = 0; p < PL; p++)
-					w[s][p] = __ldg((const uint4 *)(rows_base[s] + (size_t)i * d.F) + lane + 32 * p);
-#pragma unroll
-		for (int s = 0; s < MOE_DOWN_SLOTS; s++)
-			if (s < nslot)
-				acc += wts[s] * moe_dot_loaded<PL>(w[s], as + s * d.Fmax, lane);
+				acc += wts[s] * cu_qdot<TYPE>(w[j], c, as + s * d.Fmax);
+		}
 	} else {
 		for (int s = 0; s < nslot; s++) {
-			int F = s == d.k ? d.Fs : d.F;
-			const bf16 *w = rows_base[s] + (size_t)i * F;
-			const float *a = as + s * d.Fmax;
-			float p = 0;
-			for (int q = lane; q < F; q += 32)
-				p += __bfloat162float(w[q]) * a[q];
-			acc += wts[s] * p;
+			bool shared = slot0 + s == d.k;
+			cu_wd wd = shared ? SD : D;
+			acc += wts[s] * moe_dot_row<TYPE>(wd, eid[s], i, as + s * d.Fmax, shared ? d.Fs : d.F, lane);
 		}
 	}
 	acc = cu_warp_sum(acc);
@@ -465,14 +463,17 @@ __global__ void k_moe_combine(float *x, int E, int k, const int32_t *inv, const 
  * 64x64 tile of one expert's group; blockIdx.x runs over the groups' row tiles (tiles[] is their
  * exclusive scan, so no host needs the counts), blockIdx.y over column tiles. Four warps, each
  * a 32x32 quarter as 2x2 WMMA 16x16x16 bf16 fragments accumulating in f32. N % 64 == 0,
- * K % 32 == 0.
+ * K % 32 == 0. QUANT: W is quantised; each thread dequantises its 2 x 8 elements of the
+ * 64 x 32 weight tile in registers as it loads them (cu_dq8): the packed bytes are read once per
+ * row tile of tokens (an expert has one or two at prefill sizes), nothing is written back, and
+ * no scratch holds a bf16 copy of 512 experts.
  */
 #define GG_TILE 64
 #define GG_KSTEP 32
 #define GG_PAD 8
-template <typename OutT>
+template <typename OutT, bool QUANT>
 __global__ void __launch_bounds__(128)
-	k_moe_ggemm(const bf16 *X, const bf16 *W, OutT *C, const int32_t *offsets, const int32_t *tiles, int ne, int N, int K)
+	k_moe_ggemm(const bf16 *X, cu_wd W, OutT *C, const int32_t *offsets, const int32_t *tiles, int ne, int N, int K)
 {
 	using namespace nvcuda;
 	__shared__ __align__(32) bf16 As[GG_TILE][GG_KSTEP + GG_PAD];
@@ -492,7 +493,6 @@ __global__ void __launch_bounds__(128)
 	int e = lo;
 	int row0 = offsets[e] + (tile - tiles[e]) * GG_TILE, row_end = offsets[e + 1];
 	int col0 = blockIdx.y * GG_TILE;
-	const bf16 *We = W + (size_t)e * N * K;
 	int warp = threadIdx.x >> 5, wm = warp >> 1, wn = warp & 1;
 	wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
 #pragma unroll
@@ -508,7 +508,16 @@ __global__ void __launch_bounds__(128)
 			int row = row0 + r;
 			uint4 av = row < row_end ? *(const uint4 *)(X + (size_t)row * K + k0 + c) : make_uint4(0, 0, 0, 0);
 			*(uint4 *)&As[r][c] = av;
-			*(uint4 *)&Bs[r][c] = *(const uint4 *)(We + (size_t)(col0 + r) * K + k0 + c);
+			if (QUANT) {
+				float y[8];
+				cu_dq8(W, (size_t)e, col0 + r, k0 + c, y);
+				__nv_bfloat162 b2[4];
+				for (int j = 0; j < 4; j++)
+					b2[j] = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
+				*(uint4 *)&Bs[r][c] = *(const uint4 *)b2;
+			} else {
+				*(uint4 *)&Bs[r][c] = *(const uint4 *)(cu_row(W, (size_t)e, col0 + r).q + 2 * (k0 + c));
+			}
 		}
 		__syncthreads();
 #pragma unroll
@@ -546,6 +555,18 @@ __global__ void __launch_bounds__(128)
 				C[(size_t)(row0 + r) * N + col0 + c] = val;
 		}
 	}
+}
+
+template <typename OutT>
+static void moe_ggemm(struct cuda_backend *cb, const bf16 *X, const struct toast_experts *W, OutT *C,
+		      const int32_t *offs, const int32_t *tiles, unsigned max_tiles, int ne, int N, int K)
+{
+	cu_wd wd = cu_wd_experts(W);
+	dim3 grid(max_tiles, N / GG_TILE);
+	if (toast_dtype_is_quant((enum toast_dtype)wd.type))
+		cu_launch(cb, k_moe_ggemm<OutT, true>, grid, 128, 0, X, wd, C, offs, tiles, ne, N, K);
+	else
+		cu_launch(cb, k_moe_ggemm<OutT, false>, grid, 128, 0, X, wd, C, offs, tiles, ne, N, K);
 }
 
 /*
@@ -593,13 +614,10 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	cu_launch(cb, k_moe_gather, (unsigned)n, 128, 0, (const bf16 *)hb, (const int32_t *)row_tok, d.E, xs);
 	cu_launched(cb, "moe grouping");
 	unsigned max_tiles = (unsigned)(n / GG_TILE + ne);
-	cu_launch(cb, k_moe_ggemm<bf16>, dim3(max_tiles, d.F / GG_TILE), 128, 0, (const bf16 *)xs,
-		  (const bf16 *)a->gate->dev, gg, (const int32_t *)offs, (const int32_t *)tiles, d.ne, d.F, d.E);
-	cu_launch(cb, k_moe_ggemm<bf16>, dim3(max_tiles, d.F / GG_TILE), 128, 0, (const bf16 *)xs, (const bf16 *)a->up->dev,
-		  uu, (const int32_t *)offs, (const int32_t *)tiles, d.ne, d.F, d.E);
+	moe_ggemm(cb, xs, a->gate, gg, offs, tiles, max_tiles, d.ne, d.F, d.E);
+	moe_ggemm(cb, xs, a->up, uu, offs, tiles, max_tiles, d.ne, d.F, d.E);
 	cu_launch(cb, k_silu_mul_bf16, 4096, 256, 0, act, (const bf16 *)gg, (const bf16 *)uu, n * F);
-	cu_launch(cb, k_moe_ggemm<float>, dim3(max_tiles, d.E / GG_TILE), 128, 0, (const bf16 *)act,
-		  (const bf16 *)a->down->dev, y, (const int32_t *)offs, (const int32_t *)tiles, d.ne, d.E, d.F);
+	moe_ggemm(cb, act, a->down, y, offs, tiles, max_tiles, d.ne, d.E, d.F);
 	cu_launched(cb, "moe expert gemm");
 	/* the shared expert: dense over all tokens */
 	if (d.Fs) {
@@ -613,6 +631,141 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	cu_launch(cb, k_moe_combine, d.T, 256, 0, a->x, d.E, d.k, (const int32_t *)inv, (const float *)wt, (const float *)y,
 		  (const float *)(d.Fs ? ys : NULL), (const float *)(sgw ? sgate : NULL));
 	cu_launched(cb, "moe combine");
+}
+
+/* ---- decode launches: a kernel type per weight type (the fast ones), any other type through
+ * CU_QT_ANY; rows of 2048 (n_embd of the Qwen3 MoE models) and 512 (their n_ff) loaded whole ---- */
+
+static int moe_ktype(int t)
+{
+	return t == TOAST_DT_BF16 || t == TOAST_DT_Q4_K || t == TOAST_DT_MLX4 || t == TOAST_DT_Q8_0 || t == TOAST_DT_Q6_K
+		       ? t
+		       : CU_QT_ANY;
+}
+
+/* gate and up are read by one kernel: of one type */
+static int moe_ktype2(int g, int u)
+{
+	return g == u ? moe_ktype(g) : CU_QT_ANY;
+}
+
+/* chunks per lane of a row of n when the kernels are compiled for it, else 0 */
+template <int TYPE>
+static constexpr int moe_cpl(int n)
+{
+	return TYPE == CU_QT_ANY ? 0 : n == 2048 ? 2048 / (32 * qk<TYPE>::EPC) : 0;
+}
+
+struct moe_route_args {
+	moe_dims d;
+	const float *x, *nw;
+	float eps;
+	int plus_one;
+	cu_wd R;
+	const float *sgw;
+	float *h, *logits;
+	int32_t *sel;
+	float *wt, *sgate;
+	unsigned *counter;
+};
+
+template <int TYPE>
+static void moe_route(struct cuda_backend *cb, const moe_route_args &r, unsigned nb, size_t smem)
+{
+	const int CPL = moe_cpl<TYPE>(2048);
+	if constexpr (CPL > 0) {
+		if (r.d.E == 2048)
+			return cu_launch(cb, k_moe_route<TYPE, CPL>, nb, MOE_WARPS * 32, smem, r.d, r.x, r.nw, r.eps, r.plus_one,
+					 r.R, r.sgw, r.h, r.logits, r.sel, r.wt, r.sgate, r.counter);
+	}
+	cu_launch(cb, k_moe_route<TYPE, 0>, nb, MOE_WARPS * 32, smem, r.d, r.x, r.nw, r.eps, r.plus_one, r.R, r.sgw, r.h,
+		  r.logits, r.sel, r.wt, r.sgate, r.counter);
+}
+
+struct moe_ff_args {
+	moe_dims d;
+	const float *h;
+	float *x;
+	const int32_t *sel;
+	const float *wt, *sgate;
+	float *act;
+	cu_wd G, U, SG, SU, D, SD;
+};
+
+template <int TYPE, int CPL>
+static void moe_gateup_cpl(struct cuda_backend *cb, const moe_ff_args &f, int s0, int ns, size_t smem)
+{
+	dim3 grid(cu_blocks((size_t)f.d.Fmax, MOE_WARPS), ns, f.d.T);
+	cu_launch(cb, k_moe_gateup<TYPE, CPL>, grid, MOE_WARPS * 32, smem, f.d, f.h, f.G, f.U, f.sel, f.SG, f.SU, s0, f.act);
+}
+
+template <int TYPE>
+static void moe_gateup_t(struct cuda_backend *cb, const moe_ff_args &f, int s0, int ns, size_t smem)
+{
+	const int CPL = moe_cpl<TYPE>(2048);
+	int E = f.d.E;
+	if constexpr (CPL > 0) {
+		if (E == 2048)
+			return moe_gateup_cpl<TYPE, CPL>(cb, f, s0, ns, smem);
+	}
+	if constexpr (TYPE == TOAST_DT_BF16) { /* narrower models in bf16 */
+		if (E == 1024)
+			return moe_gateup_cpl<TYPE, 4>(cb, f, s0, ns, smem);
+		if (E == 512)
+			return moe_gateup_cpl<TYPE, 2>(cb, f, s0, ns, smem);
+		if (E == 256)
+			return moe_gateup_cpl<TYPE, 1>(cb, f, s0, ns, smem);
+	}
+	moe_gateup_cpl<TYPE, 0>(cb, f, s0, ns, smem);
+}
+
+static void moe_gateup(struct cuda_backend *cb, int type, const moe_ff_args &f, int s0, int ns, size_t smem)
+{
+	switch (type) {
+	case TOAST_DT_BF16: moe_gateup_t<TOAST_DT_BF16>(cb, f, s0, ns, smem); break;
+	case TOAST_DT_Q4_K: moe_gateup_t<TOAST_DT_Q4_K>(cb, f, s0, ns, smem); break;
+	case TOAST_DT_MLX4: moe_gateup_t<TOAST_DT_MLX4>(cb, f, s0, ns, smem); break;
+	case TOAST_DT_Q8_0: moe_gateup_t<TOAST_DT_Q8_0>(cb, f, s0, ns, smem); break;
+	case TOAST_DT_Q6_K: moe_gateup_t<TOAST_DT_Q6_K>(cb, f, s0, ns, smem); break;
+	default: moe_gateup_t<CU_QT_ANY>(cb, f, s0, ns, smem); break;
+	}
+}
+
+template <int TYPE, int CPR>
+static void moe_down_cpr(struct cuda_backend *cb, const moe_ff_args &f, int s0, int ns, size_t smem)
+{
+	dim3 grid(cu_blocks((size_t)f.d.E, MOE_WARPS), f.d.T);
+	cu_launch(cb, k_moe_down<TYPE, CPR>, grid, MOE_WARPS * 32, smem, f.d, f.x, f.D, f.sel, f.wt, f.SD, s0, ns, f.sgate,
+		  (const float *)f.act);
+}
+
+template <int TYPE>
+static void moe_down_t(struct cuda_backend *cb, const moe_ff_args &f, int s0, int ns, size_t smem)
+{
+	/* every slot of the launch has rows of d.F (the shared one too when it is in) */
+	const int CPR = TYPE == CU_QT_ANY ? 0 : 512 / qk<TYPE>::EPC;
+	bool whole = ns <= MOE_DOWN_SLOTS && (s0 + ns <= f.d.k || f.d.Fs == f.d.F);
+	if constexpr (CPR > 0) {
+		if (whole && f.d.F == 512)
+			return moe_down_cpr<TYPE, CPR>(cb, f, s0, ns, smem);
+	}
+	if constexpr (TYPE == TOAST_DT_BF16) {
+		if (whole && f.d.F == 256)
+			return moe_down_cpr<TYPE, 32>(cb, f, s0, ns, smem);
+	}
+	moe_down_cpr<TYPE, 0>(cb, f, s0, ns, smem);
+}
+
+static void moe_down(struct cuda_backend *cb, int type, const moe_ff_args &f, int s0, int ns, size_t smem)
+{
+	switch (type) {
+	case TOAST_DT_BF16: moe_down_t<TOAST_DT_BF16>(cb, f, s0, ns, smem); break;
+	case TOAST_DT_Q4_K: moe_down_t<TOAST_DT_Q4_K>(cb, f, s0, ns, smem); break;
+	case TOAST_DT_MLX4: moe_down_t<TOAST_DT_MLX4>(cb, f, s0, ns, smem); break;
+	case TOAST_DT_Q8_0: moe_down_t<TOAST_DT_Q8_0>(cb, f, s0, ns, smem); break;
+	case TOAST_DT_Q6_K: moe_down_t<TOAST_DT_Q6_K>(cb, f, s0, ns, smem); break;
+	default: moe_down_t<CU_QT_ANY>(cb, f, s0, ns, smem); break;
+	}
 }
 
 void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
@@ -639,16 +792,18 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	float *wt = (float *)(sel + n_sel), *sgate = wt + n_sel;
 	const float *sgw = a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL;
 	size_t route_smem = (n_h + d.ne) * 4;
-	if (d.T <= CU_GEMV_MAX_T && route_smem <= 48 * 1024 && a->router->dev_type == TOAST_DT_BF16) {
+	int rtype = a->router->dev_type;
+	if (d.T <= CU_GEMV_MAX_T && route_smem <= 48 * 1024 &&
+	    (rtype == TOAST_DT_BF16 || (toast_dtype_is_quant((enum toast_dtype)rtype) && d.E % 8 == 0))) {
+		moe_route_args ra = {d, a->x, (const float *)a->norm_w->dev, a->eps, a->plus_one, cu_wd_weight(a->router), sgw,
+				     h, logits, sel, wt, sgate, cb->counters};
 		unsigned nb = cu_blocks((size_t)d.ne, MOE_WARPS);
-		const float *nw = (const float *)a->norm_w->dev;
-		const bf16 *R = (const bf16 *)a->router->dev;
-		if (d.E == 2048)
-			cu_launch(cb, k_moe_route<8>, nb, MOE_WARPS * 32, route_smem, d, a->x, nw, a->eps, a->plus_one, R, sgw, h,
-										     logits, sel, wt, sgate, cb->counters);
+		if (rtype == TOAST_DT_BF16)
+			moe_route<TOAST_DT_BF16>(cb, ra, nb, route_smem);
+		else if (rtype == TOAST_DT_MLX8)
+			moe_route<TOAST_DT_MLX8>(cb, ra, nb, route_smem);
 		else
-			cu_launch(cb, k_moe_route<0>, nb, MOE_WARPS * 32, route_smem, d, a->x, nw, a->eps, a->plus_one, R, sgw, h,
-										     logits, sel, wt, sgate, cb->counters);
+			moe_route<CU_QT_ANY>(cb, ra, nb, route_smem);
 		cu_launched(cb, "moe route");
 	} else {
 		cu_norm_rows(cb, a->x, a->norm_w, d.T, d.E, a->eps, a->plus_one, h, NULL, NULL);
@@ -661,30 +816,25 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		cu_fail_msg(cb, "moe: n_embd %d or %d x %d expert rows are too large", d.E, d.k + 1, d.Fmax);
 		return;
 	}
-	dim3 g1(cu_blocks((size_t)d.Fmax, MOE_WARPS), d.k + (d.Fs ? 1 : 0), d.T);
-	const bf16 *G = (const bf16 *)a->gate->dev, *U = (const bf16 *)a->up->dev;
-	const bf16 *SG = d.Fs ? (const bf16 *)a->sh_gate->dev : NULL, *SU = d.Fs ? (const bf16 *)a->sh_up->dev : NULL;
-	int ple = d.E % 256 == 0 ? d.E / 256 : 0;
-	if (ple == 8)
-		cu_launch(cb, k_moe_gateup<8>, g1, MOE_WARPS * 32, hsm, d, h, G, U, sel, SG, SU, act);
-	else if (ple == 4)
-		cu_launch(cb, k_moe_gateup<4>, g1, MOE_WARPS * 32, hsm, d, h, G, U, sel, SG, SU, act);
-	else if (ple == 2)
-		cu_launch(cb, k_moe_gateup<2>, g1, MOE_WARPS * 32, hsm, d, h, G, U, sel, SG, SU, act);
-	else if (ple == 1)
-		cu_launch(cb, k_moe_gateup<1>, g1, MOE_WARPS * 32, hsm, d, h, G, U, sel, SG, SU, act);
-	else
-		cu_launch(cb, k_moe_gateup<0>, g1, MOE_WARPS * 32, hsm, d, h, G, U, sel, SG, SU, act);
+	/* gate/up: routed and shared experts in one launch when they share a kernel type */
+	cu_wd G = cu_wd_experts(a->gate), U = cu_wd_experts(a->up), D = cu_wd_experts(a->down);
+	cu_wd SG = d.Fs ? cu_wd_weight(a->sh_gate) : G, SU = d.Fs ? cu_wd_weight(a->sh_up) : U;
+	cu_wd SD = d.Fs ? cu_wd_weight(a->sh_down) : D;
+	int tr = moe_ktype2(G.type, U.type), ts = d.Fs ? moe_ktype2(SG.type, SU.type) : tr;
+	moe_ff_args fa = {d, h, a->x, sel, wt, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD};
+	if (tr == ts) {
+		moe_gateup(cb, tr, fa, 0, d.k + (d.Fs ? 1 : 0), hsm);
+	} else {
+		moe_gateup(cb, tr, fa, 0, d.k, hsm);
+		moe_gateup(cb, ts, fa, d.k, 1, hsm);
+	}
 	cu_launched(cb, "moe gate/up");
-	dim3 g2(cu_blocks((size_t)d.E, MOE_WARPS), d.T);
-	const bf16 *D = (const bf16 *)a->down->dev, *SD = d.Fs ? (const bf16 *)a->sh_down->dev : NULL;
-	const float *sgp = a->sh_gate_inp ? sgate : NULL;
-	int plf = d.F % 256 == 0 && (!d.Fs || d.Fs == d.F) && d.k + (d.Fs ? 1 : 0) <= MOE_DOWN_SLOTS ? d.F / 256 : 0;
-	if (plf == 2)
-		cu_launch(cb, k_moe_down<2>, g2, MOE_WARPS * 32, asm_, d, a->x, D, sel, wt, SD, sgp, act);
-	else if (plf == 1)
-		cu_launch(cb, k_moe_down<1>, g2, MOE_WARPS * 32, asm_, d, a->x, D, sel, wt, SD, sgp, act);
-	else
-		cu_launch(cb, k_moe_down<0>, g2, MOE_WARPS * 32, asm_, d, a->x, D, sel, wt, SD, sgp, act);
+	int td = moe_ktype(D.type), tsd = d.Fs ? moe_ktype(SD.type) : td;
+	if (td == tsd && (!d.Fs || d.Fs == d.F)) {
+		moe_down(cb, td, fa, 0, d.k + (d.Fs ? 1 : 0), asm_);
+	} else {
+		moe_down(cb, td, fa, 0, d.k, asm_);
+		moe_down(cb, tsd, fa, d.k, 1, asm_);
+	}
 	cu_launched(cb, "moe down");
 }

@@ -1,0 +1,568 @@
+/*
+ * cu_quant.cuh - quantised weights on the device: their layout, and the device code that reads
+ * them (dequantisation in registers; bf16 activations stay bf16 or f32, accumulation is f32).
+ *
+ * Device layout of one matrix (or one expert of a set; experts lie at a fixed stride), all
+ * planes 256-byte aligned, the same bytes as the file (format/quant.h), only regrouped:
+ *   - BF16: [n_out][n_in] bf16 (f32/f16 matrices are converted at upload);
+ *   - Q4_K, Q5_K: the GGUF blocks as they are (144 and 176 bytes: 16-byte aligned);
+ *   - Q4_0, Q4_1, Q8_0, Q6_K (blocks of 18, 20, 34, 210 bytes, not 16-byte aligned): each block
+ *     split into its quants and the rest: a quant plane [n_out][nb][qb] (qb = 16, 16, 32, 192:
+ *     Q6_K's ql then qh), then a meta plane [n_out][nb][bs - qb] (d; d,m; d; scales[16],d),
+ *     so quants load as aligned 16-byte vectors;
+ *   - MLX4/MLX8: the packed words [n_out][n_in*bits/8 bytes], then scales, then biases
+ *     [n_out][n_in/group] in the checkpoint's type (bf16, f16 or f32).
+ *
+ * Decode kernels read a row as "chunks": 16 packed bytes (and their scales) per lane and step,
+ * 32 consecutive elements for 4-bit types, 16 for 8-bit, 8 for bf16 (struct qk<TYPE>). Each
+ * chunk is NP float4 positions of the input; the input rows in shared memory are stored with a
+ * per-type XOR swizzle of their float4 index (qk::swz) so that the eight lanes of a quarter warp,
+ * which read the same position of eight consecutive chunks, hit distinct banks. Dequantised
+ * values come from byte-permute "magic" floats: a code q < 128 placed in the mantissa of 128.0
+ * is exactly 128 + q (8-bit codes: 32768 + q), so y = fma(128 + q, scale, bias - 128 * scale)
+ * costs one PRMT and one FFMA and no int-to-float conversion (a quarter-rate instruction).
+ */
+#ifndef TOAST_CU_QUANT_CUH
+#define TOAST_CU_QUANT_CUH
+
+#ifndef TOAST_CUDA_EMU /* tests/cuda_emu.h compiles this header for the host, to test it without a GPU */
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#endif
+
+/* GGUF block geometry: elements and bytes per block, and the quant bytes [qoff, qoff + qb) that
+ * go to the quant plane (qb == bs: not split). Plain and MLX types: blck elements in bs bytes. */
+struct cu_qgeo {
+	int blck, bs, qoff, qb;
+};
+
+__host__ __device__ static inline cu_qgeo cu_qgeo_of(int type)
+{
+	switch (type) {
+	case TOAST_DT_Q4_0: return {32, 18, 2, 16};
+	case TOAST_DT_Q4_1: return {32, 20, 4, 16};
+	case TOAST_DT_Q8_0: return {32, 34, 2, 32};
+	case TOAST_DT_Q4_K: return {256, 144, 0, 144};
+	case TOAST_DT_Q5_K: return {256, 176, 0, 176};
+	case TOAST_DT_Q6_K: return {256, 210, 0, 192};
+	case TOAST_DT_MLX4: return {8, 4, 0, 4};
+	case TOAST_DT_MLX8: return {4, 4, 0, 4};
+	case TOAST_DT_F32: return {1, 4, 0, 4};
+	default: return {1, 2, 0, 2}; /* BF16 */
+	}
+}
+
+/* the device offset of byte i of a GGUF-block tensor in file layout (identity when not split) */
+__host__ __device__ static inline size_t cu_qdev_pos(const cu_qgeo &g, size_t m_off, size_t i)
+{
+	if (g.qb == g.bs)
+		return i;
+	size_t b = i / (size_t)g.bs;
+	int o = (int)(i - b * (size_t)g.bs), mb = g.bs - g.qb;
+	if (o >= g.qoff && o < g.qoff + g.qb)
+		return b * (size_t)g.qb + (size_t)(o - g.qoff);
+	return m_off + b * (size_t)mb + (size_t)(o < g.qoff ? o : o - g.qb);
+}
+
+static inline bool cu_is_mlx(int type)
+{
+	return type == TOAST_DT_MLX4 || type == TOAST_DT_MLX8;
+}
+
+/* where the planes of one matrix lie (bytes from its start) */
+struct cu_layout {
+	int64_t q_row, m_row; /* bytes per row of the quant and meta (MLX: scales, biases) planes */
+	size_t m_off, b_off, bytes;
+};
+
+static inline size_t cu_align256(size_t n)
+{
+	return (n + 255) & ~(size_t)255;
+}
+
+static inline cu_layout cu_layout_of(int type, int64_t n_in, int64_t n_out, int sb_type, int gs)
+{
+	cu_qgeo g = cu_qgeo_of(type);
+	cu_layout l = {};
+	int64_t nb = n_in / g.blck;
+	l.q_row = nb * g.qb;
+	l.m_row = cu_is_mlx(type) ? n_in / gs * toast_dtypes[sb_type].type_size : nb * (g.bs - g.qb);
+	l.m_off = cu_align256((size_t)l.q_row * n_out);
+	l.b_off = cu_align256(l.m_off + (size_t)l.m_row * n_out);
+	l.bytes = cu_is_mlx(type) ? l.b_off + (size_t)l.m_row * n_out : l.m_off + (size_t)l.m_row * n_out;
+	return l;
+}
+
+/* A weight on the device as kernels see it: matrix `e` of a set (0 for a single one). */
+struct cu_wd {
+	const uint8_t *base;
+	size_t stride; /* bytes between experts */
+	size_t m_off, b_off;
+	int64_t q_row, m_row;
+	int type, sb_type, gs;
+};
+
+/* the row pointers of one row: quants, meta (scales), MLX biases */
+struct cu_wrow {
+	const uint8_t *q, *m, *b;
+};
+
+__device__ __forceinline__ cu_wrow cu_row(const cu_wd &w, size_t e, int64_t r)
+{
+	const uint8_t *x = w.base + e * w.stride;
+	return {x + r * w.q_row, x + w.m_off + r * w.m_row, x + w.b_off + r * w.m_row};
+}
+
+/* the descriptor of a prepared weight (dev, dev_type) or of the first expert of a set */
+static inline cu_wd cu_wd_of(const struct toast_weight *w, const void *base, size_t n_set)
+{
+	cu_layout l = cu_layout_of(w->dev_type, w->n_in, w->n_out, w->sb_type, w->group_size);
+	cu_wd d = {(const uint8_t *)base, n_set > 1 ? cu_align256(l.bytes) : 0, l.m_off, l.b_off, l.q_row, l.m_row,
+		   (int)w->dev_type, (int)w->sb_type, w->group_size};
+	return d;
+}
+
+static inline cu_wd cu_wd_weight(const struct toast_weight *w)
+{
+	return cu_wd_of(w, w->dev, 1);
+}
+
+static inline cu_wd cu_wd_experts(const struct toast_experts *x)
+{
+	return cu_wd_of(&x->w[0], x->dev, (size_t)x->n_expert);
+}
+
+/* ---- loads and magic conversions ---- */
+
+__device__ __forceinline__ uint4 cu_ld16(const uint8_t *p)
+{
+	return __ldg((const uint4 *)p);
+}
+
+__device__ __forceinline__ uint2 cu_ld8(const uint8_t *p)
+{
+	return __ldg((const uint2 *)p);
+}
+
+__device__ __forceinline__ float cu_ldf16(const uint8_t *p)
+{
+	return __half2float(__ushort_as_half(__ldg((const unsigned short *)p)));
+}
+
+/* scale or bias i of an MLX row, stored as sb_type */
+__device__ __forceinline__ float cu_ldsb(const uint8_t *p, int sb_type, int64_t i)
+{
+	if (sb_type == TOAST_DT_F32)
+		return __ldg((const float *)p + i);
+	unsigned short h = __ldg((const unsigned short *)p + i);
+	return sb_type == TOAST_DT_BF16 ? __uint_as_float((unsigned)h << 16) : __half2float(__ushort_as_half(h));
+}
+
+/* 128 + byte b of v (the byte < 128), exactly */
+__device__ __forceinline__ float cu_m128(uint32_t v, int b)
+{
+	return __uint_as_float(__byte_perm(v, 0x43000000u, 0x7044u | (b << 8)));
+}
+
+/* 32768 + byte b of v, exactly */
+__device__ __forceinline__ float cu_m32k(uint32_t v, int b)
+{
+	return __uint_as_float(__byte_perm(v, 0x47000000u, 0x7404u | (b << 4)));
+}
+
+__device__ __forceinline__ uint32_t cu_word(const uint4 &u, int i)
+{
+	return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+
+/* the 6-bit scales and mins of sub-blocks 2p and 2p+1 of a Q4_K/Q5_K block from its header
+ * (words y, z, w = scales[0..11]), as bytes [sc_2p, sc_2p+1, m_2p, m_2p+1] (format/quant.h) */
+__device__ __forceinline__ uint32_t cu_k4_pair(const uint4 &h, int p)
+{
+	uint32_t V = __byte_perm(h.y, h.z, (p & 1) ? 0x7632 : 0x5410); /* s[2q],s[2q+1],s[2q+4],s[2q+5] */
+	uint32_t W = __byte_perm(h.w, 0, (p & 1) ? 0x3232 : 0x1010);   /* s[8+2q],s[9+2q] twice */
+	uint32_t hi = (W & 0x0f0fu) | ((W >> 4) & 0x0f0f0000u) | ((V & 0xc0c0c0c0u) >> 2);
+	return p < 2 ? V & 0x3f3f3f3fu : hi;
+}
+
+/*
+ * Dequantise 8 consecutive elements k..k+7 (k % 8 == 0) of row r of matrix e, any type: the
+ * general path (prefill tiles, embedding rows, odd shapes, mixed types), one runtime switch.
+ */
+__device__ __forceinline__ void cu_dq8(const cu_wd &w, size_t e, int64_t r, int64_t k, float *y)
+{
+	cu_wrow p = cu_row(w, e, r);
+	switch (w.type) {
+	case TOAST_DT_BF16:
+		cu_bf16x8(cu_ld16(p.q + 2 * k), y);
+		return;
+	case TOAST_DT_Q4_0:
+	case TOAST_DT_Q4_1: {
+		int64_t b = k >> 5;
+		int o = (int)(k & 31), sh = o & 16 ? 4 : 0;
+		uint2 v = cu_ld8(p.q + 16 * b + (o & 15));
+		bool q40 = w.type == TOAST_DT_Q4_0;
+		float d = cu_ldf16(p.m + (q40 ? 2 : 4) * b), m = q40 ? -8.0f * d : cu_ldf16(p.m + 4 * b + 2);
+		for (int j = 0; j < 8; j++)
+			y[j] = (float)((((j < 4 ? v.x : v.y) >> (8 * (j & 3) + sh)) & 15)) * d + m;
+		return;
+	}
+	case TOAST_DT_Q8_0: {
+		int64_t b = k >> 5;
+		uint2 v = cu_ld8(p.q + 32 * b + (k & 31));
+		float d = cu_ldf16(p.m + 2 * b);
+		for (int j = 0; j < 8; j++)
+			y[j] = (float)(int8_t)((j < 4 ? v.x : v.y) >> (8 * (j & 3))) * d;
+		return;
+	}
+	case TOAST_DT_Q4_K:
+	case TOAST_DT_Q5_K: {
+		bool q5 = w.type == TOAST_DT_Q5_K;
+		const uint8_t *blk = p.q + (k >> 8) * (q5 ? 176 : 144);
+		int j = (int)(k >> 5) & 7, l = (int)(k & 31);
+		uint4 h = cu_ld16(blk);
+		uint32_t sm = cu_k4_pair(h, j >> 1);
+		float2 dm = __half22float2(*(const __half2 *)&h.x);
+		float d = dm.x * (float)((sm >> (8 * (j & 1))) & 0xff), mn = dm.y * (float)((sm >> (16 + 8 * (j & 1))) & 0xff);
+		uint2 v = cu_ld8(blk + (q5 ? 48 : 16) + 32 * (j >> 1) + l);
+		uint2 qh = q5 ? cu_ld8(blk + 16 + l) : make_uint2(0, 0);
+		for (int i = 0; i < 8; i++) {
+			uint32_t q = ((i < 4 ? v.x : v.y) >> (8 * (i & 3) + 4 * (j & 1))) & 15;
+			q |= (((i < 4 ? qh.x : qh.y) >> (8 * (i & 3) + j)) & 1) << 4;
+			y[i] = d * (float)q - mn;
+		}
+		return;
+	}
+	case TOAST_DT_Q6_K: {
+		int64_t b = k >> 8;
+		int kk = (int)(k & 255), h = kk >> 7, l = kk & 31, s = (kk >> 5) & 3;
+		uint2 ql = cu_ld8(p.q + 192 * b + 64 * h + 32 * (s & 1) + l);
+		uint2 qh = cu_ld8(p.q + 192 * b + 128 + 32 * h + l);
+		float d = cu_ldf16(p.m + 18 * b + 16) * (float)(int8_t)__ldg(p.m + 18 * b + kk / 16);
+		for (int i = 0; i < 8; i++) {
+			uint32_t lo = ((i < 4 ? ql.x : ql.y) >> (8 * (i & 3) + 4 * (s >> 1))) & 15;
+			uint32_t hi = ((i < 4 ? qh.x : qh.y) >> (8 * (i & 3) + 2 * s)) & 3;
+			y[i] = d * (float)((int)(lo | hi << 4) - 32);
+		}
+		return;
+	}
+	case TOAST_DT_MLX4:
+	case TOAST_DT_MLX8: {
+		bool m4 = w.type == TOAST_DT_MLX4;
+		int64_t g = k / w.gs;
+		float s = cu_ldsb(p.m, w.sb_type, g), z = cu_ldsb(p.b, w.sb_type, g);
+		uint2 v = m4 ? make_uint2(__ldg((const uint32_t *)(p.q + k / 2)), 0) : cu_ld8(p.q + k);
+		for (int i = 0; i < 8; i++) {
+			uint32_t q = m4 ? (v.x >> (4 * i)) & 15 : ((i < 4 ? v.x : v.y) >> (8 * (i & 3))) & 255;
+			y[i] = s * (float)q + z;
+		}
+		return;
+	}
+	default: /* not reached: uploads accept only the types above */
+		for (int i = 0; i < 8; i++)
+			y[i] = 0.0f;
+	}
+}
+
+/* ---- decode chunks: struct qk<TYPE> ----
+ * EPC elements per chunk, NP = EPC / 4 float4 positions; chunk c of a row:
+ *   load(row, c)      all global loads of the chunk (issued early by the kernels);
+ *   prep(chunk, c)    its scales as floats (info);
+ *   f4(c, i)          the float4 index in the input row of position i;
+ *   deq4(chunk, info, c, i)  the four dequantised values at position i;
+ *   swz(f)            the physical float4 index of logical f in shared memory.
+ * CU_QT_ANY reads any type through cu_dq8 (8 elements a chunk, no swizzle).
+ */
+#define CU_QT_ANY (-1)
+
+template <int TYPE>
+struct qk;
+
+template <>
+struct qk<TOAST_DT_BF16> {
+	static constexpr int EPC = 8, NP = 2;
+	typedef uint4 chunk;
+	struct info {};
+	static __device__ __forceinline__ int swz(int f) { return f; }
+	static __device__ __forceinline__ int f4(int c, int i) { return 2 * c + i; }
+	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c) { return cu_ld16(w.q + 16 * c); }
+	static __device__ __forceinline__ info prep(const chunk &, int) { return {}; }
+	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &, int, int i)
+	{
+		uint32_t a = i ? k.z : k.x, b = i ? k.w : k.y;
+		return make_float4(__uint_as_float(a << 16), __uint_as_float(a & 0xffff0000u), __uint_as_float(b << 16),
+				   __uint_as_float(b & 0xffff0000u));
+	}
+};
+
+/* the two runs of a Q4_K/Q5_K chunk: d*sc and -(128 d*sc + dmin*m) of sub-blocks 2p, 2p+1 */
+struct cu_k4info {
+	float dA, oA, dB, oB;
+};
+
+__device__ __forceinline__ cu_k4info cu_k4_info(const uint4 &h, int c)
+{
+	uint32_t sm = cu_k4_pair(h, (int)(c >> 1) & 3);
+	float2 dm = __half22float2(*(const __half2 *)&h.x);
+	float dA = dm.x * (cu_m128(sm, 0) - 128.0f), dB = dm.x * (cu_m128(sm, 1) - 128.0f);
+	float mA = dm.y * (cu_m128(sm, 2) - 128.0f), mB = dm.y * (cu_m128(sm, 3) - 128.0f);
+	return {dA, fmaf(-128.0f, dA, -mA), dB, fmaf(-128.0f, dB, -mB)};
+}
+
+__device__ __forceinline__ float4 cu_deq4_bytes(uint32_t q, float d, float o)
+{
+	return make_float4(fmaf(cu_m128(q, 0), d, o), fmaf(cu_m128(q, 1), d, o), fmaf(cu_m128(q, 2), d, o),
+			   fmaf(cu_m128(q, 3), d, o));
+}
+
+/* Q4_K chunk c: block c/8, qs bytes 16*(c%8).. : low nibbles are elements 16*(c&1).. of
+ * sub-block 2p (p = (c/2)%4), high nibbles the same of sub-block 2p+1 */
+template <>
+struct qk<TOAST_DT_Q4_K> {
+	static constexpr int EPC = 32, NP = 8;
+	struct chunk {
+		uint4 q, h;
+	};
+	typedef cu_k4info info;
+	static __device__ __forceinline__ int swz(int f) { return f ^ ((f >> 4) & 3); }
+	static __device__ __forceinline__ int f4(int c, int i)
+	{
+		return (c >> 3) * 64 + ((c >> 1) & 3) * 16 + (c & 1) * 4 + (i >> 2) * 8 + (i & 3);
+	}
+	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c)
+	{
+		const uint8_t *blk = w.q + (c >> 3) * 144;
+		return {cu_ld16(blk + 16 + 16 * (c & 7)), cu_ld16(blk)};
+	}
+	static __device__ __forceinline__ info prep(const chunk &k, int c) { return cu_k4_info(k.h, c); }
+	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &in, int, int i)
+	{
+		uint32_t w = cu_word(k.q, i & 3);
+		return i < 4 ? cu_deq4_bytes(w & 0x0f0f0f0fu, in.dA, in.oA) : cu_deq4_bytes((w >> 4) & 0x0f0f0f0fu, in.dB, in.oB);
+	}
+};
+
+/* Q5_K: as Q4_K, the fifth bit of element l of sub-block j is bit j of qh[l] */
+template <>
+struct qk<TOAST_DT_Q5_K> {
+	static constexpr int EPC = 32, NP = 8;
+	struct chunk {
+		uint4 q, h, qh;
+	};
+	typedef cu_k4info info;
+	static __device__ __forceinline__ int swz(int f) { return qk<TOAST_DT_Q4_K>::swz(f); }
+	static __device__ __forceinline__ int f4(int c, int i) { return qk<TOAST_DT_Q4_K>::f4(c, i); }
+	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c)
+	{
+		const uint8_t *blk = w.q + (c >> 3) * 176;
+		return {cu_ld16(blk + 48 + 16 * (c & 7)), cu_ld16(blk), cu_ld16(blk + 16 + 16 * (c & 1))};
+	}
+	static __device__ __forceinline__ info prep(const chunk &k, int c) { return cu_k4_info(k.h, c); }
+	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &in, int c, int i)
+	{
+		uint32_t w = cu_word(k.q, i & 3), hb = (cu_word(k.qh, i & 3) >> (2 * ((c >> 1) & 3) + (i >> 2))) & 0x01010101u;
+		return i < 4 ? cu_deq4_bytes((w & 0x0f0f0f0fu) | hb << 4, in.dA, in.oA)
+			     : cu_deq4_bytes(((w >> 4) & 0x0f0f0f0fu) | hb << 4, in.dB, in.oB);
+	}
+};
+
+/* Q6_K (split): chunk c = block c/8, (half hh, s, m) = bits 2, 1, 0 of c%8: ql bytes
+ * 64hh + 32s + 16m.. (low nibbles: run s, high: run s+2, elements 16m..16m+15 of each) */
+template <>
+struct qk<TOAST_DT_Q6_K> {
+	static constexpr int EPC = 32, NP = 8;
+	struct chunk {
+		uint4 ql, qh;
+		float dA, dB;
+	};
+	struct info {
+		float dA, oA, dB, oB;
+	};
+	static __device__ __forceinline__ int swz(int f) { return f ^ (((f >> 4) & 2) | ((f >> 3) & 1)); }
+	static __device__ __forceinline__ int f4(int c, int i)
+	{
+		return (c >> 3) * 64 + ((c >> 2) & 1) * 32 + ((c >> 1) & 1) * 8 + (c & 1) * 4 + (i >> 2) * 16 + (i & 3);
+	}
+	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c)
+	{
+		int b = c >> 3;
+		int hh = (int)(c >> 2) & 1, m = (int)c & 1, sc = 8 * hh + 2 * ((int)(c >> 1) & 1) + m;
+		const uint8_t *meta = w.m + 18 * b;
+		float d = cu_ldf16(meta + 16);
+		return {cu_ld16(w.q + 192 * b + 16 * (c & 7)), cu_ld16(w.q + 192 * b + 128 + 32 * hh + 16 * m),
+			d * (float)(int8_t)__ldg(meta + sc), d * (float)(int8_t)__ldg(meta + sc + 4)};
+	}
+	static __device__ __forceinline__ info prep(const chunk &k, int) { return {k.dA, -160.0f * k.dA, k.dB, -160.0f * k.dB}; }
+	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &in, int c, int i)
+	{
+		int s = (int)(c >> 1) & 1;
+		uint32_t w = cu_word(k.ql, i & 3), hw = cu_word(k.qh, i & 3);
+		return i < 4 ? cu_deq4_bytes((w & 0x0f0f0f0fu) | ((hw >> (2 * s)) & 0x03030303u) << 4, in.dA, in.oA)
+			     : cu_deq4_bytes(((w >> 4) & 0x0f0f0f0fu) | ((hw >> (2 * s + 4)) & 0x03030303u) << 4, in.dB, in.oB);
+	}
+};
+
+/* Q8_0 (split): chunk c = half c&1 of block c/2 (16 int8) */
+template <>
+struct qk<TOAST_DT_Q8_0> {
+	static constexpr int EPC = 16, NP = 4;
+	struct chunk {
+		uint4 q;
+		float d;
+	};
+	struct info {
+		float d, o;
+	};
+	static __device__ __forceinline__ int swz(int f) { return f ^ ((f >> 3) & 3); }
+	static __device__ __forceinline__ int f4(int c, int i) { return 4 * c + i; }
+	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c)
+	{
+		return {cu_ld16(w.q + 16 * c), cu_ldf16(w.m + 2 * (c >> 1))};
+	}
+	static __device__ __forceinline__ info prep(const chunk &k, int) { return {k.d, -32896.0f * k.d}; }
+	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &in, int, int i)
+	{
+		uint32_t w = cu_word(k.q, i) ^ 0x80808080u; /* int8 -> q + 128 */
+		return make_float4(fmaf(cu_m32k(w, 0), in.d, in.o), fmaf(cu_m32k(w, 1), in.d, in.o),
+				   fmaf(cu_m32k(w, 2), in.d, in.o), fmaf(cu_m32k(w, 3), in.d, in.o));
+	}
+};
+
+/* Q4_0 / Q4_1 (split): chunk c = block c: byte l's low nibble is element l, high l + 16 */
+template <int TYPE>
+struct qk_q4 {
+	static constexpr int EPC = 32, NP = 8;
+	struct chunk {
+		uint4 q;
+		float d, m;
+	};
+	struct info {
+		float d, o;
+	};
+	static __device__ __forceinline__ int swz(int f) { return f ^ ((f >> 3) & 7); }
+	static __device__ __forceinline__ int f4(int c, int i) { return 8 * c + i; }
+	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c)
+	{
+		if (TYPE == TOAST_DT_Q4_0) {
+			float d = cu_ldf16(w.m + 2 * c);
+			return {cu_ld16(w.q + 16 * c), d, -8.0f * d};
+		}
+		return {cu_ld16(w.q + 16 * c), cu_ldf16(w.m + 4 * c), cu_ldf16(w.m + 4 * c + 2)};
+	}
+	static __device__ __forceinline__ info prep(const chunk &k, int) { return {k.d, fmaf(-128.0f, k.d, k.m)}; }
+	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &in, int, int i)
+	{
+		uint32_t w = cu_word(k.q, i & 3);
+		return cu_deq4_bytes(i < 4 ? w & 0x0f0f0f0fu : (w >> 4) & 0x0f0f0f0fu, in.d, in.o);
+	}
+};
+template <>
+struct qk<TOAST_DT_Q4_0> : qk_q4<TOAST_DT_Q4_0> {};
+template <>
+struct qk<TOAST_DT_Q4_1> : qk_q4<TOAST_DT_Q4_1> {};
+
+/* MLX affine: chunk c = 16 bytes of packed words (32 four-bit or 16 eight-bit codes), one group */
+template <int BITS>
+struct qk_mlx {
+	static constexpr int EPC = 128 / BITS, NP = EPC / 4;
+	struct chunk {
+		uint4 q;
+		float s, z;
+	};
+	struct info {
+		float s, o;
+	};
+	static __device__ __forceinline__ int swz(int f) { return BITS == 4 ? f ^ ((f >> 3) & 7) : f ^ ((f >> 3) & 3); }
+	static __device__ __forceinline__ int f4(int c, int i) { return NP * c + i; }
+	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c, int sb_type, int gs)
+	{
+		int g = c * EPC / gs;
+		return {cu_ld16(w.q + 16 * c), cu_ldsb(w.m, sb_type, g), cu_ldsb(w.b, sb_type, g)};
+	}
+	static __device__ __forceinline__ info prep(const chunk &k, int)
+	{
+		return {k.s, fmaf(BITS == 4 ? -128.0f : -32768.0f, k.s, k.z)};
+	}
+	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &in, int, int i)
+	{
+		if (BITS == 8) {
+			uint32_t w = cu_word(k.q, i);
+			return make_float4(fmaf(cu_m32k(w, 0), in.s, in.o), fmaf(cu_m32k(w, 1), in.s, in.o),
+					   fmaf(cu_m32k(w, 2), in.s, in.o), fmaf(cu_m32k(w, 3), in.s, in.o));
+		}
+		/* word i/2 holds codes 8(i/2)..: nibble n at bits 4n; position i is nibbles 4(i&1)..+3 */
+		uint32_t w = cu_word(k.q, i >> 1), lo = w & 0x0f0f0f0fu, hi = (w >> 4) & 0x0f0f0f0fu;
+		int b = 2 * (i & 1);
+		return make_float4(fmaf(cu_m128(lo, b), in.s, in.o), fmaf(cu_m128(hi, b), in.s, in.o),
+				   fmaf(cu_m128(lo, b + 1), in.s, in.o), fmaf(cu_m128(hi, b + 1), in.s, in.o));
+	}
+};
+template <>
+struct qk<TOAST_DT_MLX4> : qk_mlx<4> {};
+template <>
+struct qk<TOAST_DT_MLX8> : qk_mlx<8> {};
+
+/* any type through cu_dq8: the chunk holds its 8 values */
+template <>
+struct qk<CU_QT_ANY> {
+	static constexpr int EPC = 8, NP = 2;
+	struct chunk {
+		float4 a, b;
+	};
+	struct info {};
+	static __device__ __forceinline__ int swz(int f) { return f; }
+	static __device__ __forceinline__ int f4(int c, int i) { return 2 * c + i; }
+	static __device__ __forceinline__ info prep(const chunk &, int) { return {}; }
+	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &, int, int i) { return i ? k.b : k.a; }
+};
+
+/* load chunk c of row (of matrix e) of w: MLX chunks need the scale type and group size */
+template <int TYPE>
+__device__ __forceinline__ typename qk<TYPE>::chunk cu_qload(const cu_wd &w, const cu_wrow &row, size_t e, int64_t r,
+							     int c)
+{
+	if constexpr (TYPE == TOAST_DT_MLX4 || TYPE == TOAST_DT_MLX8)
+		return qk<TYPE>::load(row, c, w.sb_type, w.gs);
+	else if constexpr (TYPE == CU_QT_ANY) {
+		float y[8];
+		cu_dq8(w, e, r, 8 * c, y);
+		return {make_float4(y[0], y[1], y[2], y[3]), make_float4(y[4], y[5], y[6], y[7])};
+	} else
+		return qk<TYPE>::load(row, c);
+}
+
+/* the dot product of chunk c with an input row x (f32, swizzled for TYPE, in shared memory) */
+template <int TYPE>
+__device__ __forceinline__ float cu_qdot(const typename qk<TYPE>::chunk &k, int c, const float *x)
+{
+	typedef qk<TYPE> Q;
+	typename Q::info in = Q::prep(k, c);
+	float acc = 0.0f;
+#pragma unroll
+	for (int i = 0; i < Q::NP; i++) {
+		float4 y = Q::deq4(k, in, c, i), v = ((const float4 *)x)[Q::swz(Q::f4(c, i))];
+		acc += y.x * v.x + y.y * v.y + y.z * v.z + y.w * v.w;
+	}
+	return acc;
+}
+
+/* element i of an input row stored for TYPE's swizzle */
+template <int TYPE>
+__device__ __forceinline__ int64_t cu_qpos(int64_t i)
+{
+	return 4 * qk<TYPE>::swz(i >> 2) + (i & 3);
+}
+
+/* ---- k_quant.cu ---- */
+
+/* Write w's data (host, file layout) into dst in the device layout l. */
+enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l,
+			      struct toast_error *err);
+/* Fill dst with the synthetic weight w (backend/synth_quant.h) in the device layout l. */
+void cu_q_fill_synthetic(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l);
+/* Rows [r0, r0 + n) of matrix e of w, dequantised to bf16 [n][n_in] in out. */
+void cu_q_dequant_bf16(struct cuda_backend *cb, const cu_wd &w, size_t e, int64_t r0, int64_t n, int64_t n_in,
+		       bf16 *out);
+
+#endif

@@ -1,0 +1,113 @@
+/*
+ * k_quant.cu - quantised weights into and out of the device layout (cu_quant.cuh): the upload
+ * that splits unaligned GGUF blocks into their planes, the synthetic fill (backend/synth_quant.h:
+ * the same bytes the CPU backend makes, made on the device, where 45 GB take a second), and the
+ * dequantisation of row ranges to bf16 for tensor-core GEMMs.
+ */
+#include "backend/cuda/cu_quant.cuh"
+
+extern "C" {
+#include "backend/synth_quant.h"
+}
+
+__global__ void k_q_split(uint8_t *dst, const uint8_t *src, size_t n, cu_qgeo g, size_t m_off)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		dst[cu_qdev_pos(g, m_off, i)] = src[i];
+}
+
+__global__ void k_q_synth(uint8_t *dst, size_t n, int type, cu_qgeo g, size_t m_off, uint64_t seed, int64_t n_in)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		dst[cu_qdev_pos(g, m_off, i)] = toast_synth_qbyte(type, seed, i, n_in);
+}
+
+__global__ void k_q_synth_sb(uint16_t *scales, uint16_t *biases, size_t n_groups, int bits, uint64_t seed, int64_t n_in)
+{
+	for (size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x; g < n_groups; g += (size_t)gridDim.x * blockDim.x) {
+		scales[g] = toast_synth_mlx_sb(bits, seed, g, 0, n_in);
+		biases[g] = toast_synth_mlx_sb(bits, seed, g, 1, n_in);
+	}
+}
+
+static unsigned q_grid(size_t n)
+{
+	unsigned b = cu_blocks(n, 256);
+	return b < 65535u ? b : 65535u;
+}
+
+static enum toast_status q_copy(struct cuda_backend *cb, void *dst, const void *src, size_t n, const char *name,
+				struct toast_error *err)
+{
+	if (cu_fail(cb, cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "weight upload"))
+		return toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", name, cb->fail_msg);
+	return TOAST_OK;
+}
+
+enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l,
+			      struct toast_error *err)
+{
+	uint8_t *d = (uint8_t *)dst;
+	size_t nq = (size_t)l.q_row * (size_t)w->n_out;
+	if (cu_is_mlx(w->type)) {
+		size_t ns = (size_t)l.m_row * (size_t)w->n_out;
+		enum toast_status rc = q_copy(cb, d, w->data, nq, w->name, err);
+		if (rc == TOAST_OK)
+			rc = q_copy(cb, d + l.m_off, w->scales, ns, w->name, err);
+		return rc == TOAST_OK ? q_copy(cb, d + l.b_off, w->biases, ns, w->name, err) : rc;
+	}
+	cu_qgeo g = cu_qgeo_of(w->type);
+	if (g.qb == g.bs)
+		return q_copy(cb, d, w->data, w->n_bytes, w->name, err);
+	/* split on the device: the file bytes go to scratch first */
+	uint8_t *tmp = (uint8_t *)cu_scratch(cb, w->n_bytes);
+	if (!tmp)
+		return toast_err_set(err, TOAST_ERR_NOMEM, "%s: %s", w->name, cb->fail_msg);
+	enum toast_status rc = q_copy(cb, tmp, w->data, w->n_bytes, w->name, err);
+	if (rc != TOAST_OK)
+		return rc;
+	cu_launch(cb, k_q_split, q_grid(w->n_bytes), 256, 0, d, (const uint8_t *)tmp, w->n_bytes, g, l.m_off);
+	cu_launched(cb, "weight split");
+	/* the scratch is reused by the next upload: finish this one */
+	if (cu_fail(cb, cudaStreamSynchronize(cb->stream), "weight split") || cb->failed)
+		return toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", w->name, cb->fail_msg);
+	return TOAST_OK;
+}
+
+void cu_q_fill_synthetic(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l)
+{
+	uint8_t *d = (uint8_t *)dst;
+	uint64_t seed = toast_synthetic_seed(w->name);
+	size_t nq = cu_is_mlx(w->type) ? (size_t)l.q_row * (size_t)w->n_out : w->n_bytes;
+	cu_launch(cb, k_q_synth, q_grid(nq), 256, 0, d, nq, (int)w->type, cu_qgeo_of(w->type), l.m_off, seed, w->n_in);
+	if (cu_is_mlx(w->type)) {
+		size_t ng = (size_t)w->n_out * (size_t)(w->n_in / w->group_size);
+		cu_launch(cb, k_q_synth_sb, q_grid(ng), 256, 0, (uint16_t *)(d + l.m_off), (uint16_t *)(d + l.b_off), ng,
+			  w->type == TOAST_DT_MLX4 ? 4 : 8, seed, w->n_in);
+	}
+	cu_launched(cb, "synthetic quantised fill");
+}
+
+__global__ void k_q_dequant_bf16(cu_wd w, size_t e, int64_t r0, int64_t n, int64_t n_in, bf16 *out)
+{
+	int64_t n8 = n_in / 8;
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * n8; i += (int64_t)gridDim.x * blockDim.x) {
+		int64_t r = i / n8, k = (i - r * n8) * 8;
+		float y[8];
+		cu_dq8(w, e, r0 + r, k, y);
+		__nv_bfloat162 v[4];
+		for (int j = 0; j < 4; j++)
+			v[j] = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
+		*(uint4 *)(out + r * n_in + k) = *(const uint4 *)v;
+	}
+}
+
+void cu_q_dequant_bf16(struct cuda_backend *cb, const cu_wd &w, size_t e, int64_t r0, int64_t n, int64_t n_in,
+		       bf16 *out)
+{
+	size_t total = (size_t)n * (size_t)(n_in / 8);
+	unsigned blocks = cu_blocks(total, 256);
+	unsigned cap = (unsigned)cb->n_sm * 16;
+	cu_launch(cb, k_q_dequant_bf16, blocks < cap ? blocks : cap, 256, 0, w, e, r0, n, n_in, out);
+	cu_launched(cb, "dequantise to bf16");
+}

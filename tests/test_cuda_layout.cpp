@@ -1,0 +1,328 @@
+/*
+ * test_cuda_layout.cpp - the CUDA backend's reading of quantised weights, tested on any machine:
+ * the device code of src/backend/cuda/cu_quant.cuh compiled for the host (tests/cuda_emu.h) and
+ * checked against the CPU reference dequantisers (format/quant.h) for every type:
+ *   - the device layout (planes, split blocks) made from file bytes as k_quant.cu makes it;
+ *   - cu_dq8 (prefill tiles, embedding rows, odd shapes) on every 8 elements;
+ *   - the decode chunks qk<TYPE> (load, prep, deq4 at f4 positions) cover every element once
+ *     and dequantise it, their loads are aligned, and their shared-memory swizzle is a
+ *     permutation under which the eight lanes of a quarter warp hit distinct banks;
+ *   - cu_qdot against a double dot product;
+ *   - synthetic weights: the bytes the device fill makes equal those the CPU backend makes.
+ * The kernels around this code (grids, reductions) are tested on a GPU by test_ops.
+ */
+#include "cuda_emu.h"
+
+#include "backend/cuda/cu_quant.cuh"
+
+extern "C" {
+#include "backend/synth_quant.h"
+#include "format/quant.h"
+#include "test.h"
+}
+
+#include <stdlib.h>
+
+static uint64_t emu_rng = 0x9e3779b97f4a7c15ull;
+
+static double emu_rnd(void) /* [-1, 1) */
+{
+	emu_rng ^= emu_rng << 13;
+	emu_rng ^= emu_rng >> 7;
+	emu_rng ^= emu_rng << 17;
+	return (double)(emu_rng >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+struct emu_w {
+	struct toast_weight w;
+	float *ref; /* [n_out][n_in], the CPU reference dequantisation */
+	uint8_t *dev;
+	cu_layout l;
+	cu_wd wd;
+};
+
+static uint8_t *emu_alloc(size_t n)
+{
+	size_t a = (n + 255) & ~(size_t)255;
+	uint8_t *p = (uint8_t *)aligned_alloc(256, a ? a : 256);
+	memset(p, 0, a ? a : 256);
+	return p;
+}
+
+static void emu_reference(emu_w *e)
+{
+	const struct toast_weight *w = &e->w;
+	e->ref = (float *)malloc((size_t)w->n_in * w->n_out * sizeof(float));
+	if (cu_is_mlx(w->type)) {
+		int bits = w->type == TOAST_DT_MLX4 ? 4 : 8, sbs = toast_dtypes[w->sb_type].type_size;
+		int64_t ng = w->n_in / w->group_size;
+		for (int64_t r = 0; r < w->n_out; r++)
+			toast_dequant_mlx(bits, w->group_size, (const uint32_t *)w->data + r * w->n_in * bits / 32,
+					  (const char *)w->scales + r * ng * sbs, (const char *)w->biases + r * ng * sbs, w->sb_type,
+					  e->ref + r * w->n_in, w->n_in);
+	} else {
+		toast_dequant(w->type, w->data, e->ref, w->n_in * w->n_out);
+	}
+}
+
+/* the device layout of file bytes, as cu_q_upload makes it */
+static void emu_upload(emu_w *e)
+{
+	const struct toast_weight *w = &e->w;
+	e->l = cu_layout_of(w->type, w->n_in, w->n_out, w->sb_type, w->group_size);
+	e->dev = emu_alloc(e->l.bytes);
+	if (cu_is_mlx(w->type)) {
+		memcpy(e->dev, w->data, (size_t)e->l.q_row * w->n_out);
+		memcpy(e->dev + e->l.m_off, w->scales, (size_t)e->l.m_row * w->n_out);
+		memcpy(e->dev + e->l.b_off, w->biases, (size_t)e->l.m_row * w->n_out);
+	} else {
+		cu_qgeo g = cu_qgeo_of(w->type);
+		for (size_t i = 0; i < w->n_bytes; i++)
+			e->dev[cu_qdev_pos(g, e->l.m_off, i)] = ((const uint8_t *)w->data)[i];
+	}
+	e->wd = {e->dev, 0, e->l.m_off, e->l.b_off, e->l.q_row, e->l.m_row, (int)w->type, (int)w->sb_type, w->group_size};
+}
+
+/* a weight of random values quantised by the reference quantisers */
+static emu_w emu_random(enum toast_dtype type, int64_t n_out, int64_t n_in, int gs, enum toast_dtype sb_type)
+{
+	emu_w e = {};
+	struct toast_weight *w = &e.w;
+	*w = (struct toast_weight){.name = "emu", .type = type, .n_in = n_in, .n_out = n_out};
+	float *x = (float *)malloc((size_t)n_in * sizeof(float));
+	if (cu_is_mlx(type)) {
+		int bits = type == TOAST_DT_MLX4 ? 4 : 8, sbs = toast_dtypes[sb_type].type_size;
+		int64_t ng = n_in / gs;
+		uint32_t *q = (uint32_t *)malloc((size_t)n_out * n_in * bits / 8);
+		uint8_t *s = (uint8_t *)malloc((size_t)n_out * ng * sbs), *z = (uint8_t *)malloc((size_t)n_out * ng * sbs);
+		float *fs = (float *)malloc(ng * sizeof(float)), *fz = (float *)malloc(ng * sizeof(float));
+		for (int64_t r = 0; r < n_out; r++) {
+			for (int64_t i = 0; i < n_in; i++)
+				x[i] = (float)(emu_rnd() * 0.1 + 0.02);
+			toast_quant_mlx(bits, gs, x, n_in, q + r * n_in * bits / 32, fs, fz);
+			for (int64_t g = 0; g < ng; g++) {
+				uint8_t *ps = s + (r * ng + g) * sbs, *pz = z + (r * ng + g) * sbs;
+				if (sb_type == TOAST_DT_F32) {
+					memcpy(ps, &fs[g], 4), memcpy(pz, &fz[g], 4);
+				} else {
+					uint16_t hs = sb_type == TOAST_DT_BF16 ? toast_f32_to_bf16(fs[g]) : toast_f32_to_f16(fs[g]);
+					uint16_t hz = sb_type == TOAST_DT_BF16 ? toast_f32_to_bf16(fz[g]) : toast_f32_to_f16(fz[g]);
+					memcpy(ps, &hs, 2), memcpy(pz, &hz, 2);
+				}
+			}
+		}
+		w->data = q, w->scales = s, w->biases = z, w->sb_type = sb_type, w->group_size = gs;
+		free(fs), free(fz);
+	} else {
+		size_t row = 0;
+		toast_dtype_bytes(type, n_in, &row);
+		uint8_t *d = (uint8_t *)malloc(row * n_out);
+		for (int64_t r = 0; r < n_out; r++) {
+			for (int64_t i = 0; i < n_in; i++)
+				x[i] = (float)(emu_rnd() * 0.1 + 0.02);
+			toast_quant(type, x, d + r * row, n_in);
+		}
+		w->data = d, w->n_bytes = row * n_out;
+	}
+	free(x);
+	emu_reference(&e);
+	emu_upload(&e);
+	return e;
+}
+
+static void emu_free(emu_w *e)
+{
+	free((void *)e->w.data), free((void *)e->w.scales), free((void *)e->w.biases);
+	free(e->ref), free(e->dev);
+}
+
+static double emu_row_max(const emu_w *e, int64_t r)
+{
+	double m = 0;
+	for (int64_t i = 0; i < e->w.n_in; i++)
+		m = fmax(m, fabs(e->ref[r * e->w.n_in + i]));
+	return m > 0 ? m : 1;
+}
+
+static void check_dq8(const char *what, const emu_w *e)
+{
+	double worst = 0;
+	for (int64_t r = 0; r < e->w.n_out; r++) {
+		double mx = emu_row_max(e, r);
+		for (int64_t k = 0; k < e->w.n_in; k += 8) {
+			float y[8];
+			cu_dq8(e->wd, 0, r, k, y);
+			for (int j = 0; j < 8; j++) {
+				double d = fabs(y[j] - e->ref[r * e->w.n_in + k + j]) / mx;
+				worst = isnan(d) ? INFINITY : fmax(worst, d);
+			}
+		}
+	}
+	CHECK(worst < 1e-6, "%s %s: cu_dq8 differs from the reference by %.3g", what, toast_dtype_name(e->w.type), worst);
+}
+
+template <int TYPE>
+static void check_chunks(const char *what, const emu_w *e)
+{
+	typedef qk<TYPE> Q;
+	int64_t n_in = e->w.n_in;
+	int nc = (int)(n_in / Q::EPC), n4 = (int)(n_in / 4);
+	/* the swizzle permutes a row's float4 positions */
+	int *seen = (int *)calloc((size_t)n_in, sizeof(int));
+	for (int f = 0; f < n4; f++) {
+		int p = Q::swz(f);
+		CHECK(p >= 0 && p < n4 && !seen[p]++, "%s %s: swizzle of %d is %d, out of range or taken", what,
+		      toast_dtype_name(e->w.type), f, p);
+	}
+	/* a quarter warp (8 consecutive chunks) reads distinct banks at each position (the general
+	 * path, 8 elements a chunk, is not swizzled) */
+	for (int c0 = 0; TYPE != CU_QT_ANY && c0 + 8 <= nc; c0 += 8)
+		for (int i = 0; i < Q::NP; i++) {
+			int banks = 0;
+			for (int q = 0; q < 8; q++)
+				banks |= 1 << (Q::swz(Q::f4(c0 + q, i)) & 7);
+			CHECK(banks == 0xff, "%s %s: chunks %d..%d position %d share banks (mask %02x)", what,
+			      toast_dtype_name(e->w.type), c0, c0 + 7, i, banks);
+		}
+	/* every element once, dequantised */
+	double worst = 0, dot_worst = 0;
+	float *xs = (float *)malloc((size_t)n_in * sizeof(float));
+	double *x = (double *)malloc((size_t)n_in * sizeof(double));
+	for (int64_t i = 0; i < n_in; i++) {
+		x[i] = emu_rnd();
+		xs[cu_qpos<TYPE>(i)] = (float)x[i];
+	}
+	for (int64_t r = 0; r < e->w.n_out; r++) {
+		memset(seen, 0, (size_t)n_in * sizeof(int));
+		double mx = emu_row_max(e, r), dot = 0, ref = 0, mag = 0;
+		cu_wrow row = cu_row(e->wd, 0, r);
+		for (int c = 0; c < nc; c++) {
+			typename Q::chunk k = cu_qload<TYPE>(e->wd, row, 0, r, c);
+			typename Q::info in = Q::prep(k, c);
+			for (int i = 0; i < Q::NP; i++) {
+				float4 y = Q::deq4(k, in, c, i);
+				float v[4] = {y.x, y.y, y.z, y.w};
+				int f = Q::f4(c, i);
+				for (int j = 0; j < 4; j++) {
+					int64_t el = 4 * f + j;
+					if (el < 0 || el >= n_in) {
+						worst = INFINITY;
+						continue;
+					}
+					seen[el]++;
+					double d = fabs(v[j] - e->ref[r * n_in + el]) / mx;
+					worst = isnan(d) ? INFINITY : fmax(worst, d);
+				}
+			}
+			dot += cu_qdot<TYPE>(k, c, xs);
+		}
+		for (int64_t i = 0; i < n_in; i++) {
+			CHECK(seen[i] == 1, "%s %s: element %lld read %d times", what, toast_dtype_name(e->w.type), (long long)i,
+			      seen[i]);
+			ref += e->ref[r * n_in + i] * x[i];
+			mag += fabs(e->ref[r * n_in + i] * x[i]);
+		}
+		dot_worst = fmax(dot_worst, fabs(dot - ref) / (mag > 0 ? mag : 1));
+	}
+	/* 8-bit codes: the offset z - 32768 s is rounded (s 2^-9 at most; bf16 inputs round by 2^-9) */
+	CHECK(worst < 1e-5, "%s %s: decode chunks differ from the reference by %.3g", what, toast_dtype_name(e->w.type),
+	      worst);
+	CHECK(dot_worst < 1e-5, "%s %s: cu_qdot differs from the dot product by %.3g", what, toast_dtype_name(e->w.type),
+	      dot_worst);
+	free(seen), free(xs), free(x);
+}
+
+static void check_weight(const char *what, const emu_w *e)
+{
+	long mis = emu_misaligned;
+	check_dq8(what, e);
+	switch (e->w.type) {
+	case TOAST_DT_Q4_0: check_chunks<TOAST_DT_Q4_0>(what, e); break;
+	case TOAST_DT_Q4_1: check_chunks<TOAST_DT_Q4_1>(what, e); break;
+	case TOAST_DT_Q8_0: check_chunks<TOAST_DT_Q8_0>(what, e); break;
+	case TOAST_DT_Q4_K: check_chunks<TOAST_DT_Q4_K>(what, e); break;
+	case TOAST_DT_Q5_K: check_chunks<TOAST_DT_Q5_K>(what, e); break;
+	case TOAST_DT_Q6_K: check_chunks<TOAST_DT_Q6_K>(what, e); break;
+	case TOAST_DT_MLX4: check_chunks<TOAST_DT_MLX4>(what, e); break;
+	case TOAST_DT_MLX8: check_chunks<TOAST_DT_MLX8>(what, e); break;
+	default: break;
+	}
+	check_chunks<CU_QT_ANY>(what, e);
+	CHECK(emu_misaligned == mis, "%s %s: %ld misaligned vector loads", what, toast_dtype_name(e->w.type),
+	      emu_misaligned - mis);
+}
+
+/* the synthetic weight as the CPU backend makes it, and as k_q_synth makes it on the device */
+static void check_synthetic(enum toast_dtype type, int64_t n_out, int64_t n_in)
+{
+	emu_w e = {};
+	struct toast_weight *w = &e.w;
+	bool mlx = cu_is_mlx(type);
+	*w = (struct toast_weight){.name = "synthetic.layers.3.weight", .type = type, .n_in = n_in, .n_out = n_out};
+	if (mlx) {
+		w->group_size = TOAST_SYNTH_MLX_GROUP, w->sb_type = TOAST_DT_BF16;
+		w->n_bytes = (size_t)n_out * n_in * (type == TOAST_DT_MLX4 ? 4 : 8) / 8 + 4 * (size_t)n_out * (n_in / 64);
+	} else {
+		toast_dtype_bytes(type, n_in, &w->n_bytes);
+		w->n_bytes *= (size_t)n_out;
+	}
+	void *buf = malloc(w->n_bytes);
+	toast_synthetic_fill_quant(w, buf);
+	emu_reference(&e);
+	emu_upload(&e);
+	/* the device fill */
+	uint8_t *dev = emu_alloc(e.l.bytes);
+	uint64_t seed = toast_synthetic_seed(w->name);
+	size_t nq = mlx ? (size_t)e.l.q_row * n_out : w->n_bytes;
+	for (size_t i = 0; i < nq; i++)
+		dev[cu_qdev_pos(cu_qgeo_of(type), e.l.m_off, i)] = toast_synth_qbyte(type, seed, i, n_in);
+	if (mlx)
+		for (size_t g = 0; g < (size_t)n_out * (n_in / 64); g++) {
+			uint16_t s = toast_synth_mlx_sb(type == TOAST_DT_MLX4 ? 4 : 8, seed, g, 0, n_in);
+			uint16_t z = toast_synth_mlx_sb(type == TOAST_DT_MLX4 ? 4 : 8, seed, g, 1, n_in);
+			memcpy(dev + e.l.m_off + 2 * g, &s, 2), memcpy(dev + e.l.b_off + 2 * g, &z, 2);
+		}
+	CHECK(memcmp(dev, e.dev, e.l.bytes) == 0, "synthetic %s: the device fill differs from the CPU's bytes",
+	      toast_dtype_name(type));
+	/* finite, of the order of 1/sqrt(n_in), not all one value */
+	double ss = 0, sum = 0;
+	bool finite = true;
+	for (size_t i = 0; i < (size_t)n_in * n_out; i++) {
+		finite = finite && isfinite(e.ref[i]);
+		ss += (double)e.ref[i] * e.ref[i];
+		sum += e.ref[i];
+	}
+	double n = (double)n_in * n_out, rms = sqrt(ss / n) * sqrt((double)n_in);
+	CHECK(finite && rms > 0.05 && rms < 5 && fabs(sum / n) * sqrt((double)n_in) < 1,
+	      "synthetic %s: rms %.3g and mean %.3g (x sqrt(n_in)) out of range", toast_dtype_name(type), rms,
+	      sum / n * sqrt((double)n_in));
+	check_weight("synthetic", &e);
+	free(dev), free(buf), free(e.ref), free(e.dev);
+}
+
+int main(void)
+{
+	const enum toast_dtype gguf[] = {TOAST_DT_Q4_0, TOAST_DT_Q4_1, TOAST_DT_Q8_0,
+					 TOAST_DT_Q4_K, TOAST_DT_Q5_K, TOAST_DT_Q6_K};
+	const int64_t widths[] = {512, 2048};
+	for (enum toast_dtype t : gguf)
+		for (int64_t n_in : widths) {
+			emu_w e = emu_random(t, 5, n_in, 0, TOAST_DT_BF16);
+			check_weight("random", &e);
+			emu_free(&e);
+		}
+	const enum toast_dtype mlx[] = {TOAST_DT_MLX4, TOAST_DT_MLX8}, sbs[] = {TOAST_DT_BF16, TOAST_DT_F16, TOAST_DT_F32};
+	const int groups[] = {32, 64, 128};
+	for (enum toast_dtype t : mlx)
+		for (int gs : groups)
+			for (enum toast_dtype sb : sbs) {
+				emu_w e = emu_random(t, 3, 512, gs, sb);
+				check_weight("random mlx", &e);
+				emu_free(&e);
+			}
+	for (enum toast_dtype t : gguf)
+		check_synthetic(t, 7, 2048);
+	check_synthetic(TOAST_DT_MLX4, 5, 2048);
+	check_synthetic(TOAST_DT_MLX8, 5, 512);
+	return test_done("test_cuda_layout");
+}
