@@ -50,23 +50,37 @@ if [ "$MODE" = quant ]; then
 	timeout 240 $B/test_ops --perf >"$OUT/ops-perf.log" 2>&1
 	summary+=("test_ops --perf rc=$?")
 	cat "$OUT/ops-perf.log"
+	# every fixture model against its reference on the GPU (decode-sized and prefill chunks)
+	for m in qwen3-tiny qwen3moe-tiny qwen35-tiny qwen35moe-tiny qwen3next-tiny qwen3next-tiny-hubcfg qwen3-odd qwen3moe-odd qwen35moe-odd qwen3next-odd; do
+		for c in 64 1; do
+			timeout 120 $B/toasted check build/testdata/models/$m --backend cuda --chunk $c >"$OUT/check.tmp" 2>&1
+			summary+=("check $m chunk $c: rc=$? $(grep -E '^ids|^greedy|^toasted' "$OUT/check.tmp" | tr '\n' ' ')")
+			cat "$OUT/check.tmp" >>"$OUT/test_ops.log"
+		done
+	done
 	for t in q4_k mlx4; do
 		timeout 420 $B/toasted bench --synthetic qwen3-next-80b-a3b --type $t --backend cuda --chunk 4096 \
 			--prompt 128,4096,17408 --ctx 0,68000 --decode 64 >"$OUT/bench-$t.log" 2>&1
 		summary+=("bench $t (48 layers) rc=$?")
-		cat "$OUT/bench-$t.log"
 		TOASTED_CUDA_PROFILE=1 timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --type $t --backend cuda \
-			--prompt 1 --ctx 0 --decode 20 >"$OUT/profile-$t.txt" 2>&1
-		grep -A40 "cuda profile" "$OUT/profile-$t.txt"
+			--prompt 1 --ctx 0 --decode 20 >>"$OUT/profiles.txt" 2>&1
 		TOASTED_CUDA_PROFILE=1 timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --type $t --backend cuda \
-			--chunk 4096 --prompt 4096 --ctx 0 --decode 1 >"$OUT/profile-prefill-$t.txt" 2>&1
-		grep -A40 "cuda profile" "$OUT/profile-prefill-$t.txt"
+			--chunk 4096 --prompt 4096 --ctx 0 --decode 1 >>"$OUT/profiles.txt" 2>&1
 	done
+	# the bf16 12-layer slice of issue 6 (the same GEMV kernel), and the session cache's checks
+	timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 4096 \
+		--prompt 128 --ctx 0,68000 --decode 64 >"$OUT/bench-bf16.log" 2>&1
+	summary+=("bench bf16 (12 layers) rc=$?")
+	cat "$OUT/bench-bf16.log"
+	timeout 200 $B/test_cache >"$OUT/test_cache.log" 2>&1
+	summary+=("test_cache (cpu + cuda): rc=$? $(tail -1 "$OUT/test_cache.log")")
+	rm -f "$OUT/check.tmp"
 	echo
 	echo "==== summary ===="
 	printf '%s\n' "${summary[@]}"
-	grep -hE "^(gemv|moe) (Q4_K|MLX4)" "$OUT/ops-perf.log"
-	for t in q4_k mlx4; do
+	grep -E "failed" "$OUT/test_ops.log" "$OUT/test_cache.log" | head -10
+	grep -hE "^(gemv|moe) " "$OUT/ops-perf.log"
+	for t in bf16 q4_k mlx4; do
 		awk -v t=$t '/^weights:/ {w=$0} /^prefill/ {p=p " " $2 ":" $5 "(" $4 "ms)"} /^[0-9]+ +[0-9.]+ +[0-9.]+/ {d=d " ctx" $1 ":" $2 "tok/s(" $6 "x floor)"}
 			END {print t ": prefill tok/s" p "; decode" d; print "  " w}' "$OUT/bench-$t.log"
 	done

@@ -812,6 +812,17 @@ static void test_quant(struct ctx *c)
 	test_moe_types(c, 3, 256, 4, 2, 512, 512, false, true, &q6);
 	test_moe_types(c, 2, 256, 8, 3, 256, 256, true, true, &mixed);
 	test_moe_types(c, 1, 256, 8, 3, 256, 0, true, false, &small);
+	/* every decode kernel variant of the three split or blocked types: n_embd 2048 (rows loaded
+	 * whole) or not, n_ff 512 (down rows loaded whole) or not, with and without a shared expert */
+	enum toast_dtype grid_types[] = {TOAST_DT_Q4_K, TOAST_DT_Q8_0, TOAST_DT_Q6_K};
+	for (int i = 0; i < 3; i++)
+		for (int E = 256; E <= 2048; E *= 8)
+			for (int F = 256; F <= 512; F *= 2)
+				for (int Fs = 0; Fs <= F; Fs += F) {
+					enum toast_dtype t = grid_types[i];
+					struct moe_types ty = {TOAST_DT_BF16, t, t, t};
+					test_moe_types(c, 1, E, 3, 2, F, Fs, true, Fs > 0, &ty);
+				}
 	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &q4k); /* prefill-sized: the grouped GEMM */
 	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &mlx4);
 	test_moe_types(c, 33, 256, 8, 2, 256, 256, true, true, &mixed);

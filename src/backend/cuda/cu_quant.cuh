@@ -561,8 +561,9 @@ enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, const struct t
 			      struct toast_error *err);
 /* Fill dst with the synthetic weight w (backend/synth_quant.h) in the device layout l. */
 void cu_q_fill_synthetic(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l);
-/* Rows [r0, r0 + n) of matrix e of w, dequantised to bf16 [n][n_in] in out. */
+/* Rows [r0, r0 + n) of matrix e of w, dequantised to bf16 [n][n_in] in out; lo (if not NULL)
+ * gets what bf16 rounded off (value - out, in bf16), so that out + lo holds ~16 bits. */
 void cu_q_dequant_bf16(struct cuda_backend *cb, const cu_wd &w, size_t e, int64_t r0, int64_t n, int64_t n_in,
-		       bf16 *out);
+		       bf16 *out, bf16 *lo);
 
 #endif

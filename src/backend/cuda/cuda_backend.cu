@@ -152,7 +152,8 @@ static void *cuda_alloc(struct toast_backend *be, size_t n)
 		cudaGetLastError(); /* out of memory is reported to the caller, not sticky */
 		return NULL;
 	}
-	if (cudaMemset(p, 0, n) != cudaSuccess) {
+	/* on the backend's stream: a legacy-stream memset could land after a later kernel's writes */
+	if (cudaMemsetAsync(p, 0, n, cu_of(be)->stream) != cudaSuccess) {
 		cudaFree(p);
 		return NULL;
 	}
@@ -260,13 +261,22 @@ static enum toast_status cu_own(struct cuda_backend *cb, size_t n, void **out, c
 	return TOAST_OK;
 }
 
+/* n bytes from host memory to dst, ordered on the backend's stream: a plain cudaMemcpy runs on
+ * the legacy stream, which the non-blocking stream does not wait for, and returns before its
+ * DMA lands, so a kernel reading dst could see part of the old bytes. A pageable src is staged
+ * before this returns: it may be freed at once. */
+bool cu_copy_in(struct cuda_backend *cb, void *dst, const void *src, size_t n)
+{
+	return cu_fail(cb, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cb->stream), "weight upload");
+}
+
 /* Upload host weight data (F32, F16 or BF16) into dst as dst_type (BF16 or F32). */
 static enum toast_status cu_upload(struct cuda_backend *cb, void *dst, enum toast_dtype dst_type,
 				   const struct toast_weight *w, struct toast_error *err)
 {
 	size_t n = (size_t)w->n_in * (size_t)w->n_out;
 	if (w->type == dst_type)
-		return cu_fail(cb, cudaMemcpy(dst, w->data, w->n_bytes, cudaMemcpyHostToDevice), "weight upload")
+		return cu_copy_in(cb, dst, w->data, w->n_bytes)
 			       ? toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", w->name, cb->fail_msg)
 			       : TOAST_OK;
 	size_t es = dst_type == TOAST_DT_F32 ? 4 : 2;
@@ -282,7 +292,7 @@ static enum toast_status cu_upload(struct cuda_backend *cb, void *dst, enum toas
 		else
 			((uint16_t *)tmp)[i] = toast_f32_to_bf16(v);
 	}
-	bool bad = cu_fail(cb, cudaMemcpy(dst, tmp, n * es, cudaMemcpyHostToDevice), "weight upload");
+	bool bad = cu_copy_in(cb, dst, tmp, n * es);
 	free(tmp);
 	return bad ? toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", w->name, cb->fail_msg) : TOAST_OK;
 }
@@ -320,7 +330,7 @@ static enum toast_status cu_upload_qvector(struct cuda_backend *cb, void *dst, c
 				  w->biases, w->sb_type, tmp, w->n_in);
 	else
 		toast_dequant(w->type, w->data, tmp, w->n_in);
-	bool bad = cu_fail(cb, cudaMemcpy(dst, tmp, (size_t)w->n_in * sizeof(float), cudaMemcpyHostToDevice), "weight upload");
+	bool bad = cu_copy_in(cb, dst, tmp, (size_t)w->n_in * sizeof(float));
 	free(tmp);
 	return bad ? toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", w->name, cb->fail_msg) : TOAST_OK;
 }
@@ -625,7 +635,7 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 		  cublasSetStream(cb->cublas, cb->stream) == CUBLAS_STATUS_SUCCESS &&
 		  cudaMalloc(&cb->cublas_ws, 32u << 20) == cudaSuccess &&
 		  cudaMalloc(&cb->counters, 64 * sizeof(unsigned)) == cudaSuccess &&
-		  cudaMemset(cb->counters, 0, 64 * sizeof(unsigned)) == cudaSuccess &&
+		  cudaMemsetAsync(cb->counters, 0, 64 * sizeof(unsigned), cb->stream) == cudaSuccess &&
 		  cublasSetWorkspace(cb->cublas, cb->cublas_ws, 32u << 20) == CUBLAS_STATUS_SUCCESS;
 	if (!ok) {
 		cudaError_t le = cudaGetLastError();

@@ -78,6 +78,8 @@ static inline struct cuda_backend *cu_of(struct toast_backend *be)
 
 /* Record a CUDA error (first one wins); returns true when there is one. */
 bool cu_fail(struct cuda_backend *cb, cudaError_t e, const char *what);
+/* copy n bytes of host memory to dst in stream order (true: failed, cb->fail_msg says why) */
+bool cu_copy_in(struct cuda_backend *cb, void *dst, const void *src, size_t n);
 /* Record a failure that is not a cudaError_t (cuBLAS status, an unsupported shape). */
 void cu_fail_msg(struct cuda_backend *cb, const char *fmt, ...);
 /* Check a launch (and optionally synchronise): call after every kernel launch. */
@@ -192,6 +194,11 @@ void cu_norm_rows(struct cuda_backend *cb, const float *x, const struct toast_we
 /* o->out [T][W.n_out] (per mode) = in [T][W.n_in] (bf16) · Wᵀ on cuBLAS (a quantised W is
  * dequantised to bf16 in scratch2 first, a block of rows at a time) */
 void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16 *in, int T);
+/* out (f32) = (hi + lo) · Wᵀ for an input split in two bf16 parts (f32 precision nearly): three
+ * GEMMs when W is quantised (its dequantised values need more than bf16's 8 bits: they go in
+ * as two parts too; the lo x lo product is left out), two when it is bf16 */
+void cu_cublas_split(struct cuda_backend *cb, float *out, const struct toast_weight *W, const bf16 *hi, const bf16 *lo,
+		     int T);
 
 /* k_attn.cu */
 void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a);

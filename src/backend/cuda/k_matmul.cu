@@ -77,59 +77,76 @@ __device__ __forceinline__ void gemv_stage(const gemv_args &a, float *xs)
 /*
  * ROWS weight rows per warp, each lane streaming chunks (qk<TYPE>: 16 packed bytes and their
  * scales) of all of them before using any; each input float4 is read once per position and
- * used for every row. Requires n_in % EPC == 0 and 16-byte aligned rows.
+ * used for every row. The first B chunks of each row are loaded before the input is staged, so
+ * their DRAM latency hides behind the staging (and the norm); each chunk's slot is refilled as
+ * soon as it is used. Requires n_in % EPC == 0 and 16-byte aligned rows.
  */
 template <int TYPE, int T, int ROWS>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 {
 	typedef qk<TYPE> Q;
 	const int GEMV_BLOCK_ROWS = GEMV_WARPS * ROWS;
+	const int B = T <= 2 ? 2 : 1; /* chunks in flight per row and lane */
 	extern __shared__ float xs[];
-	gemv_stage<TYPE, T>(a, xs);
 	int j = 0;
 	while (j + 1 < a.n_jobs && blockIdx.x >= a.job[j + 1].first_block)
 		j++;
 	const gemv_job &jb = a.job[j];
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int64_t r0 = (blockIdx.x - jb.first_block) * GEMV_BLOCK_ROWS + warp * ROWS;
-	if (r0 >= jb.n_out)
-		return;
+	bool live = r0 < jb.n_out;
 	int64_t n_in = a.n_in;
 	int nc = (int)(n_in / Q::EPC);
 	cu_wrow w[ROWS];
 #pragma unroll
 	for (int r = 0; r < ROWS; r++)
 		w[r] = cu_row(jb.W, 0, min(r0 + r, jb.n_out - 1));
+	typename Q::chunk k[B][ROWS];
+	if (live)
+#pragma unroll
+		for (int b = 0; b < B; b++)
+			if (lane + 32 * b < nc)
+#pragma unroll
+				for (int r = 0; r < ROWS; r++)
+					k[b][r] = cu_qload<TYPE>(jb.W, w[r], 0, r0 + r, lane + 32 * b);
+	gemv_stage<TYPE, T>(a, xs);
+	if (!live)
+		return;
 	float acc[ROWS][T];
 #pragma unroll
 	for (int r = 0; r < ROWS; r++)
 #pragma unroll
 		for (int t = 0; t < T; t++)
 			acc[r][t] = 0.0f;
-#pragma unroll 2
-	for (int c = lane; c < nc; c += 32) {
-		typename Q::chunk k[ROWS];
+	for (int c0 = lane; c0 < nc; c0 += 32 * B) {
 #pragma unroll
-		for (int r = 0; r < ROWS; r++)
-			k[r] = cu_qload<TYPE>(jb.W, w[r], 0, r0 + r, c);
-		typename Q::info in[ROWS];
+		for (int b = 0; b < B; b++) {
+			int c = c0 + 32 * b;
+			if (c >= nc)
+				break;
+			typename Q::info in[ROWS];
 #pragma unroll
-		for (int r = 0; r < ROWS; r++)
-			in[r] = Q::prep(k[r], c);
+			for (int r = 0; r < ROWS; r++)
+				in[r] = Q::prep(k[b][r], c);
 #pragma unroll
-		for (int i = 0; i < Q::NP; i++) {
-			int f = Q::swz(Q::f4(c, i));
-			float4 xv[T];
-#pragma unroll
-			for (int t = 0; t < T; t++)
-				xv[t] = ((const float4 *)(xs + t * n_in))[f];
-#pragma unroll
-			for (int r = 0; r < ROWS; r++) {
-				float4 y = Q::deq4(k[r], in[r], c, i);
+			for (int i = 0; i < Q::NP; i++) {
+				int f = Q::swz(Q::f4(c, i));
+				float4 xv[T];
 #pragma unroll
 				for (int t = 0; t < T; t++)
-					acc[r][t] += y.x * xv[t].x + y.y * xv[t].y + y.z * xv[t].z + y.w * xv[t].w;
+					xv[t] = ((const float4 *)(xs + t * n_in))[f];
+#pragma unroll
+				for (int r = 0; r < ROWS; r++) {
+					float4 y = Q::deq4(k[b][r], in[r], c, i);
+#pragma unroll
+					for (int t = 0; t < T; t++)
+						acc[r][t] += y.x * xv[t].x + y.y * xv[t].y + y.z * xv[t].z + y.w * xv[t].w;
+				}
 			}
+			if (c + 32 * B < nc)
+#pragma unroll
+				for (int r = 0; r < ROWS; r++)
+					k[b][r] = cu_qload<TYPE>(jb.W, w[r], 0, r0 + r, c + 32 * B);
 		}
 	}
 #pragma unroll
@@ -237,9 +254,28 @@ void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16
 	size_t es = o->mode == TOAST_MM_ACT ? 2 : 4;
 	for (int64_t r0 = 0; tmp && r0 < W->n_out; r0 += rows) {
 		int64_t n = W->n_out - r0 < rows ? W->n_out - r0 : rows;
-		cu_q_dequant_bf16(cb, wd, 0, r0, n, W->n_in, tmp);
+		cu_q_dequant_bf16(cb, wd, 0, r0, n, W->n_in, tmp, NULL);
 		cublas_gemm(cb, o, tmp, n, (char *)o->out + (size_t)r0 * es, in, T);
 	}
+}
+
+void cu_cublas_split(struct cuda_backend *cb, float *out, const struct toast_weight *W, const bf16 *hi, const bf16 *lo,
+		     int T)
+{
+	struct toast_mm_out set = {out, TOAST_MM_F32, W}, add = {out, TOAST_MM_ADD, W};
+	if (!toast_dtype_is_quant(W->dev_type)) { /* bf16 weights are exact in bf16 */
+		cublas_gemm(cb, &set, W->dev, W->n_out, out, hi, T);
+		cublas_gemm(cb, &add, W->dev, W->n_out, out, lo, T);
+		return;
+	}
+	size_t n = (size_t)W->n_out * (size_t)W->n_in;
+	bf16 *whi = (bf16 *)cu_scratch2(cb, 2 * n * 2);
+	if (!whi)
+		return;
+	cu_q_dequant_bf16(cb, cu_wd_weight(W), 0, 0, W->n_out, W->n_in, whi, whi + n);
+	cublas_gemm(cb, &set, whi, W->n_out, out, hi, T);
+	cublas_gemm(cb, &add, whi, W->n_out, out, lo, T);
+	cublas_gemm(cb, &add, whi + n, W->n_out, out, hi, T);
 }
 
 /* the kernel's token count: exact for bf16, 1, 2, 4 or 8 for quantised types (fewer kernels;

@@ -600,11 +600,10 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	float *sgf = (float *)(s + o_sgf), *suf = (float *)(s + o_suf), *ys = (float *)(s + o_ys), *y = (float *)(s + o_y);
 	const float *sgw = a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL;
 
-	/* route on h = hb + hlo: two bf16 GEMMs give the router (nearly) f32 inputs */
+	/* route on h = hb + hlo: bf16 GEMMs give the router (nearly) f32 inputs, and a quantised
+	 * router (nearly) its exact values, so experts are chosen as in decode */
 	cu_norm_rows(cb, a->x, a->norm_w, d.T, d.E, a->eps, a->plus_one, h, hb, hlo);
-	struct toast_mm_out lo = {logits, TOAST_MM_F32, a->router}, lo2 = {logits, TOAST_MM_ADD, a->router};
-	cu_cublas(cb, &lo, hb, d.T);
-	cu_cublas(cb, &lo2, hlo, d.T);
+	cu_cublas_split(cb, logits, a->router, hb, hlo, d.T);
 	cu_launch(cb, k_moe_topk, d.T, 256, d.ne * 4, d, h, logits, sgw, sel, wt, sgate);
 	cu_launched(cb, "moe top-k");
 	cu_fail(cb, cudaMemsetAsync(counts, 0, ne * 4, cb->stream), "moe counts");

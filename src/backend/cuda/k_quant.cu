@@ -39,7 +39,7 @@ static unsigned q_grid(size_t n)
 static enum toast_status q_copy(struct cuda_backend *cb, void *dst, const void *src, size_t n, const char *name,
 				struct toast_error *err)
 {
-	if (cu_fail(cb, cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "weight upload"))
+	if (cu_copy_in(cb, dst, src, n))
 		return toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", name, cb->fail_msg);
 	return TOAST_OK;
 }
@@ -88,26 +88,31 @@ void cu_q_fill_synthetic(struct cuda_backend *cb, void *dst, const struct toast_
 	cu_launched(cb, "synthetic quantised fill");
 }
 
-__global__ void k_q_dequant_bf16(cu_wd w, size_t e, int64_t r0, int64_t n, int64_t n_in, bf16 *out)
+__global__ void k_q_dequant_bf16(cu_wd w, size_t e, int64_t r0, int64_t n, int64_t n_in, bf16 *out, bf16 *lo)
 {
 	int64_t n8 = n_in / 8;
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * n8; i += (int64_t)gridDim.x * blockDim.x) {
 		int64_t r = i / n8, k = (i - r * n8) * 8;
 		float y[8];
 		cu_dq8(w, e, r0 + r, k, y);
-		__nv_bfloat162 v[4];
-		for (int j = 0; j < 4; j++)
+		__nv_bfloat162 v[4], l[4];
+		for (int j = 0; j < 4; j++) {
 			v[j] = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
+			float2 f = __bfloat1622float2(v[j]);
+			l[j] = __floats2bfloat162_rn(y[2 * j] - f.x, y[2 * j + 1] - f.y);
+		}
 		*(uint4 *)(out + r * n_in + k) = *(const uint4 *)v;
+		if (lo)
+			*(uint4 *)(lo + r * n_in + k) = *(const uint4 *)l;
 	}
 }
 
 void cu_q_dequant_bf16(struct cuda_backend *cb, const cu_wd &w, size_t e, int64_t r0, int64_t n, int64_t n_in,
-		       bf16 *out)
+		       bf16 *out, bf16 *lo)
 {
 	size_t total = (size_t)n * (size_t)(n_in / 8);
 	unsigned blocks = cu_blocks(total, 256);
 	unsigned cap = (unsigned)cb->n_sm * 16;
-	cu_launch(cb, k_q_dequant_bf16, blocks < cap ? blocks : cap, 256, 0, w, e, r0, n, n_in, out);
+	cu_launch(cb, k_q_dequant_bf16, blocks < cap ? blocks : cap, 256, 0, w, e, r0, n, n_in, out, lo);
 	cu_launched(cb, "dequantise to bf16");
 }
