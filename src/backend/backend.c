@@ -125,6 +125,16 @@ static bool top_before(float va, int32_t ia, float vb, int32_t ib)
 	return va > vb || (va == vb && ia < ib);
 }
 
+static void top_swap(int32_t *ids, float *vals, int a, int b)
+{
+	float tv = vals[a];
+	int32_t ti = ids[a];
+	vals[a] = vals[b];
+	ids[a] = ids[b];
+	vals[b] = tv;
+	ids[b] = ti;
+}
+
 /* restore the heap (the worst entry at the root) below i */
 static void top_sift(int32_t *ids, float *vals, int n, int i)
 {
@@ -136,12 +146,7 @@ static void top_sift(int32_t *ids, float *vals, int n, int i)
 			w = r;
 		if (w == i)
 			return;
-		float tv = vals[i];
-		int32_t ti = ids[i];
-		vals[i] = vals[w];
-		ids[i] = ids[w];
-		vals[w] = tv;
-		ids[w] = ti;
+		top_swap(ids, vals, i, w);
 		i = w;
 	}
 }
@@ -160,16 +165,8 @@ int toast_top_host(const float *x, int n, int m, int32_t *ids, float *vals)
 			int j = k++;
 			vals[j] = v;
 			ids[j] = i;
-			while (j > 0 && top_before(vals[(j - 1) / 2], ids[(j - 1) / 2], vals[j], ids[j])) {
-				int p = (j - 1) / 2;
-				float tv = vals[p];
-				int32_t ti = ids[p];
-				vals[p] = vals[j];
-				ids[p] = ids[j];
-				vals[j] = tv;
-				ids[j] = ti;
-				j = p;
-			}
+			for (; j > 0 && top_before(vals[(j - 1) / 2], ids[(j - 1) / 2], vals[j], ids[j]); j = (j - 1) / 2)
+				top_swap(ids, vals, (j - 1) / 2, j);
 		} else if (top_before(v, i, vals[0], ids[0])) {
 			vals[0] = v;
 			ids[0] = i;
@@ -178,12 +175,7 @@ int toast_top_host(const float *x, int n, int m, int32_t *ids, float *vals)
 	}
 	/* heap sort: the worst to the end, one at a time */
 	for (int n_heap = k; n_heap > 1; n_heap--) {
-		float tv = vals[0];
-		int32_t ti = ids[0];
-		vals[0] = vals[n_heap - 1];
-		ids[0] = ids[n_heap - 1];
-		vals[n_heap - 1] = tv;
-		ids[n_heap - 1] = ti;
+		top_swap(ids, vals, 0, n_heap - 1);
 		top_sift(ids, vals, n_heap - 1, 0);
 	}
 	return k;
