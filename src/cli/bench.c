@@ -140,6 +140,11 @@ int cli_bench(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		const char *v;
 		long n;
+		int eo = cli_engine_opt(argc, argv, &i, CLI_EO_CHUNK, &o.eo);
+		if (eo < 0)
+			return 2;
+		if (eo > 0)
+			continue;
 		if ((v = cli_optval(argc, argv, &i, "--synthetic"))) {
 			o.eo.synthetic = v;
 		} else if ((v = cli_optval(argc, argv, &i, "--type"))) {
@@ -148,16 +153,6 @@ int cli_bench(int argc, char **argv)
 			if (!cli_int("--layers", v, 1, 4096, &n))
 				return 2;
 			o.eo.synthetic_layers = (int)n;
-		} else if ((v = cli_optval(argc, argv, &i, "--backend"))) {
-			o.eo.backend = v;
-		} else if ((v = cli_optval(argc, argv, &i, "--threads"))) {
-			if (!cli_int("--threads", v, 1, 1024, &n))
-				return 2;
-			o.eo.n_threads = (int)n;
-		} else if ((v = cli_optval(argc, argv, &i, "--chunk"))) {
-			if (!cli_int("--chunk", v, 1, 4096, &n))
-				return 2;
-			o.eo.chunk = (int)n;
 		} else if ((v = cli_optval(argc, argv, &i, "--prompt"))) {
 			if (!bench_list("--prompt", v, o.prompts, &o.n_prompts))
 				return 2;

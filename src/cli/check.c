@@ -261,19 +261,13 @@ int cli_check(int argc, char **argv)
 	toast_engine_opts_init(&o.eo);
 	for (int i = 1; i < argc; i++) {
 		const char *v;
-		long n;
+		int eo = cli_engine_opt(argc, argv, &i, CLI_EO_CHUNK | CLI_EO_QUANT, &o.eo);
+		if (eo < 0)
+			return 2;
+		if (eo > 0)
+			continue;
 		if ((v = cli_optval(argc, argv, &i, "--reference"))) {
 			o.reference = v;
-		} else if ((v = cli_optval(argc, argv, &i, "--threads"))) {
-			if (!cli_int("--threads", v, 1, 1024, &n))
-				return 2;
-			o.eo.n_threads = (int)n;
-		} else if ((v = cli_optval(argc, argv, &i, "--chunk"))) {
-			if (!cli_int("--chunk", v, 1, 4096, &n))
-				return 2;
-			o.eo.chunk = (int)n;
-		} else if ((v = cli_optval(argc, argv, &i, "--backend"))) {
-			o.eo.backend = v;
 		} else if ((v = cli_optval(argc, argv, &i, "--tol"))) {
 			if (!cli_float("--tol", v, 0, 1, &o.tol))
 				return 2;
@@ -283,8 +277,6 @@ int cli_check(int argc, char **argv)
 		} else if ((v = cli_optval(argc, argv, &i, "--min-top1"))) {
 			if (!cli_float("--min-top1", v, 0, 1, &o.min_top1))
 				return 2;
-		} else if ((v = cli_optval(argc, argv, &i, "--quant"))) {
-			o.eo.quant = v;
 		} else if (argv[i][0] == '-' || o.model) {
 			fprintf(stderr, "toasted check: unexpected argument %s\n", argv[i]);
 			return 2;

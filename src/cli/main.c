@@ -53,6 +53,28 @@ const char *cli_optval(int argc, char **argv, int *i, const char *name)
 	return NULL;
 }
 
+int cli_engine_opt(int argc, char **argv, int *i, unsigned which, struct toast_engine_opts *eo)
+{
+	const char *v;
+	long n;
+	if ((v = cli_optval(argc, argv, i, "--backend"))) {
+		eo->backend = v;
+	} else if ((v = cli_optval(argc, argv, i, "--threads"))) {
+		if (!cli_int("--threads", v, 1, 1024, &n))
+			return -1;
+		eo->n_threads = (int)n;
+	} else if ((which & CLI_EO_CHUNK) && (v = cli_optval(argc, argv, i, "--chunk"))) {
+		if (!cli_int("--chunk", v, 1, 4096, &n))
+			return -1;
+		eo->chunk = (int)n;
+	} else if ((which & CLI_EO_QUANT) && (v = cli_optval(argc, argv, i, "--quant"))) {
+		eo->quant = v;
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
 int cli_status_exit(enum toast_status st)
 {
 	switch (st) {

@@ -99,6 +99,11 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		const char *v;
 		long n;
 		double d;
+		int eo = cli_engine_opt(argc, argv, &i, CLI_EO_QUANT, &o->eo);
+		if (eo < 0)
+			return 2;
+		if (eo > 0)
+			continue;
 		if ((v = cli_optval(argc, argv, &i, "--system"))) {
 			o->system = v;
 		} else if ((v = cli_optval(argc, argv, &i, "--messages"))) {
@@ -146,14 +151,6 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 			if (!cli_int("--ctx-size", v, 16, 1 << 24, &n))
 				return 2;
 			o->ctx_size = (int)n;
-		} else if ((v = cli_optval(argc, argv, &i, "--threads"))) {
-			if (!cli_int("--threads", v, 1, 1024, &n))
-				return 2;
-			o->eo.n_threads = (int)n;
-		} else if ((v = cli_optval(argc, argv, &i, "--backend"))) {
-			o->eo.backend = v;
-		} else if ((v = cli_optval(argc, argv, &i, "--quant"))) {
-			o->eo.quant = v;
 		} else if (strcmp(argv[i], "--no-think") == 0) {
 			o->no_think = true;
 		} else if (strcmp(argv[i], "--ignore-eos") == 0) {
