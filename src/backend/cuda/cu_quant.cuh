@@ -554,6 +554,30 @@ __device__ __forceinline__ int64_t cu_qpos(int64_t i)
 	return 4 * qk<TYPE>::swz(i >> 2) + (i & 3);
 }
 
+#ifndef TOAST_CUDA_EMU
+/* row (shared memory, stored for TYPE's swizzle) = RMSNorm(x) of n elements with weight w (1 + w
+ * when plus_one), and the same values in order to out (f32) or outb (bf16) when not NULL. Called
+ * by a whole block; red: 32 floats of shared memory; no barrier after the writes. */
+template <int TYPE>
+__device__ __forceinline__ void cu_stage_norm(const float *x, const float *w, int64_t n, float eps, int plus_one,
+					      float *row, float *red, float *out, bf16 *outb)
+{
+	float ss = 0;
+	for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+		ss += x[i] * x[i];
+	ss = cu_block_sum(ss, red);
+	float r = rsqrtf(ss / n + eps);
+	for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+		float y = x[i] * r * (plus_one ? 1.0f + w[i] : w[i]);
+		row[cu_qpos<TYPE>(i)] = y;
+		if (out)
+			out[i] = y;
+		if (outb)
+			outb[i] = __float2bfloat16(y);
+	}
+}
+#endif
+
 /* ---- k_quant.cu ---- */
 
 /* Write w's data (host, file layout) into dst in the device layout l. */

@@ -58,18 +58,8 @@ __device__ __forceinline__ void gemv_stage(const gemv_args &a, float *xs)
 				row[cu_qpos<TYPE>(i)] = t >= a.nt ? 0.0f : a.act ? __bfloat162float(a.act[t * n + i]) : a.xf[t * n + i];
 			continue;
 		}
-		const float *x = a.norm_x + t * n;
-		float ss = 0;
-		for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-			ss += x[i] * x[i];
-		ss = cu_block_sum(ss, red);
-		float r = rsqrtf(ss / n + a.eps);
-		for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-			float y = x[i] * r * (a.plus_one ? 1.0f + a.norm_w[i] : a.norm_w[i]);
-			row[cu_qpos<TYPE>(i)] = y;
-			if (a.norm_out && blockIdx.x == 0)
-				a.norm_out[t * n + i] = __float2bfloat16(y);
-		}
+		cu_stage_norm<TYPE>(a.norm_x + t * n, a.norm_w, n, a.eps, a.plus_one, row, red, NULL,
+				    a.norm_out && blockIdx.x == 0 ? a.norm_out + t * n : NULL);
 	}
 	__syncthreads();
 }

@@ -11,6 +11,7 @@
 #include "backend/cuda/cu_quant.cuh"
 
 #include <mma.h>
+#include <type_traits>
 
 #define MOE_MAX_K 64
 #define MOE_WARPS 8
@@ -208,20 +209,9 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 #pragma unroll
 		for (int p = 0; p < CPL; p++) /* the router rows are weights: their loads fly while the previous kernel ends */
 			rw[p] = cu_qload<TYPE>(R, row, 0, e, lane + 32 * p);
-	for (int t = 0; t < d.T; t++) {
-		const float *xr = x + (size_t)t * E;
-		float ss = 0;
-		for (int i = threadIdx.x; i < E; i += blockDim.x)
-			ss += xr[i] * xr[i];
-		ss = cu_block_sum(ss, red);
-		float r = rsqrtf(ss / E + eps);
-		for (int i = threadIdx.x; i < E; i += blockDim.x) {
-			float y = xr[i] * r * (plus_one ? 1.0f + nw[i] : nw[i]);
-			hs[t * E + cu_qpos<TYPE>(i)] = y;
-			if (blockIdx.x == 0)
-				h[(size_t)t * E + i] = y;
-		}
-	}
+	for (int t = 0; t < d.T; t++)
+		cu_stage_norm<TYPE>(x + (size_t)t * E, nw, E, eps, plus_one, hs + t * E, red,
+				    blockIdx.x == 0 ? h + (size_t)t * E : NULL, NULL);
 	__syncthreads();
 	/* one router row per warp */
 	if (e < d.ne) {
@@ -642,6 +632,21 @@ static int moe_ktype(int t)
 		       : CU_QT_ANY;
 }
 
+/* fn(std::integral_constant<int, k>()) for a kernel type k of moe_ktype: the kernels' template
+ * argument from a runtime type */
+template <typename Fn>
+static void moe_with_ktype(int k, Fn fn)
+{
+	switch (k) {
+	case TOAST_DT_BF16: return fn(std::integral_constant<int, TOAST_DT_BF16>());
+	case TOAST_DT_Q4_K: return fn(std::integral_constant<int, TOAST_DT_Q4_K>());
+	case TOAST_DT_MLX4: return fn(std::integral_constant<int, TOAST_DT_MLX4>());
+	case TOAST_DT_Q8_0: return fn(std::integral_constant<int, TOAST_DT_Q8_0>());
+	case TOAST_DT_Q6_K: return fn(std::integral_constant<int, TOAST_DT_Q6_K>());
+	default: return fn(std::integral_constant<int, CU_QT_ANY>());
+	}
+}
+
 /* gate and up are read by one kernel: of one type */
 static int moe_ktype2(int g, int u)
 {
@@ -718,16 +723,9 @@ static void moe_gateup_t(struct cuda_backend *cb, const moe_ff_args &f, int s0, 
 	moe_gateup_cpl<TYPE, 0>(cb, f, s0, ns, smem);
 }
 
-static void moe_gateup(struct cuda_backend *cb, int type, const moe_ff_args &f, int s0, int ns, size_t smem)
+static void moe_gateup(struct cuda_backend *cb, int ktype, const moe_ff_args &f, int s0, int ns, size_t smem)
 {
-	switch (type) {
-	case TOAST_DT_BF16: moe_gateup_t<TOAST_DT_BF16>(cb, f, s0, ns, smem); break;
-	case TOAST_DT_Q4_K: moe_gateup_t<TOAST_DT_Q4_K>(cb, f, s0, ns, smem); break;
-	case TOAST_DT_MLX4: moe_gateup_t<TOAST_DT_MLX4>(cb, f, s0, ns, smem); break;
-	case TOAST_DT_Q8_0: moe_gateup_t<TOAST_DT_Q8_0>(cb, f, s0, ns, smem); break;
-	case TOAST_DT_Q6_K: moe_gateup_t<TOAST_DT_Q6_K>(cb, f, s0, ns, smem); break;
-	default: moe_gateup_t<CU_QT_ANY>(cb, f, s0, ns, smem); break;
-	}
+	moe_with_ktype(ktype, [&](auto k) { moe_gateup_t<decltype(k)::value>(cb, f, s0, ns, smem); });
 }
 
 template <int TYPE, int CPR>
@@ -755,16 +753,9 @@ static void moe_down_t(struct cuda_backend *cb, const moe_ff_args &f, int s0, in
 	moe_down_cpr<TYPE, 0>(cb, f, s0, ns, smem);
 }
 
-static void moe_down(struct cuda_backend *cb, int type, const moe_ff_args &f, int s0, int ns, size_t smem)
+static void moe_down(struct cuda_backend *cb, int ktype, const moe_ff_args &f, int s0, int ns, size_t smem)
 {
-	switch (type) {
-	case TOAST_DT_BF16: moe_down_t<TOAST_DT_BF16>(cb, f, s0, ns, smem); break;
-	case TOAST_DT_Q4_K: moe_down_t<TOAST_DT_Q4_K>(cb, f, s0, ns, smem); break;
-	case TOAST_DT_MLX4: moe_down_t<TOAST_DT_MLX4>(cb, f, s0, ns, smem); break;
-	case TOAST_DT_Q8_0: moe_down_t<TOAST_DT_Q8_0>(cb, f, s0, ns, smem); break;
-	case TOAST_DT_Q6_K: moe_down_t<TOAST_DT_Q6_K>(cb, f, s0, ns, smem); break;
-	default: moe_down_t<CU_QT_ANY>(cb, f, s0, ns, smem); break;
-	}
+	moe_with_ktype(ktype, [&](auto k) { moe_down_t<decltype(k)::value>(cb, f, s0, ns, smem); });
 }
 
 void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
