@@ -859,6 +859,13 @@ static void test_backend(struct ctx *c)
 	test_attention(c, 3, 1, 32, 32, false, true, 1, 7);
 	test_attention(c, 2, 2, 24, 8, false, false, 9, 33);
 	test_attention(c, 16, 2, 256, 64, true, true, 7, 1);
+	/* prefill on tensor cores: several row blocks and key tiles, partial ones, a second chunk
+	 * after the first; rows that do not fill a block evenly (3 heads a KV head); a short chunk
+	 * after a long history (split keys) */
+	test_attention(c, 16, 2, 256, 64, true, true, 150, 77);
+	test_attention(c, 6, 2, 128, 32, false, true, 100, 40);
+	test_attention(c, 2, 2, 128, 128, true, false, 65, 64);
+	test_attention(c, 4, 2, 64, 64, true, true, 700, 20);
 	struct gdn_shape flat = {2, 4, 32, 48, 4, false, false}, grouped = {2, 4, 32, 48, 4, true, false};
 	struct gdn_shape odd = {3, 3, 7, 5, 3, false, false}, big = {2, 6, 128, 128, 4, true, false};
 	int p1[] = {1, 1, 1}, p2[] = {12}, p3[] = {5, 1, 70}, p4[] = {64, 64, 1, 3}, p5[] = {131};
@@ -983,6 +990,11 @@ static void perf_top_fn(void *p)
 static void perf_row(const char *name, double t, double bytes)
 {
 	printf("%-40s %10.1f us %10.1f GB/s\n", name, t * 1e6, bytes / t / 1e9);
+}
+
+static void perf_row_flops(const char *name, double t, double flops)
+{
+	printf("%-40s %10.1f us %10.1f TFLOP/s\n", name, t * 1e6, flops / t / 1e12);
 }
 
 /* MoE decode at the Qwen3-Next shape (512 experts of 512x2048, top 10, shared expert): bytes
@@ -1119,6 +1131,29 @@ static void perf_backend(struct toast_backend *be)
 		be->ops->release(be, kc), be->ops->release(be, vc), be->ops->release(be, q), be->ops->release(be, k);
 		be->ops->release(be, v), be->ops->release(be, o);
 	}
+	/* attention prefill: a 4,096-token chunk at the start and at the end of a 16K prompt;
+	 * FLOPs of the causal QKᵀ and PV products */
+	int pre[] = {0, 12288}, TP = 4096;
+	int32_t *ids = calloc((size_t)TP, sizeof(int32_t));
+	for (int i = 0; i < 2; i++) {
+		int n_ctx = pre[i] + TP, hd = 256, kvd = 2 * hd;
+		void *kc = be->ops->alloc(be, (size_t)n_ctx * kvd * be->act_size), *vc = be->ops->alloc(be, (size_t)n_ctx * kvd * be->act_size);
+		float *q = be->ops->alloc(be, (size_t)TP * 16 * 2 * hd * 4), *k = be->ops->alloc(be, (size_t)TP * kvd * 4);
+		float *v = be->ops->alloc(be, (size_t)TP * kvd * 4);
+		void *o = be->ops->alloc(be, (size_t)TP * 16 * hd * be->act_size);
+		struct toast_weight qn = synth(be, "perf.qn", 1, hd), kn = synth(be, "perf.kn", 1, hd);
+		be->ops->begin_step(be, ids, TP, pre[i]);
+		struct toast_attn_args aa = {q, k, v, &qn, &kn, true, 1e-6f, 16, 2, hd, 64, 1e7f, TOAST_DT_BF16, true,
+					     kc, vc, n_ctx, pre[i], TP, o};
+		void *actx[2] = {be, &aa};
+		char name[64];
+		snprintf(name, sizeof(name), "attention prefill 4096 at %d", pre[i]);
+		double pairs = (double)TP * pre[i] + (double)TP * (TP + 1) / 2;
+		perf_row_flops(name, perf_time(be, perf_attn_fn, actx), 4.0 * 16 * hd * pairs);
+		be->ops->release(be, kc), be->ops->release(be, vc), be->ops->release(be, q), be->ops->release(be, k);
+		be->ops->release(be, v), be->ops->release(be, o);
+	}
+	free(ids);
 	free(xh), free(a4);
 }
 

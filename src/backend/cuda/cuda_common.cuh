@@ -173,6 +173,60 @@ __device__ __forceinline__ void cu_bf16x8(uint4 u, float *f)
 	}
 }
 
+/* ---- tensor cores (sm_80+ mma.sync; bf16 in, f32 accumulate) ----
+ * Fragments of mma.m16n8k16 for lane l (g = l / 4, c = 2 * (l % 4)): A (16 x 16, row-major) a0 =
+ * A[g][c..c+1], a1 = A[g+8][c..], a2 = A[g][c+8..], a3 = A[g+8][c+8..]; B (16 x 8, k x n) b0 =
+ * B[c..c+1][g], b1 = B[c+8..c+9][g]; C (16 x 8) c0,c1 = C[g][c..c+1], c2,c3 = C[g+8][c..c+1]. */
+__device__ __forceinline__ void cu_mma_bf16(float *d, const unsigned *a, unsigned b0, unsigned b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* four 8 x 8 b16 matrices from shared memory; lane l gives the address of row l % 8 of matrix
+ * l / 8; r[i] is matrix i (TRANS: transposed) in the mma fragment layout */
+template <bool TRANS>
+__device__ __forceinline__ void cu_ldsm4(unsigned *r, const void *smem)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+	if (TRANS)
+		asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+			     : "r"(a));
+	else
+		asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+			     : "r"(a));
+}
+
+/* 16 bytes global -> shared without registers; !pred writes zeros (src is not read) */
+__device__ __forceinline__ void cu_cp16(void *smem, const void *src, bool pred)
+{
+	unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(pred ? 16 : 0));
+}
+
+__device__ __forceinline__ void cu_cp_commit()
+{
+	asm volatile("cp.async.commit_group;\n" ::);
+}
+
+/* wait until at most N of this thread's committed groups are in flight */
+template <int N>
+__device__ __forceinline__ void cu_cp_wait()
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* two floats -> one register of two bf16 (lo in the low half) */
+__device__ __forceinline__ unsigned cu_pack_bf16(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	return *(unsigned *)&v;
+}
+
 /* ---- launchers (one family per .cu file) ---- */
 
 /* k_basic.cu */

@@ -3,8 +3,9 @@
  *
  * Three kernels: prep (q/k RMSNorm, partial NeoX RoPE, K/V appended to the cache), a split-K
  * flash-decoding pass (grid: KV head x split x query token; each block serves all query heads
- * of its KV head, so a K/V row is read once for the group; online softmax per warp), and a
- * combine pass that merges the splits and applies the sigmoid output gate. The split count
+ * of its KV head, so a K/V row is read once for the group; online softmax per warp) or, for
+ * prefill at head_dim 64/128/256, its tensor-core form (k_attn_mma), and a combine pass that
+ * merges the splits and applies the sigmoid output gate. The split count
  * depends only on the cache size, never on pos, so a recorded decode step stays valid while
  * the context grows: empty splits just report nothing.
  */
@@ -206,6 +207,176 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 	}
 }
 
+/*
+ * Prefill on tensor cores (head_dim 64, 128 or 256). A block takes 64 query rows of one KV head
+ * (rows as in k_attn_tile, so the group's query heads share every K/V tile) and one split of
+ * the keys; four warps of 16 rows. Per tile of 64 keys: S = Q·Kᵀ and O += P·V on
+ * mma.m16n8k16 (bf16 in, f32 accumulate), the online softmax in f32 registers in base 2 (Q is
+ * staged as bf16 pre-scaled by log2(e)/sqrt(hd)). Q, K and V tiles live in shared memory in
+ * 16-byte chunks XOR-swizzled by row (ldmatrix without bank conflicts); K and V arrive by
+ * cp.async, the next tile's K while this one's softmax and P·V run, the next V while the next
+ * S runs. Keys past the split are zero-filled (V too: 0 x garbage would be NaN). The
+ * partials go to k_attn_combine like k_attn_tile's, with m in natural-log units.
+ */
+#define AM_ROWS 64
+#define AM_KEYS 64
+
+template <int D>
+__device__ __forceinline__ int am_swz(int row, int chunk)
+{
+	return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+template <int D>
+__device__ __forceinline__ void am_load_kv(bf16 *dst, const bf16 *src, int kvd, int kvh, int jt, int j1)
+{
+	for (int i = threadIdx.x; i < AM_KEYS * (D / 8); i += 128) {
+		int row = i / (D / 8), ch = i % (D / 8), key = jt + row;
+		bool in = key < j1;
+		cu_cp16(dst + am_swz<D>(row, ch), in ? src + (size_t)key * kvd + kvh * D + ch * 8 : src, in);
+	}
+}
+
+template <int D>
+__global__ void __launch_bounds__(128, 2)
+	k_attn_mma(const float *qf, const bf16 *kc, const bf16 *vc, float *part, int n_head, int n_kv, int n_split, int T,
+		   const int32_t *step)
+{
+	extern __shared__ __align__(16) bf16 am[];
+	bf16 *Qs = am, *Ks = Qs + AM_ROWS * D, *Vs = Ks + AM_KEYS * D;
+	int rb = gridDim.x - 1 - blockIdx.x, split = blockIdx.y, kvh = blockIdx.z; /* the longest rows first */
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = (lane & 3) * 2;
+	int n_rep = n_head / n_kv, kvd = n_kv * D, R = T * n_rep, r0 = rb * AM_ROWS;
+	int pos0 = step[0];
+	int L = pos0 + min(T - 1, (r0 + AM_ROWS - 1) / n_rep) + 1; /* keys the block's last row sees */
+	int chunk = (L + n_split - 1) / n_split;
+	int j0 = split * chunk, j1 = min(L, j0 + chunk);
+	if (j0 < j1) {
+		am_load_kv<D>(Ks, kc, kvd, kvh, j0, j1);
+		cu_cp_commit();
+		am_load_kv<D>(Vs, vc, kvd, kvh, j0, j1);
+		cu_cp_commit();
+	}
+	const float qscale = rsqrtf((float)D) * 1.4426950408889634f;
+	for (int i = threadIdx.x; i < AM_ROWS * (D / 8); i += 128) {
+		int row = i / (D / 8), ch = i % (D / 8), gr = r0 + row;
+		uint4 v = make_uint4(0, 0, 0, 0);
+		if (gr < R) {
+			const float4 *src =
+				(const float4 *)(qf + ((size_t)(gr / n_rep) * n_head + kvh * n_rep + gr % n_rep) * D + ch * 8);
+			float4 a = src[0], b = src[1];
+			v = make_uint4(cu_pack_bf16(a.x * qscale, a.y * qscale), cu_pack_bf16(a.z * qscale, a.w * qscale),
+				       cu_pack_bf16(b.x * qscale, b.y * qscale), cu_pack_bf16(b.z * qscale, b.w * qscale));
+		}
+		*(uint4 *)(Qs + am_swz<D>(row, ch)) = v;
+	}
+	int qr0 = warp * 16 + g; /* this thread's rows: qr0 and qr0 + 8 of the block */
+	int qpos0 = pos0 + (r0 + qr0) / n_rep, qpos1 = pos0 + (r0 + qr0 + 8) / n_rep;
+	float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+#pragma unroll
+	for (int i = 0; i < D / 8; i++)
+		o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0;
+	for (int jt = j0; jt < j1; jt += AM_KEYS) {
+		bool more = jt + AM_KEYS < j1;
+		cu_cp_wait<1>(); /* this tile's K (its V may still fly) */
+		__syncthreads();
+		float s[8][4];
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0;
+#pragma unroll
+		for (int ks = 0; ks < D / 16; ks++) {
+			unsigned a[4];
+			cu_ldsm4<false>(a, Qs + am_swz<D>(warp * 16 + (lane & 15), 2 * ks + (lane >> 4)));
+#pragma unroll
+			for (int nt = 0; nt < 4; nt++) {
+				unsigned b[4];
+				cu_ldsm4<false>(b, Ks + am_swz<D>(nt * 16 + (lane & 7) + ((lane >> 4) << 3),
+								  2 * ks + ((lane >> 3) & 1)));
+				cu_mma_bf16(s[2 * nt], a, b[0], b[1]);
+				cu_mma_bf16(s[2 * nt + 1], a, b[2], b[3]);
+			}
+		}
+		__syncthreads(); /* every warp is done with K: the next tile's K may land */
+		if (more)
+			am_load_kv<D>(Ks, kc, kvd, kvh, jt + AM_KEYS, j1);
+		cu_cp_commit(); /* (an empty group at the end keeps the counting simple) */
+		float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+		for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				int key = jt + nt * 8 + c + (i & 1);
+				bool ok = key < j1 && key <= (i < 2 ? qpos0 : qpos1);
+				s[nt][i] = ok ? s[nt][i] : -INFINITY;
+				mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
+			}
+		float corr[2], base[2];
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+			mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+			float mn = fmaxf(m[h], mx[h]);
+			base[h] = mn == -INFINITY ? 0.0f : mn;
+			corr[h] = exp2f(m[h] - base[h]);
+			m[h] = mn;
+			l[h] *= corr[h];
+		}
+#pragma unroll
+		for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				s[nt][i] = exp2f(s[nt][i] - base[i >> 1]);
+				l[i >> 1] += s[nt][i];
+			}
+#pragma unroll
+		for (int i = 0; i < D / 8; i++) {
+			o[i][0] *= corr[0], o[i][1] *= corr[0];
+			o[i][2] *= corr[1], o[i][3] *= corr[1];
+		}
+		cu_cp_wait<1>(); /* this tile's V (the next K may still fly) */
+		__syncthreads();
+#pragma unroll
+		for (int kk = 0; kk < 4; kk++) {
+			unsigned pa[4] = {cu_pack_bf16(s[2 * kk][0], s[2 * kk][1]), cu_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+					  cu_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+					  cu_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+			for (int dt = 0; dt < D / 16; dt++) {
+				unsigned b[4];
+				cu_ldsm4<true>(b, Vs + am_swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
+								 2 * dt + (lane >> 4)));
+				cu_mma_bf16(o[2 * dt], pa, b[0], b[1]);
+				cu_mma_bf16(o[2 * dt + 1], pa, b[2], b[3]);
+			}
+		}
+		__syncthreads(); /* every warp is done with V */
+		if (more)
+			am_load_kv<D>(Vs, vc, kvd, kvh, jt + AM_KEYS, j1);
+		cu_cp_commit();
+	}
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+		l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+	}
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		int gr = r0 + qr0 + 8 * h;
+		if (gr >= R)
+			continue;
+		int t = gr / n_rep, rep = gr % n_rep;
+		float *dst = part + ((((size_t)t * n_kv + kvh) * n_split + split) * n_rep + rep) * (D + 2);
+#pragma unroll
+		for (int i = 0; i < D / 8; i++)
+			*(float2 *)(dst + i * 8 + c) = make_float2(o[i][2 * h], o[i][2 * h + 1]);
+		if ((lane & 3) == 0) {
+			dst[D] = m[h] * 0.6931471805599453f; /* -inf stays -inf: combine skips the split */
+			dst[D + 1] = l[h];
+		}
+	}
+}
+
 __global__ void k_attn_combine(const float *part, const float *q, bf16 *out, int n_head, int n_kv, int hd, int n_split,
 			       int gated)
 {
@@ -233,44 +404,22 @@ __global__ void k_attn_combine(const float *part, const float *q, bf16 *out, int
 	out[((size_t)t * n_head + h) * hd + d] = __float2bfloat16(o);
 }
 
-void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
+/* the SIMT split-K pass: decode, and prefill at head dims the tensor-core kernel lacks */
+static void attn_tile(struct cuda_backend *cb, const struct toast_attn_args *a, const float *qf, float *part,
+		      int n_split)
 {
 	int hd = a->head_dim, T = a->T, n_rep = a->n_head / a->n_head_kv;
-	if (hd > ATTN_MAX_DPL * 32 || a->n_rot > hd) {
-		cu_fail_msg(cb, "attention: head_dim %d is not supported (max %d)", hd, ATTN_MAX_DPL * 32);
-		return;
-	}
-	/* splits: enough blocks to fill the GPU at decode, fixed by the cache size */
-	int n_split = 1;
-	if (T == 1) {
-		n_split = a->n_ctx / 256;
-		int cap = (2 * cb->n_sm + a->n_head_kv - 1) / a->n_head_kv;
-		n_split = n_split < 1 ? 1 : n_split > cap ? cap : n_split;
-	}
-	size_t qbytes = (size_t)T * a->n_head * hd * 4;
-	size_t pbytes = (size_t)T * a->n_head_kv * n_split * n_rep * (hd + 2) * 4;
-	char *scr = (char *)cu_scratch(cb, qbytes + pbytes);
-	if (!scr)
-		return;
-	float *qf = (float *)scr, *part = (float *)(scr + qbytes);
-	int threads = (hd + 31) / 32 * 32;
-	dim3 pg(T, a->n_head + a->n_head_kv);
-	cu_launch(cb, k_attn_prep, pg, threads, hd * sizeof(float), 
-		a->q, a->k, a->v, a->q_norm ? (const float *)a->q_norm->dev : NULL,
-		a->k_norm ? (const float *)a->k_norm->dev : NULL, a->norm_plus_one, a->eps, a->n_head, a->n_head_kv, hd,
-		a->n_rot, a->rope_theta, a->rope_freq_type, a->gated, (bf16 *)a->k_cache, (bf16 *)a->v_cache, qf, cb->d_step);
-	cu_launched(cb, "attention prep");
-	/* decode: one token per block; prefill: 64 / n_rep tokens per block share each K/V tile */
-	int rpw = (n_rep + AT_WARPS - 1) / AT_WARPS, qt = 1;
-	if (T > 1 && n_rep <= AT_WARPS * 8) {
-		qt = (AT_WARPS * 8) / n_rep;
-		rpw = 8;
-	}
-	rpw = rpw <= 1 ? 1 : rpw <= 2 ? 2 : rpw <= 4 ? 4 : 8;
 	if (n_rep > AT_WARPS * 8) {
 		cu_fail_msg(cb, "attention: %d query heads per KV head is not supported (max %d)", n_rep, AT_WARPS * 8);
 		return;
 	}
+	/* decode: one token per block; prefill: 64 / n_rep tokens per block share each K/V tile */
+	int rpw = (n_rep + AT_WARPS - 1) / AT_WARPS, qt = 1;
+	if (T > 1) {
+		qt = (AT_WARPS * 8) / n_rep;
+		rpw = 8;
+	}
+	rpw = rpw <= 1 ? 1 : rpw <= 2 ? 2 : rpw <= 4 ? 4 : 8;
 	int dpl = (hd + 31) / 32;
 	dpl = dpl <= 2 ? 2 : dpl <= 4 ? 4 : 8;
 	size_t smem = ((size_t)AT_TK * (hd + 4) + (size_t)AT_TK * hd + (size_t)qt * n_rep * hd) * sizeof(float);
@@ -293,8 +442,78 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 			(void *)&hd, (void *)&n_split, (void *)&qt, (void *)&T, (void *)&cb->d_step};
 	cu_fail(cb, cudaLaunchKernel(fn, sg, dim3(AT_WARPS * 32), args, smem, cb->stream), "attention launch");
 	cu_launched(cb, "attention");
+}
+
+template <int D>
+static void attn_mma_d(struct cuda_backend *cb, const struct toast_attn_args *a, const float *qf, float *part,
+		       int n_split)
+{
+	static size_t room;
+	size_t smem = (size_t)(AM_ROWS + 2 * AM_KEYS) * D * sizeof(bf16);
+	if (!room)
+		room = cu_allow_smem(cb, (const void *)k_attn_mma<D>);
+	if (smem > room) {
+		cu_fail_msg(cb, "attention: head_dim %d needs more shared memory than the GPU has", D);
+		return;
+	}
+	dim3 grid(cu_blocks((size_t)a->T * (a->n_head / a->n_head_kv), AM_ROWS), n_split, a->n_head_kv);
+	cu_launch(cb, k_attn_mma<D>, grid, 128, smem, qf, (const bf16 *)a->k_cache, (const bf16 *)a->v_cache, part,
+		  a->n_head, a->n_head_kv, n_split, a->T, (const int32_t *)cb->d_step);
+	cu_launched(cb, "attention (tensor cores)");
+}
+
+/* prefill at head_dim 64, 128 or 256 goes to the tensor cores */
+static bool attn_mma_fits(const struct toast_attn_args *a)
+{
+	return a->T > 1 && (a->head_dim == 64 || a->head_dim == 128 || a->head_dim == 256);
+}
+
+void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
+{
+	int hd = a->head_dim, T = a->T, n_rep = a->n_head / a->n_head_kv;
+	if (hd > ATTN_MAX_DPL * 32 || a->n_rot > hd) {
+		cu_fail_msg(cb, "attention: head_dim %d is not supported (max %d)", hd, ATTN_MAX_DPL * 32);
+		return;
+	}
+	/* splits: enough blocks to fill the GPU. Decode: fixed by the cache size (a recorded step
+	 * stays valid as the context grows). Prefill on tensor cores: two blocks an SM, when the
+	 * rows alone give fewer, and at least 128 keys a split (a short prompt after a long history) */
+	int n_split = 1;
+	if (T == 1) {
+		n_split = a->n_ctx / 256;
+		int cap = (2 * cb->n_sm + a->n_head_kv - 1) / a->n_head_kv;
+		n_split = n_split < 1 ? 1 : n_split > cap ? cap : n_split;
+	} else if (attn_mma_fits(a)) {
+		int blocks = (int)cu_blocks((size_t)T * n_rep, AM_ROWS) * a->n_head_kv, by_keys = (a->pos + T) / 128;
+		n_split = blocks >= 2 * cb->n_sm ? 1 : (2 * cb->n_sm + blocks - 1) / blocks;
+		n_split = n_split > by_keys ? by_keys : n_split;
+		n_split = n_split < 1 ? 1 : n_split;
+	}
+	size_t qbytes = (size_t)T * a->n_head * hd * 4;
+	size_t pbytes = (size_t)T * a->n_head_kv * n_split * n_rep * (hd + 2) * 4;
+	char *scr = (char *)cu_scratch(cb, qbytes + pbytes);
+	if (!scr)
+		return;
+	float *qf = (float *)scr, *part = (float *)(scr + qbytes);
+	int threads = (hd + 31) / 32 * 32;
+	dim3 pg(T, a->n_head + a->n_head_kv);
+	cu_launch(cb, k_attn_prep, pg, threads, hd * sizeof(float), a->q, a->k, a->v,
+		  a->q_norm ? (const float *)a->q_norm->dev : NULL, a->k_norm ? (const float *)a->k_norm->dev : NULL,
+		  a->norm_plus_one, a->eps, a->n_head, a->n_head_kv, hd, a->n_rot, a->rope_theta, a->rope_freq_type, a->gated,
+		  (bf16 *)a->k_cache, (bf16 *)a->v_cache, qf, cb->d_step);
+	cu_launched(cb, "attention prep");
+	if (!attn_mma_fits(a))
+		attn_tile(cb, a, qf, part, n_split);
+	else if (hd == 64)
+		attn_mma_d<64>(cb, a, qf, part, n_split);
+	else if (hd == 128)
+		attn_mma_d<128>(cb, a, qf, part, n_split);
+	else
+		attn_mma_d<256>(cb, a, qf, part, n_split);
+	if (cb->failed)
+		return;
 	dim3 cg(T, a->n_head);
-	cu_launch(cb, k_attn_combine, cg, threads, 0, part, a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd,
-							n_split, a->gated);
+	cu_launch(cb, k_attn_combine, cg, threads, 0, part, a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd, n_split,
+		  a->gated);
 	cu_launched(cb, "attention combine");
 }
