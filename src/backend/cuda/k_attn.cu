@@ -208,17 +208,18 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 }
 
 /*
- * Prefill on tensor cores (head_dim 64, 128 or 256). A block takes 64 query rows of one KV head
- * (rows as in k_attn_tile, so the group's query heads share every K/V tile) and one split of
- * the keys; four warps of 16 rows. Per tile of 64 keys: S = Q·Kᵀ and O += P·V on
- * mma.m16n8k16 (bf16 in, f32 accumulate), the online softmax in f32 registers in base 2 (Q is
- * staged as bf16 pre-scaled by log2(e)/sqrt(hd)). Q, K and V tiles live in shared memory in
- * 16-byte chunks XOR-swizzled by row (ldmatrix without bank conflicts); K and V arrive by
- * cp.async, the next tile's K while this one's softmax and P·V run, the next V while the next
- * S runs. Keys past the split are zero-filled (V too: 0 x garbage would be NaN). The
- * partials go to k_attn_combine like k_attn_tile's, with m in natural-log units.
+ * The split-K pass on tensor cores (head_dim 64, 128 or 256). Four warps; KW of them share 16
+ * query rows and take a quarter (KW = 4: decode, up to 16 heads a KV head) or all (KW = 1:
+ * prefill, 64 rows a block) of each tile of 64 keys. Rows are as in k_attn_tile (the query
+ * heads of a KV head side by side, so they share every K/V tile). Per tile: S = Q·Kᵀ and
+ * O += P·V on mma.m16n8k16 (bf16 in, f32 accumulate), the online softmax in f32 registers in
+ * base 2 (Q is staged as bf16 pre-scaled by log2(e)/sqrt(hd)). Q, K and V tiles live in shared
+ * memory in 16-byte chunks XOR-swizzled by row (ldmatrix without bank conflicts); K and V
+ * arrive by cp.async, the next tile's K while this one's softmax and P·V run, the next V while
+ * the next S runs. Keys past the split are zero-filled (V too: 0 x garbage would be NaN). With
+ * KW > 1 the warps of a row group merge their softmax states through shared memory at the end.
+ * The partials go to k_attn_combine like k_attn_tile's, with m in natural-log units.
  */
-#define AM_ROWS 64
 #define AM_KEYS 64
 
 template <int D>
@@ -237,18 +238,29 @@ __device__ __forceinline__ void am_load_kv(bf16 *dst, const bf16 *src, int kvd, 
 	}
 }
 
-template <int D>
+/* shared memory of k_attn_mma<D, KW>: Q rows, a K tile and a V tile (bf16), which the final
+ * merge of KW > 1 reuses as KW x 16 x (D + 2) floats */
+__host__ __device__ static constexpr size_t am_smem(int D, int KW)
+{
+	return (size_t)(64 / KW + 2 * AM_KEYS) * D * 2;
+}
+
+template <int D, int KW>
 __global__ void __launch_bounds__(128, 2)
 	k_attn_mma(const float *qf, const bf16 *kc, const bf16 *vc, float *part, int n_head, int n_kv, int n_split, int T,
 		   const int32_t *step)
 {
+	constexpr int ROWS = 64 / KW, NT = 8 / KW, KS = 4 / KW; /* rows a block; n-tiles of S and k-steps of P·V a warp */
+	static_assert(KW == 1 || KW == 4, "one row group, or four");
+	static_assert(KW == 1 || am_smem(D, KW) >= (size_t)KW * 16 * (D + 2) * 4, "merge space");
 	extern __shared__ __align__(16) bf16 am[];
-	bf16 *Qs = am, *Ks = Qs + AM_ROWS * D, *Vs = Ks + AM_KEYS * D;
+	bf16 *Qs = am, *Ks = Qs + ROWS * D, *Vs = Ks + AM_KEYS * D;
 	int rb = gridDim.x - 1 - blockIdx.x, split = blockIdx.y, kvh = blockIdx.z; /* the longest rows first */
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = (lane & 3) * 2;
-	int n_rep = n_head / n_kv, kvd = n_kv * D, R = T * n_rep, r0 = rb * AM_ROWS;
+	int rg = warp / KW, kw = warp % KW, kofs = kw * (AM_KEYS / KW); /* row group, its keys in a tile */
+	int n_rep = n_head / n_kv, kvd = n_kv * D, R = T * n_rep, r0 = rb * ROWS;
 	int pos0 = step[0];
-	int L = pos0 + min(T - 1, (r0 + AM_ROWS - 1) / n_rep) + 1; /* keys the block's last row sees */
+	int L = pos0 + min(T - 1, (r0 + ROWS - 1) / n_rep) + 1; /* keys the block's last row sees */
 	int chunk = (L + n_split - 1) / n_split;
 	int j0 = split * chunk, j1 = min(L, j0 + chunk);
 	if (j0 < j1) {
@@ -258,7 +270,7 @@ __global__ void __launch_bounds__(128, 2)
 		cu_cp_commit();
 	}
 	const float qscale = rsqrtf((float)D) * 1.4426950408889634f;
-	for (int i = threadIdx.x; i < AM_ROWS * (D / 8); i += 128) {
+	for (int i = threadIdx.x; i < ROWS * (D / 8); i += 128) {
 		int row = i / (D / 8), ch = i % (D / 8), gr = r0 + row;
 		uint4 v = make_uint4(0, 0, 0, 0);
 		if (gr < R) {
@@ -270,7 +282,7 @@ __global__ void __launch_bounds__(128, 2)
 		}
 		*(uint4 *)(Qs + am_swz<D>(row, ch)) = v;
 	}
-	int qr0 = warp * 16 + g; /* this thread's rows: qr0 and qr0 + 8 of the block */
+	int qr0 = rg * 16 + g; /* this thread's rows: qr0 and qr0 + 8 of the block */
 	int qpos0 = pos0 + (r0 + qr0) / n_rep, qpos1 = pos0 + (r0 + qr0 + 8) / n_rep;
 	float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
 #pragma unroll
@@ -280,18 +292,18 @@ __global__ void __launch_bounds__(128, 2)
 		bool more = jt + AM_KEYS < j1;
 		cu_cp_wait<1>(); /* this tile's K (its V may still fly) */
 		__syncthreads();
-		float s[8][4];
+		float s[NT][4];
 #pragma unroll
-		for (int i = 0; i < 8; i++)
+		for (int i = 0; i < NT; i++)
 			s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0;
 #pragma unroll
 		for (int ks = 0; ks < D / 16; ks++) {
 			unsigned a[4];
-			cu_ldsm4<false>(a, Qs + am_swz<D>(warp * 16 + (lane & 15), 2 * ks + (lane >> 4)));
+			cu_ldsm4<false>(a, Qs + am_swz<D>(rg * 16 + (lane & 15), 2 * ks + (lane >> 4)));
 #pragma unroll
-			for (int nt = 0; nt < 4; nt++) {
+			for (int nt = 0; nt < NT / 2; nt++) {
 				unsigned b[4];
-				cu_ldsm4<false>(b, Ks + am_swz<D>(nt * 16 + (lane & 7) + ((lane >> 4) << 3),
+				cu_ldsm4<false>(b, Ks + am_swz<D>(kofs + nt * 16 + (lane & 7) + ((lane >> 4) << 3),
 								  2 * ks + ((lane >> 3) & 1)));
 				cu_mma_bf16(s[2 * nt], a, b[0], b[1]);
 				cu_mma_bf16(s[2 * nt + 1], a, b[2], b[3]);
@@ -303,10 +315,10 @@ __global__ void __launch_bounds__(128, 2)
 		cu_cp_commit(); /* (an empty group at the end keeps the counting simple) */
 		float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-		for (int nt = 0; nt < 8; nt++)
+		for (int nt = 0; nt < NT; nt++)
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
-				int key = jt + nt * 8 + c + (i & 1);
+				int key = jt + kofs + nt * 8 + c + (i & 1);
 				bool ok = key < j1 && key <= (i < 2 ? qpos0 : qpos1);
 				s[nt][i] = ok ? s[nt][i] : -INFINITY;
 				mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
@@ -323,7 +335,7 @@ __global__ void __launch_bounds__(128, 2)
 			l[h] *= corr[h];
 		}
 #pragma unroll
-		for (int nt = 0; nt < 8; nt++)
+		for (int nt = 0; nt < NT; nt++)
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
 				s[nt][i] = exp2f(s[nt][i] - base[i >> 1]);
@@ -337,14 +349,14 @@ __global__ void __launch_bounds__(128, 2)
 		cu_cp_wait<1>(); /* this tile's V (the next K may still fly) */
 		__syncthreads();
 #pragma unroll
-		for (int kk = 0; kk < 4; kk++) {
+		for (int kk = 0; kk < KS; kk++) {
 			unsigned pa[4] = {cu_pack_bf16(s[2 * kk][0], s[2 * kk][1]), cu_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
 					  cu_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
 					  cu_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
 			for (int dt = 0; dt < D / 16; dt++) {
 				unsigned b[4];
-				cu_ldsm4<true>(b, Vs + am_swz<D>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
+				cu_ldsm4<true>(b, Vs + am_swz<D>(kofs + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
 								 2 * dt + (lane >> 4)));
 				cu_mma_bf16(o[2 * dt], pa, b[0], b[1]);
 				cu_mma_bf16(o[2 * dt + 1], pa, b[2], b[3]);
@@ -360,19 +372,62 @@ __global__ void __launch_bounds__(128, 2)
 		l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
 		l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
 	}
+	if constexpr (KW > 1) {
+		/* merge the warps' states: each stores (o, m, l) of its 16 rows, then every thread
+		 * merges some (row, dim) over the KW warps into warp 0's registers' place */
+		cu_cp_wait<0>();
+		__syncthreads();
+		float *mg = (float *)am; /* [KW][16][D + 2] */
 #pragma unroll
-	for (int h = 0; h < 2; h++) {
-		int gr = r0 + qr0 + 8 * h;
-		if (gr >= R)
-			continue;
-		int t = gr / n_rep, rep = gr % n_rep;
-		float *dst = part + ((((size_t)t * n_kv + kvh) * n_split + split) * n_rep + rep) * (D + 2);
+		for (int h = 0; h < 2; h++) {
+			float *dst = mg + ((size_t)kw * 16 + g + 8 * h) * (D + 2);
 #pragma unroll
-		for (int i = 0; i < D / 8; i++)
-			*(float2 *)(dst + i * 8 + c) = make_float2(o[i][2 * h], o[i][2 * h + 1]);
-		if ((lane & 3) == 0) {
-			dst[D] = m[h] * 0.6931471805599453f; /* -inf stays -inf: combine skips the split */
-			dst[D + 1] = l[h];
+			for (int i = 0; i < D / 8; i++)
+				*(float2 *)(dst + i * 8 + c) = make_float2(o[i][2 * h], o[i][2 * h + 1]);
+			if ((lane & 3) == 0) {
+				dst[D] = m[h];
+				dst[D + 1] = l[h];
+			}
+		}
+		__syncthreads();
+		for (int x = threadIdx.x; x < 16 * (D + 1); x += 128) {
+			int row = x / (D + 1), d = x % (D + 1), gr = r0 + row; /* d == D: the row's m and l */
+			if (gr >= R)
+				continue;
+			float mt = -INFINITY;
+			for (int w = 0; w < KW; w++)
+				mt = fmaxf(mt, mg[((size_t)w * 16 + row) * (D + 2) + D]);
+			float acc = 0, den = 0;
+			for (int w = 0; w < KW; w++) {
+				const float *src = mg + ((size_t)w * 16 + row) * (D + 2);
+				float f = src[D] == -INFINITY ? 0.0f : exp2f(src[D] - mt);
+				acc += f * src[d < D ? d : D + 1];
+				den += f * src[D + 1];
+			}
+			int t = gr / n_rep, rep = gr % n_rep;
+			float *dst = part + ((((size_t)t * n_kv + kvh) * n_split + split) * n_rep + rep) * (D + 2);
+			if (d < D) {
+				dst[d] = acc;
+			} else {
+				dst[D] = mt * 0.6931471805599453f; /* -inf stays -inf: combine skips the split */
+				dst[D + 1] = den;
+			}
+		}
+	} else {
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int gr = r0 + qr0 + 8 * h;
+			if (gr >= R)
+				continue;
+			int t = gr / n_rep, rep = gr % n_rep;
+			float *dst = part + ((((size_t)t * n_kv + kvh) * n_split + split) * n_rep + rep) * (D + 2);
+#pragma unroll
+			for (int i = 0; i < D / 8; i++)
+				*(float2 *)(dst + i * 8 + c) = make_float2(o[i][2 * h], o[i][2 * h + 1]);
+			if ((lane & 3) == 0) {
+				dst[D] = m[h] * 0.6931471805599453f; /* -inf stays -inf: combine skips the split */
+				dst[D + 1] = l[h];
+			}
 		}
 	}
 }
@@ -444,28 +499,39 @@ static void attn_tile(struct cuda_backend *cb, const struct toast_attn_args *a, 
 	cu_launched(cb, "attention");
 }
 
-template <int D>
+template <int D, int KW>
 static void attn_mma_d(struct cuda_backend *cb, const struct toast_attn_args *a, const float *qf, float *part,
 		       int n_split)
 {
 	static size_t room;
-	size_t smem = (size_t)(AM_ROWS + 2 * AM_KEYS) * D * sizeof(bf16);
+	size_t smem = am_smem(D, KW);
 	if (!room)
-		room = cu_allow_smem(cb, (const void *)k_attn_mma<D>);
+		room = cu_allow_smem(cb, (const void *)k_attn_mma<D, KW>);
 	if (smem > room) {
 		cu_fail_msg(cb, "attention: head_dim %d needs more shared memory than the GPU has", D);
 		return;
 	}
-	dim3 grid(cu_blocks((size_t)a->T * (a->n_head / a->n_head_kv), AM_ROWS), n_split, a->n_head_kv);
-	cu_launch(cb, k_attn_mma<D>, grid, 128, smem, qf, (const bf16 *)a->k_cache, (const bf16 *)a->v_cache, part,
+	dim3 grid(cu_blocks((size_t)a->T * (a->n_head / a->n_head_kv), 64 / KW), n_split, a->n_head_kv);
+	cu_launch(cb, k_attn_mma<D, KW>, grid, 128, smem, qf, (const bf16 *)a->k_cache, (const bf16 *)a->v_cache, part,
 		  a->n_head, a->n_head_kv, n_split, a->T, (const int32_t *)cb->d_step);
 	cu_launched(cb, "attention (tensor cores)");
 }
 
-/* prefill at head_dim 64, 128 or 256 goes to the tensor cores */
+template <int D>
+static void attn_mma_kw(struct cuda_backend *cb, const struct toast_attn_args *a, const float *qf, float *part,
+			int n_split)
+{
+	if (a->T == 1)
+		attn_mma_d<D, 4>(cb, a, qf, part, n_split);
+	else
+		attn_mma_d<D, 1>(cb, a, qf, part, n_split);
+}
+
+/* head_dim 64, 128 or 256 goes to the tensor cores (decode: up to 16 query heads a KV head) */
 static bool attn_mma_fits(const struct toast_attn_args *a)
 {
-	return a->T > 1 && (a->head_dim == 64 || a->head_dim == 128 || a->head_dim == 256);
+	return (a->head_dim == 64 || a->head_dim == 128 || a->head_dim == 256) &&
+	       (a->T > 1 || a->n_head / a->n_head_kv <= 16);
 }
 
 void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
@@ -484,7 +550,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 		int cap = (2 * cb->n_sm + a->n_head_kv - 1) / a->n_head_kv;
 		n_split = n_split < 1 ? 1 : n_split > cap ? cap : n_split;
 	} else if (attn_mma_fits(a)) {
-		int blocks = (int)cu_blocks((size_t)T * n_rep, AM_ROWS) * a->n_head_kv, by_keys = (a->pos + T) / 128;
+		int blocks = (int)cu_blocks((size_t)T * n_rep, 64) * a->n_head_kv, by_keys = (a->pos + T) / 128;
 		n_split = blocks >= 2 * cb->n_sm ? 1 : (2 * cb->n_sm + blocks - 1) / blocks;
 		n_split = n_split > by_keys ? by_keys : n_split;
 		n_split = n_split < 1 ? 1 : n_split;
@@ -505,11 +571,11 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	if (!attn_mma_fits(a))
 		attn_tile(cb, a, qf, part, n_split);
 	else if (hd == 64)
-		attn_mma_d<64>(cb, a, qf, part, n_split);
+		attn_mma_kw<64>(cb, a, qf, part, n_split);
 	else if (hd == 128)
-		attn_mma_d<128>(cb, a, qf, part, n_split);
+		attn_mma_kw<128>(cb, a, qf, part, n_split);
 	else
-		attn_mma_d<256>(cb, a, qf, part, n_split);
+		attn_mma_kw<256>(cb, a, qf, part, n_split);
 	if (cb->failed)
 		return;
 	dim3 cg(T, a->n_head);
