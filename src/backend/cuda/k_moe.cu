@@ -417,8 +417,6 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	constexpr int E = MOE_FE, F = MOE_FF;
 	constexpr int CPL_R = E / (32 * qk<RT>::EPC), CPL = E / (32 * qk<TYPE>::EPC), CPR = F / qk<TYPE>::EPC;
 	constexpr int NJ = (MOE_DOWN_SLOTS * CPR + 31) / 32;
-	/* rows in flight a warp: gate/up items (C) and down rows (D), by the registers they take */
-	constexpr int UC = sizeof(typename qk<TYPE>::chunk) * CPL > 64 ? 2 : 4, UD = TYPE == TOAST_DT_BF16 ? 1 : 2;
 	extern __shared__ float fs[]; /* A-C: the normed input for RT and for TYPE; D: act [nslot][F] */
 	__shared__ float red[32];
 	__shared__ int32_t sel_s[MOE_MAX_K];
@@ -499,57 +497,39 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		wt_s[d.k] = sgw ? __ldcg(sgate) : 1.0f; /* the shared slot's weight */
 	__syncthreads();
 
-	/* C: the routed experts' gate/up rows, UC items a warp in flight at once (one wave of blocks
-	 * must keep as many bytes in flight as the separate kernels' many blocks did) */
-	typename qk<TYPE>::chunk gc[UC][CPL], uc[UC][CPL];
-	for (int base = gw; base < d.k * F; base += UC * nwarps) {
+	/* C: the routed experts' gate/up rows */
+	for (int it = gw; it < d.k * F; it += nwarps) {
+		int slot = it / F, r = it % F;
+		size_t e = (size_t)sel_s[slot];
+		cu_wrow g = cu_row(G, e, r), u = cu_row(U, e, r);
 #pragma unroll
-		for (int v = 0; v < UC; v++) {
-			int it = base + v * nwarps, slot = it / F, r = it % F;
-			if (it >= d.k * F)
-				break;
-			size_t e = (size_t)sel_s[slot];
-			cu_wrow g = cu_row(G, e, r), u = cu_row(U, e, r);
-#pragma unroll
-			for (int p = 0; p < CPL; p++) {
-				gc[v][p] = cu_qload<TYPE>(G, g, e, r, lane + 32 * p);
-				uc[v][p] = cu_qload<TYPE>(U, u, e, r, lane + 32 * p);
-			}
+		for (int p = 0; p < CPL; p++) {
+			gwc[p] = cu_qload<TYPE>(G, g, e, r, lane + 32 * p);
+			uwc[p] = cu_qload<TYPE>(U, u, e, r, lane + 32 * p);
 		}
+		float a = 0, b = 0;
 #pragma unroll
-		for (int v = 0; v < UC; v++) {
-			int it = base + v * nwarps;
-			if (it >= d.k * F)
-				break;
-			float a = 0, b = 0;
-#pragma unroll
-			for (int p = 0; p < CPL; p++) {
-				a += cu_qdot<TYPE>(gc[v][p], lane + 32 * p, he);
-				b += cu_qdot<TYPE>(uc[v][p], lane + 32 * p, he);
-			}
-			a = cu_warp_sum(a), b = cu_warp_sum(b);
-			if (lane == 0)
-				act[(size_t)(it / F) * F + it % F] = cu_silu(a) * b;
+		for (int p = 0; p < CPL; p++) {
+			a += cu_qdot<TYPE>(gwc[p], lane + 32 * p, he);
+			b += cu_qdot<TYPE>(uwc[p], lane + 32 * p, he);
 		}
+		a = cu_warp_sum(a), b = cu_warp_sum(b);
+		if (lane == 0)
+			act[(size_t)slot * F + r] = cu_silu(a) * b;
 	}
 	moe_grid_sync(bar, 2);
 
-	/* D: down over every slot, += residual; UD rows a warp at once, the first ones' loads out
-	 * before the staging */
-	typename qk<TYPE>::chunk w[UD][NJ];
-	auto load_d = [&](int base) {
+	/* D: down over every slot, += residual; a row's loads go out before the staging */
+	typename qk<TYPE>::chunk w[NJ];
+	auto load_d = [&](int i) {
 #pragma unroll
-		for (int v = 0; v < UD; v++) {
-			int i = base + v * nwarps;
-#pragma unroll
-			for (int j = 0; j < NJ; j++) {
-				int idx = lane + 32 * j, sl = idx / CPR, c = idx % CPR;
-				if (sl < nslot && i < E) {
-					bool sh = sl == d.k;
-					cu_wd wd = sh ? SD : D;
-					size_t e = sh ? 0 : (size_t)sel_s[sl];
-					w[v][j] = cu_qload<TYPE>(wd, cu_row(wd, e, i), e, i, c);
-				}
+		for (int j = 0; j < NJ; j++) {
+			int idx = lane + 32 * j, sl = idx / CPR, c = idx % CPR;
+			if (sl < nslot) {
+				bool sh = sl == d.k;
+				cu_wd wd = sh ? SD : D;
+				size_t e = sh ? 0 : (size_t)sel_s[sl];
+				w[j] = cu_qload<TYPE>(wd, cu_row(wd, e, i), e, i, c);
 			}
 		}
 	};
@@ -558,25 +538,19 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	for (int i = threadIdx.x; i < nslot * F; i += blockDim.x)
 		fs[(i / F) * F + cu_qpos<TYPE>(i % F)] = __ldcg(act + i);
 	__syncthreads();
-	for (int base = gw; base < E; base += UD * nwarps) {
-		if (base != gw)
-			load_d(base);
+	for (int i = gw; i < E; i += nwarps) {
+		if (i != gw)
+			load_d(i);
+		float acc = 0;
 #pragma unroll
-		for (int v = 0; v < UD; v++) {
-			int i = base + v * nwarps;
-			if (i >= E)
-				break;
-			float acc = 0;
-#pragma unroll
-			for (int j = 0; j < NJ; j++) {
-				int idx = lane + 32 * j, sl = idx / CPR, c = idx % CPR;
-				if (sl < nslot)
-					acc += wt_s[sl] * cu_qdot<TYPE>(w[v][j], c, fs + sl * F);
-			}
-			acc = cu_warp_sum(acc);
-			if (lane == 0)
-				x[i] += acc;
+		for (int j = 0; j < NJ; j++) {
+			int idx = lane + 32 * j, sl = idx / CPR, c = idx % CPR;
+			if (sl < nslot)
+				acc += wt_s[sl] * cu_qdot<TYPE>(w[j], c, fs + sl * F);
 		}
+		acc = cu_warp_sum(acc);
+		if (lane == 0)
+			x[i] += acc;
 	}
 	/* the last block out resets the counters for the next launch (every block is past the
 	 * second barrier's wait by then) */
