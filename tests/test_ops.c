@@ -834,11 +834,6 @@ static void test_quant(struct ctx *c)
 					struct moe_types ty = {TOAST_DT_BF16, t, t, t};
 					test_moe_types(c, 1, E, 3, 2, F, Fs, true, Fs > 0, &ty);
 				}
-	/* the fused decode kernel's shapes (n_embd 2048, n_ff 512): the most slots it takes (10
-	 * routed + shared, and 11 + shared), MLX with an MLX8 router, no shared expert */
-	test_moe_types(c, 1, 2048, 16, 11, 512, 512, true, true, &moe_bf16);
-	test_moe_types(c, 1, 2048, 16, 10, 512, 512, false, true, &q4k);
-	test_moe_types(c, 1, 2048, 16, 4, 512, 0, true, false, &mlx4);
 	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &q4k); /* prefill-sized: the grouped GEMM */
 	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &mlx4);
 	test_moe_types(c, 33, 256, 8, 2, 256, 256, true, true, &mixed);

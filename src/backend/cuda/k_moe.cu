@@ -101,7 +101,7 @@ __device__ void moe_topk_warp(const moe_dims &d, const float *logits, int32_t *s
 #pragma unroll
 	for (int i = 0; i < MOE_WARP_TOPK; i++) {
 		int e = lane + 32 * i;
-		v[i] = e < d.ne ? __ldcg(logits + e) : -INFINITY; /* (written by other blocks: not through L1) */
+		v[i] = e < d.ne ? logits[e] : -INFINITY;
 		mx = fmaxf(mx, v[i]);
 	}
 	mx = cu_warp_max(mx);
@@ -375,189 +375,6 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	acc = cu_warp_sum(acc);
 	if (lane == 0)
 		x[(size_t)t * E + i] += acc;
-}
-
-/*
- * Decode of one token in one cooperative kernel, for the shapes of the Qwen3 MoE models (n_embd
- * 2048, n_ff 512, a shared expert of 512 or none, every expert matrix of one fast kernel type,
- * up to 512 experts): the work of k_moe_route, k_moe_gateup and k_moe_down in three phases
- * between two grid-wide barriers instead of three launches and a last-block tail.
- *   A: every block norms x into shared memory (for the router's and the experts' swizzles);
- *      warps take the router rows, the shared expert's gate/up rows and the shared gate's dot
- *      product (none depends on the routing), the first item's loads issued before the norm;
- *   B: every block chooses the experts itself from the logits (one warp over 2 KB);
- *   C: warps take the routed experts' gate/up rows;
- *   D: every block stages the activations; warps take rows of down over all slots (loads
- *      issued before the staging) and add to the residual.
- * The barrier counters (bar[0], bar[1]) are back at zero when the kernel ends.
- */
-#define MOE_FE 2048
-#define MOE_FF 512
-
-/* grid-wide barrier number `round` (1, 2, ...) of a launch; every block of the grid is resident */
-__device__ __forceinline__ void moe_grid_sync(unsigned *bar, unsigned round)
-{
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		__threadfence();
-		atomicAdd(bar, 1u);
-		unsigned target = round * gridDim.x;
-		while (*(volatile unsigned *)bar < target)
-			__nanosleep(20);
-		__threadfence();
-	}
-	__syncthreads();
-}
-
-template <int RT, int TYPE>
-__global__ void __launch_bounds__(MOE_WARPS * 32)
-	k_moe_fused(moe_dims d, float *x, const float *nw, float eps, int plus_one, cu_wd R, const float *sgw, cu_wd G,
-		    cu_wd U, cu_wd SG, cu_wd SU, cu_wd D, cu_wd SD, float *logits, float *act, float *sgate, unsigned *bar)
-{
-	constexpr int E = MOE_FE, F = MOE_FF;
-	constexpr int CPL_R = E / (32 * qk<RT>::EPC), CPL = E / (32 * qk<TYPE>::EPC), CPR = F / qk<TYPE>::EPC;
-	constexpr int NJ = (MOE_DOWN_SLOTS * CPR + 31) / 32;
-	extern __shared__ float fs[]; /* A-C: the normed input for RT and for TYPE; D: act [nslot][F] */
-	__shared__ float red[32];
-	__shared__ int32_t sel_s[MOE_MAX_K];
-	__shared__ float wt_s[MOE_MAX_K + 1];
-	float *hr = fs, *he = fs + E;
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int gw = blockIdx.x * MOE_WARPS + warp, nwarps = gridDim.x * MOE_WARPS;
-	int n_sh = d.Fs ? F : 0, nA = d.ne + n_sh + (sgw ? 1 : 0), nslot = d.k + (d.Fs ? 1 : 0);
-
-	/* A: the first item's loads, the norm, then the items */
-	typename qk<RT>::chunk rw[CPL_R];
-	typename qk<TYPE>::chunk gwc[CPL], uwc[CPL];
-	auto load_a = [&](int it) {
-		if (it < d.ne) {
-			cu_wrow row = cu_row(R, 0, it);
-#pragma unroll
-			for (int p = 0; p < CPL_R; p++)
-				rw[p] = cu_qload<RT>(R, row, 0, it, lane + 32 * p);
-		} else if (it < d.ne + n_sh) {
-			int r = it - d.ne;
-			cu_wrow g = cu_row(SG, 0, r), u = cu_row(SU, 0, r);
-#pragma unroll
-			for (int p = 0; p < CPL; p++) {
-				gwc[p] = cu_qload<TYPE>(SG, g, 0, r, lane + 32 * p);
-				uwc[p] = cu_qload<TYPE>(SU, u, 0, r, lane + 32 * p);
-			}
-		}
-	};
-	if (gw < nA)
-		load_a(gw);
-	float ss = 0;
-	for (int i = threadIdx.x; i < E; i += blockDim.x)
-		ss += x[i] * x[i];
-	ss = cu_block_sum(ss, red);
-	float rn = rsqrtf(ss / E + eps);
-	for (int i = threadIdx.x; i < E; i += blockDim.x) {
-		float y = x[i] * rn * (plus_one ? 1.0f + nw[i] : nw[i]);
-		hr[cu_qpos<RT>(i)] = y;
-		he[cu_qpos<TYPE>(i)] = y;
-	}
-	__syncthreads();
-	for (int it = gw; it < nA; it += nwarps) {
-		if (it != gw)
-			load_a(it);
-		if (it < d.ne) {
-			float acc = 0;
-#pragma unroll
-			for (int p = 0; p < CPL_R; p++)
-				acc += cu_qdot<RT>(rw[p], lane + 32 * p, hr);
-			acc = cu_warp_sum(acc);
-			if (lane == 0)
-				logits[it] = acc;
-		} else if (it < d.ne + n_sh) {
-			float a = 0, b = 0;
-#pragma unroll
-			for (int p = 0; p < CPL; p++) {
-				a += cu_qdot<TYPE>(gwc[p], lane + 32 * p, he);
-				b += cu_qdot<TYPE>(uwc[p], lane + 32 * p, he);
-			}
-			a = cu_warp_sum(a), b = cu_warp_sum(b);
-			if (lane == 0)
-				act[(size_t)d.k * F + it - d.ne] = cu_silu(a) * b;
-		} else { /* the shared expert's gate: h · sh_gate_inp */
-			float v = 0;
-			for (int i = lane; i < E; i += 32)
-				v += he[cu_qpos<TYPE>(i)] * sgw[i];
-			v = cu_warp_sum(v);
-			if (lane == 0)
-				*sgate = cu_sigmoid(v);
-		}
-	}
-	moe_grid_sync(bar, 1);
-
-	/* B: the experts, by every block */
-	if (warp == 0)
-		moe_topk_warp(d, logits, sel_s, wt_s);
-	if (threadIdx.x == 0)
-		wt_s[d.k] = sgw ? __ldcg(sgate) : 1.0f; /* the shared slot's weight */
-	__syncthreads();
-
-	/* C: the routed experts' gate/up rows */
-	for (int it = gw; it < d.k * F; it += nwarps) {
-		int slot = it / F, r = it % F;
-		size_t e = (size_t)sel_s[slot];
-		cu_wrow g = cu_row(G, e, r), u = cu_row(U, e, r);
-#pragma unroll
-		for (int p = 0; p < CPL; p++) {
-			gwc[p] = cu_qload<TYPE>(G, g, e, r, lane + 32 * p);
-			uwc[p] = cu_qload<TYPE>(U, u, e, r, lane + 32 * p);
-		}
-		float a = 0, b = 0;
-#pragma unroll
-		for (int p = 0; p < CPL; p++) {
-			a += cu_qdot<TYPE>(gwc[p], lane + 32 * p, he);
-			b += cu_qdot<TYPE>(uwc[p], lane + 32 * p, he);
-		}
-		a = cu_warp_sum(a), b = cu_warp_sum(b);
-		if (lane == 0)
-			act[(size_t)slot * F + r] = cu_silu(a) * b;
-	}
-	moe_grid_sync(bar, 2);
-
-	/* D: down over every slot, += residual; a row's loads go out before the staging */
-	typename qk<TYPE>::chunk w[NJ];
-	auto load_d = [&](int i) {
-#pragma unroll
-		for (int j = 0; j < NJ; j++) {
-			int idx = lane + 32 * j, sl = idx / CPR, c = idx % CPR;
-			if (sl < nslot) {
-				bool sh = sl == d.k;
-				cu_wd wd = sh ? SD : D;
-				size_t e = sh ? 0 : (size_t)sel_s[sl];
-				w[j] = cu_qload<TYPE>(wd, cu_row(wd, e, i), e, i, c);
-			}
-		}
-	};
-	if (gw < E)
-		load_d(gw);
-	for (int i = threadIdx.x; i < nslot * F; i += blockDim.x)
-		fs[(i / F) * F + cu_qpos<TYPE>(i % F)] = __ldcg(act + i);
-	__syncthreads();
-	for (int i = gw; i < E; i += nwarps) {
-		if (i != gw)
-			load_d(i);
-		float acc = 0;
-#pragma unroll
-		for (int j = 0; j < NJ; j++) {
-			int idx = lane + 32 * j, sl = idx / CPR, c = idx % CPR;
-			if (sl < nslot)
-				acc += wt_s[sl] * cu_qdot<TYPE>(w[j], c, fs + sl * F);
-		}
-		acc = cu_warp_sum(acc);
-		if (lane == 0)
-			x[i] += acc;
-	}
-	/* the last block out resets the counters for the next launch (every block is past the
-	 * second barrier's wait by then) */
-	if (threadIdx.x == 0 && atomicAdd(bar + 1, 1u) == gridDim.x - 1) {
-		bar[0] = 0;
-		bar[1] = 0;
-	}
 }
 
 /* ---- prefill: tokens grouped by expert, one cuBLAS grouped GEMM per matrix ---- */
@@ -941,86 +758,6 @@ static void moe_down(struct cuda_backend *cb, int ktype, const moe_ff_args &f, i
 	moe_with_ktype(ktype, [&](auto k) { moe_down_t<decltype(k)::value>(cb, f, s0, ns, smem); });
 }
 
-struct moe_fused_args {
-	moe_dims d;
-	float *x;
-	const float *nw;
-	float eps;
-	int plus_one;
-	cu_wd R;
-	const float *sgw;
-	cu_wd G, U, SG, SU, D, SD;
-	float *logits, *act, *sgate;
-	unsigned *bar;
-};
-
-/* the cooperative launch of k_moe_fused<RT, TYPE>: as many blocks as can be resident at once */
-template <int RT, int TYPE>
-static void moe_fused_launch(struct cuda_backend *cb, const moe_fused_args &f)
-{
-	static int per_sm;
-	size_t smem = (size_t)MOE_DOWN_SLOTS * MOE_FF * 4;
-	if (!per_sm &&
-	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_moe_fused<RT, TYPE>, MOE_WARPS * 32, smem) != cudaSuccess)
-		per_sm = 0;
-	if (per_sm < 1) {
-		cu_fail_msg(cb, "moe: the fused decode kernel cannot be resident");
-		return;
-	}
-	cudaLaunchAttribute attr;
-	attr.id = cudaLaunchAttributeCooperative;
-	attr.val.cooperative = 1;
-	cudaLaunchConfig_t cfg = {};
-	cfg.gridDim = dim3((unsigned)(per_sm * cb->n_sm));
-	cfg.blockDim = dim3(MOE_WARPS * 32);
-	cfg.dynamicSmemBytes = smem;
-	cfg.stream = cb->stream;
-	cfg.attrs = &attr;
-	cfg.numAttrs = 1;
-	cu_fail(cb,
-		cudaLaunchKernelEx(&cfg, k_moe_fused<RT, TYPE>, f.d, f.x, f.nw, f.eps, f.plus_one, f.R, f.sgw, f.G, f.U, f.SG,
-				   f.SU, f.D, f.SD, f.logits, f.act, f.sgate, f.bar),
-		"moe fused launch");
-	cu_launched(cb, "moe (fused decode)");
-}
-
-template <int RT>
-static void moe_fused_rt(struct cuda_backend *cb, int ktype, const moe_fused_args &f)
-{
-	switch (ktype) {
-	case TOAST_DT_BF16: return moe_fused_launch<RT, TOAST_DT_BF16>(cb, f);
-	case TOAST_DT_Q4_K: return moe_fused_launch<RT, TOAST_DT_Q4_K>(cb, f);
-	case TOAST_DT_MLX4: return moe_fused_launch<RT, TOAST_DT_MLX4>(cb, f);
-	case TOAST_DT_Q8_0: return moe_fused_launch<RT, TOAST_DT_Q8_0>(cb, f);
-	default: return moe_fused_launch<RT, TOAST_DT_Q6_K>(cb, f);
-	}
-}
-
-/* decode of one token through k_moe_fused when the shapes and types are its own; false: the
- * three-kernel path */
-static bool moe_fused(struct cuda_backend *cb, const struct toast_moe_args *a, const moe_dims &d, char *scr)
-{
-	int rtype = a->router->dev_type;
-	cu_wd G = cu_wd_experts(a->gate), U = cu_wd_experts(a->up), D = cu_wd_experts(a->down);
-	cu_wd SG = d.Fs ? cu_wd_weight(a->sh_gate) : G, SU = d.Fs ? cu_wd_weight(a->sh_up) : U;
-	cu_wd SD = d.Fs ? cu_wd_weight(a->sh_down) : D;
-	int t = moe_ktype(G.type);
-	bool one_type = t != CU_QT_ANY && U.type == G.type && D.type == G.type && SG.type == G.type &&
-			SU.type == G.type && SD.type == G.type;
-	if (d.T != 1 || d.E != MOE_FE || d.F != MOE_FF || (d.Fs && d.Fs != MOE_FF) || d.ne > 32 * MOE_WARP_TOPK ||
-	    d.k + (d.Fs ? 1 : 0) > MOE_DOWN_SLOTS || !one_type || (rtype != TOAST_DT_BF16 && rtype != TOAST_DT_MLX8))
-		return false;
-	float *logits = (float *)scr, *act = logits + d.ne, *sgate = act + (size_t)MOE_DOWN_SLOTS * MOE_FF;
-	moe_fused_args f = {d, a->x, (const float *)a->norm_w->dev, a->eps, a->plus_one, cu_wd_weight(a->router),
-			    a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL, G, U, SG, SU, D, SD, logits, act, sgate,
-			    cb->counters + 8};
-	if (rtype == TOAST_DT_BF16)
-		moe_fused_rt<TOAST_DT_BF16>(cb, t, f);
-	else
-		moe_fused_rt<TOAST_DT_MLX8>(cb, t, f);
-	return true;
-}
-
 void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 {
 	moe_dims d;
@@ -1037,10 +774,8 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		return;
 	}
 	size_t T = (size_t)d.T, n_h = T * d.E, n_log = T * d.ne, n_sel = T * d.k, n_act = T * (d.k + 1) * d.Fmax;
-	size_t n_fused = (size_t)d.ne + MOE_DOWN_SLOTS * MOE_FF + 1;
-	size_t n_scr = n_act + n_h + n_log + 2 * n_sel + T;
-	char *scr = (char *)cu_scratch(cb, (n_scr > n_fused ? n_scr : n_fused) * 4);
-	if (!scr || moe_fused(cb, a, d, scr))
+	char *scr = (char *)cu_scratch(cb, (n_act + n_h + n_log + 2 * n_sel + T) * 4);
+	if (!scr)
 		return;
 	float *act = (float *)scr, *h = act + n_act, *logits = h + n_h;
 	int32_t *sel = (int32_t *)(logits + n_log);
