@@ -53,6 +53,16 @@ __device__ __forceinline__ void gemv_stage(const gemv_args &a, float *xs)
 	int64_t n = a.n_in;
 	for (int t = 0; t < T; t++) {
 		float *row = xs + t * n;
+		if (t < a.nt && a.act && (n & 7) == 0 && ((uintptr_t)a.act & 15) == 0) { /* 8 bf16 at a time */
+			const uint4 *src = (const uint4 *)(a.act + t * n);
+			for (int i = threadIdx.x; i < (int)(n >> 3); i += blockDim.x) {
+				float f[8];
+				cu_bf16x8(src[i], f);
+				((float4 *)row)[qk<TYPE>::swz(2 * i)] = make_float4(f[0], f[1], f[2], f[3]);
+				((float4 *)row)[qk<TYPE>::swz(2 * i + 1)] = make_float4(f[4], f[5], f[6], f[7]);
+			}
+			continue;
+		}
 		if (t >= a.nt || a.act || a.xf) {
 			for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
 				row[cu_qpos<TYPE>(i)] = t >= a.nt ? 0.0f : a.act ? __bfloat162float(a.act[t * n + i]) : a.xf[t * n + i];
