@@ -891,6 +891,16 @@ static void test_backend(struct ctx *c)
 	test_gdn(c, odd, p4, 4);
 	test_gdn(c, big, p5, 1);
 	test_gdn(c, big, p1, 3);
+	/* the CUDA fast path (d_k 128, d_v a multiple of 32): two blocks of state rows, many chunks
+	 * with a partial last one, decode between prefills, a partial single chunk; flat layout with
+	 * one value head a key head and T exactly one chunk, then 2 tokens; d_k 128 with d_v 48 takes
+	 * the general kernels */
+	struct gdn_shape fast2 = {2, 4, 128, 64, 4, true, false}, fast_flat = {4, 4, 128, 32, 2, false, false};
+	struct gdn_shape slow128 = {1, 2, 128, 48, 4, false, false};
+	int p6[] = {200, 1, 63}, p7[] = {64, 129, 2}, p8[] = {70, 3};
+	test_gdn(c, fast2, p6, 3);
+	test_gdn(c, fast_flat, p7, 3);
+	test_gdn(c, slow128, p8, 2);
 	test_moe(c, 1, 32, 8, 2, 16, 0, false, false);
 	test_moe(c, 5, 48, 16, 4, 24, 20, true, true);
 	test_moe(c, 13, 33, 7, 3, 17, 9, true, false);
@@ -1127,6 +1137,21 @@ static void perf_backend(struct toast_backend *be)
 				    cst, ssm, 0, 1, gout, false};
 	void *gctx[2] = {be, &ga};
 	perf_row("gdn decode (32 heads, state r+w)", perf_time(be, perf_gdn_fn, gctx), 2.0 * nv * dv * dk * 4);
+	/* GDN prefill: a 4,096-token chunk; bytes of q/k/v in and o out */
+	{
+		const int TP = 4096;
+		float *pq = be->ops->alloc(be, (size_t)TP * (cd + nv * dv) * 4), *pba = be->ops->alloc(be, (size_t)TP * 2 * nv * 4);
+		void *pout = be->ops->alloc(be, (size_t)TP * nv * dv * be->act_size);
+		int32_t *pids = calloc((size_t)TP, sizeof(int32_t));
+		be->ops->begin_step(be, pids, TP, 0);
+		struct toast_gdn_args gp = {pq, NULL, pba, NULL, true, true, &cw, &Al, false, &dt, &gn, nk, nv, dk, dv, 4,
+					    1e-6f, cst, ssm, 0, TP, pout, false};
+		void *pctx[2] = {be, &gp};
+		perf_row("gdn prefill 4096 (qkv in, o out)", perf_time(be, perf_gdn_fn, pctx),
+			 (double)TP * cd * 4 + (double)TP * nv * dv * be->act_size);
+		be->ops->release(be, pq), be->ops->release(be, pba), be->ops->release(be, pout);
+		free(pids);
+	}
 	/* attention decode at several contexts */
 	int ctxs[] = {4096, 28672, 69632};
 	for (int i = 0; i < 3; i++) {

@@ -7,7 +7,8 @@
  * key dims contiguous), so blocks own (value head, 32 rows): that fills the GPU at decode.
  * Value head h reads key head gdn_kh(): h / (n_v/n_k), or h % n_k when the heads are tiled.
  * Decode (T == 1) runs the token recurrence, one warp per row; prefill runs the chunked form
- * (docs/qwen3next-spec.md §4.1) with a chunk in shared memory, all in f32.
+ * (docs/qwen3next-spec.md §4.1) with a chunk in shared memory, all in f32: register-tiled
+ * kernels for d_k 128 and d_v a multiple of 32 (Qwen3-Next), simple ones for other head dims.
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -69,22 +70,31 @@ __global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtyp
 	const float *st = state + (pos & 1) * slot;
 	float *sn = state + ((pos + g.T) & 1) * slot;
 	int64_t col = gdn_chan(g, c);
+	/* loops over all 16 taps, unrolled, skip j >= K: the arrays stay in registers (indexed by
+	 * the runtime K they would live in local memory) */
 	float wc[16];
-	for (int j = 0; j < K; j++)
-		wc[j] = cu_ldw(w, wtype, (size_t)c * K + j);
+#pragma unroll
+	for (int j = 0; j < 16; j++)
+		wc[j] = j < K ? cu_ldw(w, wtype, (size_t)c * K + j) : 0.0f;
 	int t0 = blockIdx.y * GDN_CONV_RUN, t1 = min(g.T, t0 + GDN_CONV_RUN);
 	for (int t = t0; t < t1; t++) {
 		float s = 0;
-		for (int j = 0; j < K; j++)
-			s += wc[j] * gdn_conv_in(g, qkv, st, col, c, t - (K - 1) + j);
+#pragma unroll
+		for (int j = 0; j < 16; j++)
+			if (j < K)
+				s += wc[j] * gdn_conv_in(g, qkv, st, col, c, t - (K - 1) + j);
 		out[(size_t)t * g.conv_dim + c] = cu_silu(s);
 	}
 	if (blockIdx.y == 0) {
-		float nw[16];
-		for (int j = 0; j < K - 1; j++)
-			nw[j] = gdn_conv_in(g, qkv, st, col, c, g.T - (K - 1) + j);
-		for (int j = 0; j < K - 1; j++)
-			sn[(size_t)j * g.conv_dim + c] = nw[j];
+		float nw[15];
+#pragma unroll
+		for (int j = 0; j < 15; j++)
+			if (j < K - 1)
+				nw[j] = gdn_conv_in(g, qkv, st, col, c, g.T - (K - 1) + j);
+#pragma unroll
+		for (int j = 0; j < 15; j++)
+			if (j < K - 1)
+				sn[(size_t)j * g.conv_dim + c] = nw[j];
 	}
 }
 
@@ -328,6 +338,7 @@ __global__ void k_gdn_intra(gdn_dims g, gdn_chunks ch, const float *conv, const 
 		A[r * C + q] = v;
 	}
 	__syncthreads();
+	/* thread x owns column x of W and U through all rows: no barrier between rows */
 	for (int r = 0; r < L; r++) {
 		const float *vrow = conv + (size_t)(t0 + r) * g.conv_dim + 2 * g.key_dim + (size_t)h * dv;
 		for (int x = tid; x < dk + dv; x += nt) {
@@ -344,8 +355,8 @@ __global__ void k_gdn_intra(gdn_dims g, gdn_chunks ch, const float *conv, const 
 				U[r * dv + j] = v;
 			}
 		}
-		__syncthreads();
 	}
+	__syncthreads();
 	size_t base = (size_t)c * g.nv + h;
 	float *Wg = ch.W + base * C * dk, *Ug = ch.U + base * C * dv, *Pg = ch.P + base * C * C, *Gg = ch.gam + base * C;
 	for (int x = tid; x < C * dk; x += nt) {
@@ -436,28 +447,358 @@ __global__ void k_gdn_state(gdn_dims g, gdn_chunks ch, const float *conv, float 
 		Sg[x] = Ss[(x / dk) * dkp + x % dk];
 }
 
-/* out = RMSNorm(o) * w * SiLU(z) per (token, value head) */
+/*
+ * The fast path of both passes for d_k == 128, d_v a multiple of GDN_ROWS and chunks of 64
+ * (Qwen3-Next's heads): the same math in f32, tiled in registers. Rows of d_k floats in shared
+ * memory are padded to 132: 16-byte aligned for float4 reads, and consecutive rows start 4 banks
+ * apart, so 8 threads reading float4s of 8 consecutive rows touch each bank once.
+ */
+#define GDN_FC 64             /* chunk */
+#define GDN_FDK 128           /* d_k */
+#define GDN_FKP (GDN_FDK + 4) /* padded row of d_k floats */
+#define GDN_FPP (GDN_FC + 4)  /* padded row of a chunk-by-chunk matrix */
+#define GDN_FTHREADS 256
+/* shared memory of k_gdn_intra_f (K, Q, A, beta, beta e^gam, gam) and k_gdn_state_f (K, Q, W,
+ * S, P, U, V' decayed, gam) */
+#define GDN_FSMEM1 ((2 * GDN_FC * GDN_FKP + GDN_FC * GDN_FPP + 3 * GDN_FC) * sizeof(float))
+#define GDN_FSMEM2                                                                                                  \
+	((3 * GDN_FC * GDN_FKP + GDN_ROWS * GDN_FKP + GDN_FC * GDN_FPP + 2 * GDN_FC * GDN_ROWS + GDN_FC) * sizeof(float))
+
+__device__ __forceinline__ float4 gdn_ld4(const float *p)
+{
+	return *(const float4 *)p;
+}
+
+__device__ __forceinline__ void gdn_st4(float *p, float4 v)
+{
+	*(float4 *)p = v;
+}
+
+/* component i of v (i a compile-time constant after unrolling) */
+__device__ __forceinline__ float gdn_at(const float4 &v, int i)
+{
+	return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* acc + a.b, summed in order */
+__device__ __forceinline__ float gdn_dot4(float4 a, float4 b, float acc)
+{
+	acc = fmaf(a.x, b.x, acc);
+	acc = fmaf(a.y, b.y, acc);
+	acc = fmaf(a.z, b.z, acc);
+	return fmaf(a.w, b.w, acc);
+}
+
+/* rows [0, n_rows) of vec4 float4s each, global (row stride src_stride floats) -> shared (row
+ * stride dst_stride) by cp.async; rows from `valid` on are zero-filled, their source not read */
+__device__ __forceinline__ void gdn_cp_rows(float *dst, int dst_stride, const float *src, size_t src_stride, int n_rows,
+					    int valid, int vec4)
+{
+	for (int x = threadIdx.x; x < n_rows * vec4; x += blockDim.x) {
+		int r = x / vec4, v = x % vec4;
+		bool ok = r < valid;
+		cu_cp16(dst + r * dst_stride + 4 * v, src + (ok ? r : 0) * src_stride + 4 * v, ok);
+	}
+}
+
+/* x = (I + A)^-1 x for A strictly lower triangular ([GDN_FC][GDN_FPP], zero on and above the
+ * diagonal), by forward substitution in registers, each row summed in column order */
+__device__ __forceinline__ void gdn_solve(float *x, const float *A)
+{
+#pragma unroll
+	for (int r = 1; r < GDN_FC; r++) {
+		float v = x[r];
+#pragma unroll
+		for (int q = 0; q < r; q += 4) {
+			float4 a = gdn_ld4(A + r * GDN_FPP + q);
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				if (q + e < r)
+					v -= gdn_at(a, e) * x[q + e];
+		}
+		x[r] = v;
+	}
+}
+
+/* pass 1, block (chunk, value head). K Kᵀ and Q Kᵀ in 4x4 register tiles of which the ones
+ * above the diagonal are skipped; the solve one column of [W | U] a thread, no barriers. */
+__global__ void __launch_bounds__(GDN_FTHREADS, 2)
+	k_gdn_intra_f(gdn_dims g, gdn_chunks ch, const float *conv, const float *beta, const float *gg)
+{
+	extern __shared__ float4 smem4[];
+	float *Ks = (float *)smem4, *Qs = Ks + GDN_FC * GDN_FKP, *As = Qs + GDN_FC * GDN_FKP, *bet = As + GDN_FC * GDN_FPP,
+	      *bg = bet + GDN_FC, *gam = bg + GDN_FC;
+	const int dk = GDN_FDK;
+	int c = blockIdx.x, h = blockIdx.y, kh = gdn_kh(g, h), dv = g.dv;
+	int t0 = c * GDN_FC, L = min(GDN_FC, g.T - t0), tid = threadIdx.x, w = tid >> 5, l = tid & 31;
+	const float *rows = conv + (size_t)t0 * g.conv_dim;
+	gdn_cp_rows(Ks, GDN_FKP, rows + g.key_dim + kh * dk, g.conv_dim, GDN_FC, L, dk / 4);
+	gdn_cp_rows(Qs, GDN_FKP, rows + kh * dk, g.conv_dim, GDN_FC, L, dk / 4);
+	cu_cp_commit();
+	if (w == 0) {
+		/* the in-chunk cumulative decay: a scan over pairs of rows */
+		int r0 = 2 * l, r1 = r0 + 1;
+		float a0 = r0 < L ? gg[(size_t)(t0 + r0) * g.nv + h] : 0.0f;
+		float a1 = r1 < L ? gg[(size_t)(t0 + r1) * g.nv + h] : 0.0f;
+		float inc = a0 + a1;
+#pragma unroll
+		for (int d = 1; d < 32; d <<= 1) {
+			float y = __shfl_up_sync(0xffffffffu, inc, d);
+			if (l >= d)
+				inc += y;
+		}
+		float ex = __shfl_up_sync(0xffffffffu, inc, 1);
+		gam[r0] = l ? ex + a0 : a0;
+		gam[r1] = inc;
+	} else if (w == 1) {
+		for (int r = l; r < GDN_FC; r += 32)
+			bet[r] = r < L ? beta[(size_t)(t0 + r) * g.nv + h] : 0.0f;
+	}
+	__syncthreads();
+	if (tid < GDN_FC)
+		bg[tid] = bet[tid] * expf(gam[tid]);
+	cu_cp_wait<0>();
+	__syncthreads();
+	/* thread (rt, qt) owns rows 16 m + rt and columns 16 n + qt: the 8 rows a quarter-warp reads
+	 * are consecutive (no bank conflicts), the 4 columns a warp reads are broadcasts */
+	int rt = (w & 1) * 8 + (l & 7), qt = (w >> 1) * 4 + (l >> 3);
+	float ga[10], pa[10]; /* (m, n <= m) at m (m + 1) / 2 + n */
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		ga[i] = pa[i] = 0.0f;
+	for (int k = 0; k < dk; k += 4) {
+		float4 kr[4], qr[4], kq[4];
+#pragma unroll
+		for (int m = 0; m < 4; m++) {
+			kr[m] = gdn_ld4(Ks + (16 * m + rt) * GDN_FKP + k);
+			qr[m] = gdn_ld4(Qs + (16 * m + rt) * GDN_FKP + k);
+			kq[m] = gdn_ld4(Ks + (16 * m + qt) * GDN_FKP + k);
+		}
+#pragma unroll
+		for (int m = 0; m < 4; m++)
+#pragma unroll
+			for (int n = 0; n <= m; n++) {
+				ga[m * (m + 1) / 2 + n] = gdn_dot4(kr[m], kq[n], ga[m * (m + 1) / 2 + n]);
+				pa[m * (m + 1) / 2 + n] = gdn_dot4(qr[m], kq[n], pa[m * (m + 1) / 2 + n]);
+			}
+	}
+	size_t base = (size_t)c * g.nv + h;
+	float *Pg = ch.P + base * GDN_FC * GDN_FC;
+#pragma unroll
+	for (int m = 0; m < 4; m++)
+#pragma unroll
+		for (int n = 0; n < 4; n++) {
+			int r = 16 * m + rt, q = 16 * n + qt;
+			float p = 0.0f, a = 0.0f;
+			if (n <= m) {
+				float e = q <= r && r < L ? expf(gam[r] - gam[q]) : 0.0f;
+				p = pa[m * (m + 1) / 2 + n] * e;
+				a = q < r ? ga[m * (m + 1) / 2 + n] * (bet[r] * e) : 0.0f;
+			}
+			Pg[r * GDN_FC + q] = p;
+			As[r * GDN_FPP + q] = a;
+		}
+	if (tid < GDN_FC)
+		ch.gam[base * GDN_FC + tid] = tid < L ? gam[tid] : 0.0f;
+	__syncthreads();
+	/* (I + A) [W | U] = [diag(beta e^gam) K | diag(beta) V]; rows from L on come out zero */
+	for (int col = tid; col < dk + dv; col += blockDim.x) {
+		float x[GDN_FC];
+		if (col < dk) {
+#pragma unroll
+			for (int r = 0; r < GDN_FC; r++)
+				x[r] = bg[r] * Ks[r * GDN_FKP + col];
+		} else {
+			const float *v = rows + 2 * g.key_dim + (size_t)h * dv + col - dk;
+#pragma unroll
+			for (int r = 0; r < GDN_FC; r++)
+				x[r] = r < L ? bet[r] * v[(size_t)r * g.conv_dim] : 0.0f;
+		}
+		gdn_solve(x, As);
+		float *dst = col < dk ? ch.W + base * GDN_FC * dk + col : ch.U + base * GDN_FC * dv + col - dk;
+		int stride = col < dk ? dk : dv;
+#pragma unroll
+		for (int r = 0; r < GDN_FC; r++)
+			dst[(size_t)r * stride] = x[r];
+	}
+}
+
+/* the state pass loads a chunk in two cp.async groups, each issued as soon as its buffers are
+ * free: Q and W (read first, by the S0 products) and K, P, U, gam (read after them) */
+__device__ __forceinline__ void gdn_load_qw(const gdn_dims &g, const gdn_chunks &ch, const float *conv, int c, int h,
+					    int kh, float *Qs, float *Ws)
+{
+	int t0 = c * GDN_FC, L = min(GDN_FC, g.T - t0);
+	size_t base = (size_t)c * g.nv + h;
+	gdn_cp_rows(Qs, GDN_FKP, conv + (size_t)t0 * g.conv_dim + kh * GDN_FDK, g.conv_dim, GDN_FC, L, GDN_FDK / 4);
+	gdn_cp_rows(Ws, GDN_FKP, ch.W + base * GDN_FC * GDN_FDK, GDN_FDK, GDN_FC, GDN_FC, GDN_FDK / 4);
+	cu_cp_commit();
+}
+
+__device__ __forceinline__ void gdn_load_kpu(const gdn_dims &g, const gdn_chunks &ch, const float *conv, int c, int h,
+					     int kh, int jb, float *Ks, float *Ps, float *Us, float *gam)
+{
+	int t0 = c * GDN_FC, L = min(GDN_FC, g.T - t0);
+	size_t base = (size_t)c * g.nv + h;
+	gdn_cp_rows(Ks, GDN_FKP, conv + (size_t)t0 * g.conv_dim + g.key_dim + kh * GDN_FDK, g.conv_dim, GDN_FC, L,
+		    GDN_FDK / 4);
+	gdn_cp_rows(Ps, GDN_FPP, ch.P + base * GDN_FC * GDN_FC, GDN_FC, GDN_FC, GDN_FC, GDN_FC / 4);
+	gdn_cp_rows(Us, GDN_ROWS, ch.U + base * GDN_FC * g.dv + jb, g.dv, GDN_FC, GDN_FC, GDN_ROWS / 4);
+	gdn_cp_rows(gam, 0, ch.gam + base * GDN_FC, 0, 1, 1, GDN_FC / 4);
+	cu_cp_commit();
+}
+
+/* pass 2, block (value head, GDN_ROWS state rows), sequential over chunks. Each product is
+ * register-tiled: W S0 and Q S0 (and O) rows rg and rg + 32 by 4 columns, the state 4 rows by
+ * 4 key dims, held in registers between chunks. The next chunk's Q and W load during this
+ * chunk's V', O and state update, its K, P and U during its own S0 products. */
+__global__ void __launch_bounds__(GDN_FTHREADS, 1)
+	k_gdn_state_f(gdn_dims g, gdn_chunks ch, const float *conv, float *S, float *o)
+{
+	extern __shared__ float4 smem4[];
+	float *Ks = (float *)smem4, *Qs = Ks + GDN_FC * GDN_FKP, *Ws = Qs + GDN_FC * GDN_FKP, *Ss = Ws + GDN_FC * GDN_FKP,
+	      *Ps = Ss + GDN_ROWS * GDN_FKP, *Us = Ps + GDN_FC * GDN_FPP, *Vd = Us + GDN_FC * GDN_ROWS,
+	      *gam = Vd + GDN_FC * GDN_ROWS;
+	int h = blockIdx.x, kh = gdn_kh(g, h), dv = g.dv, jb = blockIdx.y * GDN_ROWS;
+	int tid = threadIdx.x, w = tid >> 5, l = tid & 31;
+	int rg = (w & 1) * 16 + (l & 15), cg = (w >> 1) * 2 + (l >> 4); /* rows rg, rg + 32; columns 4 cg.. */
+	int ig = (w & 3) * 8 + (l & 7), jg = (w >> 2) * 4 + (l >> 3); /* state rows 4 jg.., key dims 4 ig.. */
+	float *Sg = S + ((size_t)h * dv + jb) * GDN_FDK;
+	gdn_load_qw(g, ch, conv, 0, h, kh, Qs, Ws);
+	gdn_load_kpu(g, ch, conv, 0, h, kh, jb, Ks, Ps, Us, gam);
+	float4 st[4];
+#pragma unroll
+	for (int m = 0; m < 4; m++) {
+		st[m] = gdn_ld4(Sg + (4 * jg + m) * GDN_FDK + 4 * ig);
+		gdn_st4(Ss + (4 * jg + m) * GDN_FKP + 4 * ig, st[m]);
+	}
+	for (int c = 0; c < ch.n_chunks; c++) {
+		int t0 = c * GDN_FC, L = min(GDN_FC, g.T - t0);
+		cu_cp_wait<1>();
+		__syncthreads();
+		/* W S0 and Q S0 */
+		float ws[2][4], qs[2][4];
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+			ws[0][n] = ws[1][n] = qs[0][n] = qs[1][n] = 0.0f;
+		for (int k = 0; k < GDN_FDK; k += 4) {
+			float4 w0 = gdn_ld4(Ws + rg * GDN_FKP + k), w1 = gdn_ld4(Ws + (rg + 32) * GDN_FKP + k);
+			float4 q0 = gdn_ld4(Qs + rg * GDN_FKP + k), q1 = gdn_ld4(Qs + (rg + 32) * GDN_FKP + k);
+#pragma unroll
+			for (int n = 0; n < 4; n++) {
+				float4 sv = gdn_ld4(Ss + (4 * cg + n) * GDN_FKP + k);
+				ws[0][n] = gdn_dot4(w0, sv, ws[0][n]);
+				ws[1][n] = gdn_dot4(w1, sv, ws[1][n]);
+				qs[0][n] = gdn_dot4(q0, sv, qs[0][n]);
+				qs[1][n] = gdn_dot4(q1, sv, qs[1][n]);
+			}
+		}
+		cu_cp_wait<0>();
+		__syncthreads();
+		if (c + 1 < ch.n_chunks)
+			gdn_load_qw(g, ch, conv, c + 1, h, kh, Qs, Ws);
+		/* V' = U - W S0 in place, V'_s e^(gam_L - gam_s) beside it; O starts as e^gam Q S0 */
+		float gl = gam[L - 1], oa[2][4];
+#pragma unroll
+		for (int m = 0; m < 2; m++) {
+			int r = rg + 32 * m;
+			float4 u = gdn_ld4(Us + r * GDN_ROWS + 4 * cg);
+			u.x -= ws[m][0], u.y -= ws[m][1], u.z -= ws[m][2], u.w -= ws[m][3];
+			gdn_st4(Us + r * GDN_ROWS + 4 * cg, u);
+			float d = expf(gl - gam[r]), eg = expf(gam[r]);
+			gdn_st4(Vd + r * GDN_ROWS + 4 * cg, make_float4(d * u.x, d * u.y, d * u.z, d * u.w));
+#pragma unroll
+			for (int n = 0; n < 4; n++)
+				oa[m][n] = eg * qs[m][n];
+		}
+		__syncthreads();
+		/* O += P V'; P is zero above the diagonal, so rows below 32 stop at column 32 */
+#pragma unroll 2
+		for (int s = 0; s < 32; s += 4) {
+			float4 p0 = gdn_ld4(Ps + rg * GDN_FPP + s), p1 = gdn_ld4(Ps + (rg + 32) * GDN_FPP + s);
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float4 v = gdn_ld4(Us + (s + e) * GDN_ROWS + 4 * cg);
+#pragma unroll
+				for (int n = 0; n < 4; n++) {
+					oa[0][n] = fmaf(gdn_at(p0, e), gdn_at(v, n), oa[0][n]);
+					oa[1][n] = fmaf(gdn_at(p1, e), gdn_at(v, n), oa[1][n]);
+				}
+			}
+		}
+#pragma unroll 2
+		for (int s = 32; s < GDN_FC; s += 4) {
+			float4 p1 = gdn_ld4(Ps + (rg + 32) * GDN_FPP + s);
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float4 v = gdn_ld4(Us + (s + e) * GDN_ROWS + 4 * cg);
+#pragma unroll
+				for (int n = 0; n < 4; n++)
+					oa[1][n] = fmaf(gdn_at(p1, e), gdn_at(v, n), oa[1][n]);
+			}
+		}
+#pragma unroll
+		for (int m = 0; m < 2; m++) {
+			int r = rg + 32 * m;
+			if (r < L)
+				gdn_st4(o + ((size_t)(t0 + r) * g.nv + h) * dv + jb + 4 * cg,
+					make_float4(oa[m][0], oa[m][1], oa[m][2], oa[m][3]));
+		}
+		/* S = e^gam_L S0 + sum_s (V'_s e^(gam_L - gam_s)) k_s^T */
+		float egl = expf(gl), sa[4][4];
+#pragma unroll
+		for (int m = 0; m < 4; m++)
+#pragma unroll
+			for (int n = 0; n < 4; n++)
+				sa[m][n] = egl * gdn_at(st[m], n);
+#pragma unroll 4
+		for (int s = 0; s < GDN_FC; s++) {
+			float4 vd = gdn_ld4(Vd + s * GDN_ROWS + 4 * jg), kk = gdn_ld4(Ks + s * GDN_FKP + 4 * ig);
+#pragma unroll
+			for (int m = 0; m < 4; m++)
+#pragma unroll
+				for (int n = 0; n < 4; n++)
+					sa[m][n] = fmaf(gdn_at(vd, m), gdn_at(kk, n), sa[m][n]);
+		}
+#pragma unroll
+		for (int m = 0; m < 4; m++) {
+			st[m] = make_float4(sa[m][0], sa[m][1], sa[m][2], sa[m][3]);
+			gdn_st4(Ss + (4 * jg + m) * GDN_FKP + 4 * ig, st[m]);
+		}
+		__syncthreads();
+		if (c + 1 < ch.n_chunks)
+			gdn_load_kpu(g, ch, conv, c + 1, h, kh, jb, Ks, Ps, Us, gam);
+	}
+#pragma unroll
+	for (int m = 0; m < 4; m++)
+		gdn_st4(Sg + (4 * jg + m) * GDN_FDK + 4 * ig, st[m]);
+}
+
+/* out = RMSNorm(o) * w * SiLU(z), one warp per (token, value head): no block barriers */
+#define GDN_NORM_WARPS 8
 __global__ void k_gdn_gnorm(gdn_dims g, const float *o, const float *qkv, const float *z, const float *w, float eps,
 			    bf16 *out)
 {
-	__shared__ float red[32];
-	int t = blockIdx.x, h = blockIdx.y;
-	const float *oh = o + ((size_t)t * g.nv + h) * g.dv;
+	int row = blockIdx.x * GDN_NORM_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (row >= g.T * g.nv)
+		return;
+	int t = row / g.nv, h = row % g.nv;
+	const float *oh = o + (size_t)row * g.dv;
 	float ss = 0;
-	for (int j = threadIdx.x; j < g.dv; j += blockDim.x)
+	for (int j = lane; j < g.dv; j += 32)
 		ss += oh[j] * oh[j];
-	ss = cu_block_sum(ss, red);
+	ss = cu_warp_sum(ss);
 	float r = rsqrtf(ss / g.dv + eps);
-	for (int j = threadIdx.x; j < g.dv; j += blockDim.x) {
+	for (int j = lane; j < g.dv; j += 32) {
 		float zv;
 		if (g.grouped) {
 			int G = 2 * g.dk + 2 * g.r * g.dv;
 			zv = qkv[(size_t)t * (g.conv_dim + g.vdim) + (size_t)(h / g.r) * G + 2 * g.dk + g.r * g.dv +
 				 (h % g.r) * g.dv + j];
 		} else {
-			zv = z[((size_t)t * g.nv + h) * g.dv + j];
+			zv = z[(size_t)row * g.dv + j];
 		}
-		out[((size_t)t * g.nv + h) * g.dv + j] = __float2bfloat16(oh[j] * r * w[j] * cu_silu(zv));
+		out[(size_t)row * g.dv + j] = __float2bfloat16(oh[j] * r * w[j] * cu_silu(zv));
 	}
 }
 
@@ -503,46 +844,57 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 	float *scr = (float *)cu_scratch(cb, (n_conv + 2 * n_h + n_o) * sizeof(float));
 	if (!scr)
 		return;
-	float *conv = scr, *beta = conv + n_conv, *gg = beta + n_h, *o = gg + n_h;
+	/* o right after conv: both 16-byte aligned when conv_dim is a multiple of 4 (float4 stores) */
+	float *conv = scr, *o = conv + n_conv, *beta = o + n_o, *gg = beta + n_h;
 	cu_launch(cb, k_gdn_conv, dim3(cu_blocks((size_t)g.conv_dim, 128), cu_blocks((size_t)g.T, GDN_CONV_RUN)), 128, 0,
 		  g, a->qkv, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, a->pos, conv);
 	cu_launched(cb, "gdn conv");
 	cu_launch(cb, k_gdn_prep, g.T, 256, 0, g, conv, a->b, a->a, (const float *)a->A_log->dev, a->a_is_neg_exp,
 						 (const float *)a->dt_bias->dev, beta, gg);
 	cu_launched(cb, "gdn prep");
+	static size_t room1, room2, room1f, room2f;
+	if (!room1) {
+		room1 = cu_allow_smem(cb, (const void *)k_gdn_intra);
+		room2 = cu_allow_smem(cb, (const void *)k_gdn_state);
+		room1f = cu_allow_smem(cb, (const void *)k_gdn_intra_f);
+		room2f = cu_allow_smem(cb, (const void *)k_gdn_state_f);
+	}
+	bool fast = g.dk == GDN_FDK && g.dv % GDN_ROWS == 0 && GDN_FSMEM1 <= room1f && GDN_FSMEM2 <= room2f;
 	int C = 64;
 	size_t sm1 = 0, sm2 = 0;
-	for (; C >= 8; C /= 2) {
+	for (; !fast && C >= 8; C /= 2) {
 		sm1 = ((size_t)3 * C * (g.dk + 1) + (size_t)C * C + (size_t)C * g.dv + 2 * C) * sizeof(float);
 		sm2 = ((size_t)3 * C * (g.dk + 1) + (size_t)C * C + (size_t)C * GDN_ROWS + (size_t)GDN_ROWS * (g.dk + 1) +
 		       2 * C) * sizeof(float);
 		if (sm1 <= cb->smem_optin && sm2 <= cb->smem_optin)
 			break;
 	}
-	static size_t room1, room2;
-	if (!room1) {
-		room1 = cu_allow_smem(cb, (const void *)k_gdn_intra);
-		room2 = cu_allow_smem(cb, (const void *)k_gdn_state);
-	}
-	if (C < 8 || sm1 > room1 || sm2 > room2) {
+	if (!fast && (C < 8 || sm1 > room1 || sm2 > room2)) {
 		cu_fail_msg(cb, "gdn: head dims %d/%d too large for shared memory", g.dk, g.dv);
 		return;
 	}
 	gdn_chunks ch;
-	ch.C = C;
-	ch.n_chunks = (g.T + C - 1) / C;
-	size_t per = (size_t)ch.n_chunks * g.nv * C;
-	float *cs = (float *)cu_scratch2(cb, per * ((size_t)g.dk + g.dv + C + 1) * sizeof(float));
+	ch.C = fast ? GDN_FC : C;
+	ch.n_chunks = (g.T + ch.C - 1) / ch.C;
+	size_t per = (size_t)ch.n_chunks * g.nv * ch.C;
+	float *cs = (float *)cu_scratch2(cb, per * ((size_t)g.dk + g.dv + ch.C + 1) * sizeof(float));
 	if (!cs)
 		return;
-	ch.W = cs, ch.U = ch.W + per * g.dk, ch.P = ch.U + per * g.dv, ch.gam = ch.P + per * C;
-	cu_launch(cb, k_gdn_intra, dim3(ch.n_chunks, g.nv), 256, sm1, g, ch, (const float *)conv, (const float *)beta,
-		  (const float *)gg);
-	cu_launched(cb, "gdn chunks");
-	cu_launch(cb, k_gdn_state, dim3(g.nv, cu_blocks((size_t)g.dv, GDN_ROWS)), 256, sm2, g, ch, (const float *)conv,
-		  a->ssm_state, o);
-	cu_launched(cb, "gdn state");
-	dim3 ng(g.T, g.nv);
-	cu_launch(cb, k_gdn_gnorm, ng, 128, 0, g, o, a->qkv, a->z, (const float *)a->norm_w->dev, a->eps, (bf16 *)a->out);
+	ch.W = cs, ch.U = ch.W + per * g.dk, ch.P = ch.U + per * g.dv, ch.gam = ch.P + per * ch.C;
+	dim3 g1(ch.n_chunks, g.nv), g2(g.nv, cu_blocks((size_t)g.dv, GDN_ROWS));
+	if (fast) {
+		cu_launch(cb, k_gdn_intra_f, g1, GDN_FTHREADS, GDN_FSMEM1, g, ch, (const float *)conv, (const float *)beta,
+			  (const float *)gg);
+		cu_launched(cb, "gdn chunks");
+		cu_launch(cb, k_gdn_state_f, g2, GDN_FTHREADS, GDN_FSMEM2, g, ch, (const float *)conv, a->ssm_state, o);
+		cu_launched(cb, "gdn state");
+	} else {
+		cu_launch(cb, k_gdn_intra, g1, 256, sm1, g, ch, (const float *)conv, (const float *)beta, (const float *)gg);
+		cu_launched(cb, "gdn chunks");
+		cu_launch(cb, k_gdn_state, g2, 256, sm2, g, ch, (const float *)conv, a->ssm_state, o);
+		cu_launched(cb, "gdn state");
+	}
+	cu_launch(cb, k_gdn_gnorm, cu_blocks((size_t)g.T * g.nv, GDN_NORM_WARPS), GDN_NORM_WARPS * 32, 0, g, o, a->qkv,
+		  a->z, (const float *)a->norm_w->dev, a->eps, (bf16 *)a->out);
 	cu_launched(cb, "gdn gated norm");
 }
