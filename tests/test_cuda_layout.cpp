@@ -3,7 +3,8 @@
  * the device code of src/backend/cuda/cu_quant.cuh compiled for the host (tests/cuda_emu.h) and
  * checked against the CPU reference dequantisers (format/quant.h) for every type:
  *   - the device layout (planes, split blocks) made from file bytes as k_quant.cu makes it;
- *   - cu_dq8 (prefill tiles, embedding rows, odd shapes) on every 8 elements;
+ *   - cu_dq8 (prefill tiles, embedding rows, odd shapes) on every 8 elements, and its two
+ *     halves (cu_dq8_load, cu_dq8_cvt) compiled for each type as the grouped GEMM uses them;
  *   - the decode chunks qk<TYPE> (load, prep, deq4 at f4 positions) cover every element once
  *     and dequantise it, their loads are aligned, and their shared-memory swizzle is a
  *     permutation under which the eight lanes of a quarter warp hit distinct banks;
@@ -144,6 +145,8 @@ static double emu_row_max(const emu_w *e, int64_t r)
 	return m > 0 ? m : 1;
 }
 
+/* cu_dq8 (TYPE CU_QT_ANY), or its two halves compiled for the weight's type */
+template <int TYPE>
 static void check_dq8(const char *what, const emu_w *e)
 {
 	double worst = 0;
@@ -151,19 +154,24 @@ static void check_dq8(const char *what, const emu_w *e)
 		double mx = emu_row_max(e, r);
 		for (int64_t k = 0; k < e->w.n_in; k += 8) {
 			float y[8];
-			cu_dq8(e->wd, 0, r, k, y);
+			if (TYPE == CU_QT_ANY)
+				cu_dq8(e->wd, 0, r, k, y);
+			else
+				cu_dq8_cvt<TYPE>(e->wd, cu_dq8_load<TYPE>(e->wd, 0, r, k), k, y);
 			for (int j = 0; j < 8; j++) {
 				double d = fabs(y[j] - e->ref[r * e->w.n_in + k + j]) / mx;
 				worst = isnan(d) ? INFINITY : fmax(worst, d);
 			}
 		}
 	}
-	CHECK(worst < 1e-6, "%s %s: cu_dq8 differs from the reference by %.3g", what, toast_dtype_name(e->w.type), worst);
+	CHECK(worst < 1e-6, "%s %s: cu_dq8%s differs from the reference by %.3g", what, toast_dtype_name(e->w.type),
+	      TYPE == CU_QT_ANY ? "" : " (typed)", worst);
 }
 
 template <int TYPE>
 static void check_chunks(const char *what, const emu_w *e)
 {
+	check_dq8<TYPE>(what, e);
 	typedef qk<TYPE> Q;
 	int64_t n_in = e->w.n_in;
 	int nc = (int)(n_in / Q::EPC), n4 = (int)(n_in / 4);
@@ -235,7 +243,6 @@ static void check_chunks(const char *what, const emu_w *e)
 static void check_weight(const char *what, const emu_w *e)
 {
 	long mis = emu_misaligned;
-	check_dq8(what, e);
 	switch (e->w.type) {
 	case TOAST_DT_Q4_0: check_chunks<TOAST_DT_Q4_0>(what, e); break;
 	case TOAST_DT_Q4_1: check_chunks<TOAST_DT_Q4_1>(what, e); break;

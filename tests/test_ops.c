@@ -629,8 +629,9 @@ struct moe_types {
 
 static const struct moe_types moe_bf16 = {TOAST_DT_BF16, TOAST_DT_BF16, TOAST_DT_BF16, TOAST_DT_BF16};
 
-static void test_moe_types(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, bool norm_topk, bool sh_gate,
-			   const struct moe_types *ty)
+/* the routed experts' up of type up (gate: ty->gate_up) */
+static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, bool norm_topk, bool sh_gate,
+			const struct moe_types *ty, enum toast_dtype up)
 {
 	struct toast_backend *be = c->be;
 	struct toast_error err;
@@ -647,7 +648,8 @@ static void test_moe_types(struct ctx *c, int T, int E, int ne, int k, int F, in
 	U.w = calloc(ne, sizeof(struct toast_weight));
 	D.w = calloc(ne, sizeof(struct toast_weight));
 	for (int e = 0; e < ne; e++) {
-		gw[e] = mkw(ty->gate_up, F, E, 0.2, 0), uw[e] = mkw(ty->gate_up, F, E, 0.2, 0), dw[e] = mkw(ty->down, E, F, 0.2, 0);
+		gw[e] = mkw(ty->gate_up, F, E, 0.2, 0), uw[e] = mkw(up, F, E, 0.2, 0);
+		dw[e] = mkw(ty->down, E, F, 0.2, 0);
 		G.w[e] = gw[e].w, U.w[e] = uw[e].w, D.w[e] = dw[e].w;
 	}
 	enum toast_dtype st = Fs ? ty->shared : TOAST_DT_BF16;
@@ -720,9 +722,10 @@ static void test_moe_types(struct ctx *c, int T, int E, int ne, int k, int F, in
 		}
 	}
 	double e = relerr(x, ref, (size_t)T * E);
-	CHECK(e < c->tol, "%s moe T=%d E=%d experts %d top %d F %d shared %d norm %d gate %d types %s/%s/%s/%s: error %.3g",
+	CHECK(e < c->tol, "%s moe T=%d E=%d experts %d top %d F %d shared %d norm %d gate %d types %s/%s%s%s/%s/%s: error %.3g",
 	      c->name, T, E, ne, k, F, Fs, norm_topk, sh_gate, toast_dtype_name(ty->router), toast_dtype_name(ty->gate_up),
-	      toast_dtype_name(ty->down), toast_dtype_name(st), e);
+	      up != ty->gate_up ? "+" : "", up != ty->gate_up ? toast_dtype_name(up) : "", toast_dtype_name(ty->down),
+	      toast_dtype_name(st), e);
 	be->ops->release(be, dx);
 	freew(&nw), free(hd);
 	for (int e2 = 0; e2 < ne; e2++)
@@ -730,6 +733,12 @@ static void test_moe_types(struct ctx *c, int T, int E, int ne, int k, int F, in
 	free(gw), free(uw), free(dw), free(G.w), free(U.w), free(D.w);
 	freew(&router), freew(&sg), freew(&su), freew(&sd), freew(&sgi);
 	free(h), free(x0), free(x), free(ref), free(p), free(act), free(sel);
+}
+
+static void test_moe_types(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, bool norm_topk, bool sh_gate,
+			   const struct moe_types *ty)
+{
+	test_moe_up(c, T, E, ne, k, F, Fs, norm_topk, sh_gate, ty, ty->gate_up);
 }
 
 /* top(): exactly toast_top_host's answer (ties, -0, NaN, -inf; sizes around the GPU's
@@ -909,6 +918,39 @@ static void test_backend(struct ctx *c)
 	test_moe(c, 33, 64, 8, 2, 128, 0, false, false);
 }
 
+/* MoE at prefill sizes (T > 8), the CUDA backend's grouped GEMMs (n_embd % 128, n_ff % 64): row
+ * tiles of 64 token-slots per expert, several per expert and partial, experts with no rows,
+ * Qwen3-Next's n_embd 2048 / n_ff 512 and narrower, bf16 and packed weights, gate and up of two
+ * types. Run on the GPU only: the CPU backend has no such path, and the reference is the cost. */
+static void test_moe_prefill(struct ctx *c)
+{
+	struct moe_types q4k = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q4_K, TOAST_DT_Q4_K};
+	struct moe_types mlx4 = {TOAST_DT_MLX8, TOAST_DT_MLX4, TOAST_DT_MLX4, TOAST_DT_MLX4};
+	struct moe_types q8 = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q8_0};
+	struct moe_types k5 = {TOAST_DT_BF16, TOAST_DT_Q5_K, TOAST_DT_Q6_K, TOAST_DT_BF16};
+	struct moe_types q4k_bf16 = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_BF16, TOAST_DT_BF16};
+	/* 300 slots over 3 experts: about 100 rows each, two tiles, the second partial */
+	test_moe_types(c, 150, 2048, 3, 2, 512, 512, true, true, &moe_bf16);
+	test_moe_types(c, 150, 2048, 3, 2, 512, 512, true, true, &q4k);
+	test_moe_types(c, 150, 2048, 3, 2, 512, 0, true, false, &mlx4);
+	test_moe_types(c, 150, 2048, 3, 2, 512, 512, false, true, &q8);
+	/* 520 slots over 2 experts: every token on both, 260 rows: four whole tiles and one of 4 */
+	test_moe_types(c, 260, 256, 2, 2, 128, 128, true, true, &moe_bf16);
+	/* 40 slots over 64 experts: most have no rows, the rest one partial tile */
+	test_moe_types(c, 20, 256, 64, 2, 128, 0, true, false, &moe_bf16);
+	test_moe_types(c, 20, 256, 64, 2, 128, 128, true, true, &q8);
+	test_moe_types(c, 20, 256, 64, 2, 128, 128, true, true, &mlx4);
+	test_moe_types(c, 20, 256, 64, 2, 256, 256, true, true, &q4k);
+	/* narrower: n_embd 256 (two 128-column tiles of down), n_ff 128 (two 64-column tiles of
+	 * gate/up, two k steps of down); n_ff 256 for the 256-element blocks */
+	test_moe_types(c, 100, 256, 4, 3, 128, 128, true, true, &moe_bf16);
+	test_moe_types(c, 100, 256, 4, 3, 128, 128, true, true, &q8);
+	test_moe_types(c, 100, 256, 4, 3, 256, 0, true, false, &q4k);
+	test_moe_types(c, 100, 256, 4, 3, 256, 256, true, true, &k5);
+	/* gate and up of two types: the kernel's any-type path */
+	test_moe_up(c, 100, 256, 4, 3, 256, 256, true, true, &q4k_bf16, TOAST_DT_Q8_0);
+}
+
 /* what the CUDA backend cannot compute is refused when the weight is prepared, by name */
 static void test_cuda_refusals(struct ctx *c)
 {
@@ -1017,13 +1059,16 @@ static void perf_row(const char *name, double t, double bytes)
 	printf("%-40s %10.1f us %10.1f GB/s\n", name, t * 1e6, bytes / t / 1e9);
 }
 
+/* the same for compute-bound ops: the rate of flops */
 static void perf_row_flops(const char *name, double t, double flops)
 {
 	printf("%-40s %10.1f us %10.1f TFLOP/s\n", name, t * 1e6, flops / t / 1e12);
 }
 
 /* MoE decode at the Qwen3-Next shape (512 experts of 512x2048, top 10, shared expert): bytes
- * read are the router's and the 11 experts' (packed) */
+ * read are the router's and the 11 experts' (packed). On a GPU, prefill too: 4096 tokens, the
+ * rate of the routed experts' flops (2 T k 3 n_embd n_ff; the router, the shared expert and the
+ * grouping are in the time, not in the count) */
 static void perf_moe(struct toast_backend *be, float *x, const struct toast_weight *nw, enum toast_dtype type,
 		     enum toast_dtype router_type)
 {
@@ -1048,6 +1093,18 @@ static void perf_moe(struct toast_backend *be, float *x, const struct toast_weig
 	snprintf(name, sizeof(name), "moe %s 512 experts top-10 + shared", toast_dtype_name(type));
 	perf_row(name, perf_time(be, perf_moe_fn, mctx),
 		 (double)router.n_bytes + (K + 1.0) * (G.w[0].n_bytes + U.w[0].n_bytes + D.w[0].n_bytes));
+	if (toast_backend_cuda_available()) { /* minutes a call on a CPU */
+		const int TP = 4096;
+		float *xph = rand_vec((size_t)TP * E, 3);
+		struct toast_moe_args pa = ma;
+		pa.x = put(be, xph, (size_t)TP * E, false);
+		pa.T = TP;
+		void *pctx[2] = {be, &pa};
+		snprintf(name, sizeof(name), "moe prefill %s T=4096 (routed flops)", toast_dtype_name(type));
+		perf_row_flops(name, perf_time(be, perf_moe_fn, pctx), 2.0 * TP * K * 3 * E * F);
+		be->ops->release(be, pa.x);
+		free(xph);
+	}
 	free(G.w), free(U.w), free(D.w);
 }
 
@@ -1232,6 +1289,7 @@ int main(int argc, char **argv)
 		struct ctx c = {be, "cuda", 1.5e-2};
 		test_backend(&c);
 		test_quant(&c);
+		test_moe_prefill(&c);
 		test_cuda_refusals(&c);
 		toast_backend_free(be);
 	} else {

@@ -186,83 +186,175 @@ __device__ __forceinline__ uint32_t cu_k4_pair(const uint4 &h, int p)
 	return p < 2 ? V & 0x3f3f3f3fu : hi;
 }
 
+/* a kernel type: a weight type whose reads are compiled for it, or any type (a runtime switch) */
+#define CU_QT_ANY (-1)
+
 /*
- * Dequantise 8 consecutive elements k..k+7 (k % 8 == 0) of row r of matrix e, any type: the
- * general path (prefill tiles, embedding rows, odd shapes, mixed types), one runtime switch.
+ * Dequantise 8 consecutive elements k..k+7 (k % 8 == 0) of row r of matrix e: the general path
+ * (prefill tiles, embedding rows, odd shapes, mixed types). In two halves, so a kernel can issue
+ * the loads of one tile before it computes on the previous one and convert them afterwards:
+ * cu_dq8_load reads the bytes and converts nothing, cu_dq8_cvt makes the 8 floats. TYPE is the
+ * weight's type, or CU_QT_ANY for a runtime switch on w.type; raw words per type:
+ *   BF16: a = the 8 values;  Q4_0/Q4_1: b = 8 quant bytes, c = d, d = m (f16 bits);
+ *   Q8_0: b = 8 int8, c = d;  Q4_K/Q5_K: a = the block's header (d, dmin, scales), b = 8 quant
+ *   bytes, (c, d) = Q5_K's 8 qh bytes;  Q6_K: b = 8 ql bytes, (c, d) = 8 qh bytes, a.x = d,
+ *   a.y = the int8 scale;  MLX4/MLX8: a.x, a.y = scale and bias (sb_type bits), b = the codes.
  */
-__device__ __forceinline__ void cu_dq8(const cu_wd &w, size_t e, int64_t r, int64_t k, float *y)
+struct cu_dq8_raw {
+	uint4 a;
+	uint2 b;
+	uint32_t c, d;
+};
+
+/* scale or bias i of an MLX row as stored (f32 bits, or bf16/f16 bits in the low half) */
+__device__ __forceinline__ uint32_t cu_ldsb_bits(const uint8_t *p, int sb_type, int64_t i)
+{
+	if (sb_type == TOAST_DT_F32)
+		return __ldg((const uint32_t *)p + i);
+	return __ldg((const unsigned short *)p + i);
+}
+
+__device__ __forceinline__ float cu_sb_float(uint32_t v, int sb_type)
+{
+	if (sb_type == TOAST_DT_F32)
+		return __uint_as_float(v);
+	return sb_type == TOAST_DT_BF16 ? __uint_as_float(v << 16) : __half2float(__ushort_as_half((unsigned short)v));
+}
+
+__device__ __forceinline__ float cu_f16_float(uint32_t v)
+{
+	return __half2float(__ushort_as_half((unsigned short)v));
+}
+
+template <int TYPE>
+__device__ __forceinline__ cu_dq8_raw cu_dq8_load(const cu_wd &w, size_t e, int64_t r, int64_t k)
 {
 	cu_wrow p = cu_row(w, e, r);
-	switch (w.type) {
+	cu_dq8_raw x = {};
+	const int t = TYPE == CU_QT_ANY ? w.type : TYPE;
+	switch (t) {
 	case TOAST_DT_BF16:
-		cu_bf16x8(cu_ld16(p.q + 2 * k), y);
-		return;
+		x.a = cu_ld16(p.q + 2 * k);
+		break;
 	case TOAST_DT_Q4_0:
 	case TOAST_DT_Q4_1: {
 		int64_t b = k >> 5;
-		int o = (int)(k & 31), sh = o & 16 ? 4 : 0;
-		uint2 v = cu_ld8(p.q + 16 * b + (o & 15));
-		bool q40 = w.type == TOAST_DT_Q4_0;
-		float d = cu_ldf16(p.m + (q40 ? 2 : 4) * b), m = q40 ? -8.0f * d : cu_ldf16(p.m + 4 * b + 2);
-		for (int j = 0; j < 8; j++)
-			y[j] = (float)((((j < 4 ? v.x : v.y) >> (8 * (j & 3) + sh)) & 15)) * d + m;
-		return;
+		bool q40 = t == TOAST_DT_Q4_0;
+		x.b = cu_ld8(p.q + 16 * b + (k & 15));
+		x.c = __ldg((const unsigned short *)(p.m + (q40 ? 2 : 4) * b));
+		x.d = q40 ? 0 : __ldg((const unsigned short *)(p.m + 4 * b + 2));
+		break;
 	}
 	case TOAST_DT_Q8_0: {
 		int64_t b = k >> 5;
-		uint2 v = cu_ld8(p.q + 32 * b + (k & 31));
-		float d = cu_ldf16(p.m + 2 * b);
+		x.b = cu_ld8(p.q + 32 * b + (k & 31));
+		x.c = __ldg((const unsigned short *)(p.m + 2 * b));
+		break;
+	}
+	case TOAST_DT_Q4_K:
+	case TOAST_DT_Q5_K: {
+		bool q5 = t == TOAST_DT_Q5_K;
+		const uint8_t *blk = p.q + (k >> 8) * (q5 ? 176 : 144);
+		int j = (int)(k >> 5) & 7, l = (int)(k & 31);
+		x.a = cu_ld16(blk);
+		x.b = cu_ld8(blk + (q5 ? 48 : 16) + 32 * (j >> 1) + l);
+		if (q5) {
+			uint2 qh = cu_ld8(blk + 16 + l);
+			x.c = qh.x, x.d = qh.y;
+		}
+		break;
+	}
+	case TOAST_DT_Q6_K: {
+		int64_t b = k >> 8;
+		int kk = (int)(k & 255), h = kk >> 7, l = kk & 31, s = (kk >> 5) & 3;
+		x.b = cu_ld8(p.q + 192 * b + 64 * h + 32 * (s & 1) + l);
+		uint2 qh = cu_ld8(p.q + 192 * b + 128 + 32 * h + l);
+		x.c = qh.x, x.d = qh.y;
+		x.a.x = __ldg((const unsigned short *)(p.m + 18 * b + 16));
+		x.a.y = __ldg(p.m + 18 * b + kk / 16);
+		break;
+	}
+	case TOAST_DT_MLX4:
+	case TOAST_DT_MLX8: {
+		int64_t g = k / w.gs;
+		x.a.x = cu_ldsb_bits(p.m, w.sb_type, g);
+		x.a.y = cu_ldsb_bits(p.b, w.sb_type, g);
+		x.b = t == TOAST_DT_MLX4 ? make_uint2(__ldg((const uint32_t *)(p.q + k / 2)), 0) : cu_ld8(p.q + k);
+		break;
+	}
+	default: /* not reached: uploads accept only the types above */
+		break;
+	}
+	return x;
+}
+
+template <int TYPE>
+__device__ __forceinline__ void cu_dq8_cvt(const cu_wd &w, const cu_dq8_raw &x, int64_t k, float *y)
+{
+	const int t = TYPE == CU_QT_ANY ? w.type : TYPE;
+	switch (t) {
+	case TOAST_DT_BF16:
+		cu_bf16x8(x.a, y);
+		return;
+	case TOAST_DT_Q4_0:
+	case TOAST_DT_Q4_1: {
+		int sh = k & 16 ? 4 : 0;
+		float d = cu_f16_float(x.c), m = t == TOAST_DT_Q4_0 ? -8.0f * d : cu_f16_float(x.d);
 		for (int j = 0; j < 8; j++)
-			y[j] = (float)(int8_t)((j < 4 ? v.x : v.y) >> (8 * (j & 3))) * d;
+			y[j] = (float)((((j < 4 ? x.b.x : x.b.y) >> (8 * (j & 3) + sh)) & 15)) * d + m;
+		return;
+	}
+	case TOAST_DT_Q8_0: {
+		float d = cu_f16_float(x.c);
+		for (int j = 0; j < 8; j++)
+			y[j] = (float)(int8_t)((j < 4 ? x.b.x : x.b.y) >> (8 * (j & 3))) * d;
 		return;
 	}
 	case TOAST_DT_Q4_K:
 	case TOAST_DT_Q5_K: {
-		bool q5 = w.type == TOAST_DT_Q5_K;
-		const uint8_t *blk = p.q + (k >> 8) * (q5 ? 176 : 144);
-		int j = (int)(k >> 5) & 7, l = (int)(k & 31);
-		uint4 h = cu_ld16(blk);
-		uint32_t sm = cu_k4_pair(h, j >> 1);
-		float2 dm = __half22float2(*(const __half2 *)&h.x);
+		bool q5 = t == TOAST_DT_Q5_K;
+		int j = (int)(k >> 5) & 7;
+		uint32_t sm = cu_k4_pair(x.a, j >> 1);
+		float2 dm = __half22float2(*(const __half2 *)&x.a.x);
 		float d = dm.x * (float)((sm >> (8 * (j & 1))) & 0xff), mn = dm.y * (float)((sm >> (16 + 8 * (j & 1))) & 0xff);
-		uint2 v = cu_ld8(blk + (q5 ? 48 : 16) + 32 * (j >> 1) + l);
-		uint2 qh = q5 ? cu_ld8(blk + 16 + l) : make_uint2(0, 0);
 		for (int i = 0; i < 8; i++) {
-			uint32_t q = ((i < 4 ? v.x : v.y) >> (8 * (i & 3) + 4 * (j & 1))) & 15;
-			q |= (((i < 4 ? qh.x : qh.y) >> (8 * (i & 3) + j)) & 1) << 4;
+			uint32_t q = ((i < 4 ? x.b.x : x.b.y) >> (8 * (i & 3) + 4 * (j & 1))) & 15;
+			if (q5)
+				q |= (((i < 4 ? x.c : x.d) >> (8 * (i & 3) + j)) & 1) << 4;
 			y[i] = d * (float)q - mn;
 		}
 		return;
 	}
 	case TOAST_DT_Q6_K: {
-		int64_t b = k >> 8;
-		int kk = (int)(k & 255), h = kk >> 7, l = kk & 31, s = (kk >> 5) & 3;
-		uint2 ql = cu_ld8(p.q + 192 * b + 64 * h + 32 * (s & 1) + l);
-		uint2 qh = cu_ld8(p.q + 192 * b + 128 + 32 * h + l);
-		float d = cu_ldf16(p.m + 18 * b + 16) * (float)(int8_t)__ldg(p.m + 18 * b + kk / 16);
+		int s = (int)(k >> 5) & 3;
+		float d = cu_f16_float(x.a.x) * (float)(int8_t)x.a.y;
 		for (int i = 0; i < 8; i++) {
-			uint32_t lo = ((i < 4 ? ql.x : ql.y) >> (8 * (i & 3) + 4 * (s >> 1))) & 15;
-			uint32_t hi = ((i < 4 ? qh.x : qh.y) >> (8 * (i & 3) + 2 * s)) & 3;
+			uint32_t lo = ((i < 4 ? x.b.x : x.b.y) >> (8 * (i & 3) + 4 * (s >> 1))) & 15;
+			uint32_t hi = ((i < 4 ? x.c : x.d) >> (8 * (i & 3) + 2 * s)) & 3;
 			y[i] = d * (float)((int)(lo | hi << 4) - 32);
 		}
 		return;
 	}
 	case TOAST_DT_MLX4:
 	case TOAST_DT_MLX8: {
-		bool m4 = w.type == TOAST_DT_MLX4;
-		int64_t g = k / w.gs;
-		float s = cu_ldsb(p.m, w.sb_type, g), z = cu_ldsb(p.b, w.sb_type, g);
-		uint2 v = m4 ? make_uint2(__ldg((const uint32_t *)(p.q + k / 2)), 0) : cu_ld8(p.q + k);
+		bool m4 = t == TOAST_DT_MLX4;
+		float s = cu_sb_float(x.a.x, w.sb_type), z = cu_sb_float(x.a.y, w.sb_type);
 		for (int i = 0; i < 8; i++) {
-			uint32_t q = m4 ? (v.x >> (4 * i)) & 15 : ((i < 4 ? v.x : v.y) >> (8 * (i & 3))) & 255;
+			uint32_t q = m4 ? (x.b.x >> (4 * i)) & 15 : ((i < 4 ? x.b.x : x.b.y) >> (8 * (i & 3))) & 255;
 			y[i] = s * (float)q + z;
 		}
 		return;
 	}
-	default: /* not reached: uploads accept only the types above */
+	default: /* not reached */
 		for (int i = 0; i < 8; i++)
 			y[i] = 0.0f;
 	}
+}
+
+/* both halves, any type */
+__device__ __forceinline__ void cu_dq8(const cu_wd &w, size_t e, int64_t r, int64_t k, float *y)
+{
+	cu_dq8_cvt<CU_QT_ANY>(w, cu_dq8_load<CU_QT_ANY>(w, e, r, k), k, y);
 }
 
 /* ---- decode chunks: struct qk<TYPE> ----
@@ -274,7 +366,6 @@ __device__ __forceinline__ void cu_dq8(const cu_wd &w, size_t e, int64_t r, int6
  *   swz(f)            the physical float4 index of logical f in shared memory.
  * CU_QT_ANY reads any type through cu_dq8 (8 elements a chunk, no swizzle).
  */
-#define CU_QT_ANY (-1)
 
 template <int TYPE>
 struct qk;

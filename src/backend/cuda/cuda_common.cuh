@@ -179,45 +179,62 @@ __device__ __forceinline__ void cu_bf16x8(uint4 u, float *f)
  * B[c..c+1][g], b1 = B[c+8..c+9][g]; C (16 x 8) c0,c1 = C[g][c..c+1], c2,c3 = C[g+8][c..c+1]. */
 __device__ __forceinline__ void cu_mma_bf16(float *d, const unsigned *a, unsigned b0, unsigned b1)
 {
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-		     "{%0,%1,%2,%3};\n"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	    "{%0,%1,%2,%3};\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* a shared-memory pointer as the 32-bit address ldmatrix and cp.async take */
+__device__ __forceinline__ unsigned cu_smem_addr(const void *p)
+{
+	return (unsigned)__cvta_generic_to_shared(p);
 }
 
 /* four 8 x 8 b16 matrices from shared memory; lane l gives the address of row l % 8 of matrix
  * l / 8; r[i] is matrix i (TRANS: transposed) in the mma fragment layout */
 template <bool TRANS>
-__device__ __forceinline__ void cu_ldsm4(unsigned *r, const void *smem)
+__device__ __forceinline__ void cu_ldsm4(unsigned *r, unsigned addr)
 {
-	unsigned a = (unsigned)__cvta_generic_to_shared(smem);
 	if (TRANS)
 		asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
 			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-			     : "r"(a));
+			     : "r"(addr));
 	else
 		asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
 			     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-			     : "r"(a));
+			     : "r"(addr));
 }
 
-/* 16 bytes global -> shared without registers; !pred writes zeros (src is not read) */
+template <bool TRANS>
+__device__ __forceinline__ void cu_ldsm4(unsigned *r, const void *smem)
+{
+	cu_ldsm4<TRANS>(r, cu_smem_addr(smem));
+}
+
+/* 16 bytes global -> shared without registers; !pred writes zeros (src is not read, but must
+ * be a mapped address) */
+__device__ __forceinline__ void cu_cp16(unsigned dst, const void *src, bool pred)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(pred ? 16 : 0)
+		     : "memory");
+}
+
 __device__ __forceinline__ void cu_cp16(void *smem, const void *src, bool pred)
 {
-	unsigned a = (unsigned)__cvta_generic_to_shared(smem);
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(pred ? 16 : 0));
+	cu_cp16(cu_smem_addr(smem), src, pred);
 }
 
 __device__ __forceinline__ void cu_cp_commit()
 {
-	asm volatile("cp.async.commit_group;\n" ::);
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
 /* wait until at most N of this thread's committed groups are in flight */
 template <int N>
 __device__ __forceinline__ void cu_cp_wait()
 {
-	asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 /* two floats -> one register of two bf16 (lo in the low half) */

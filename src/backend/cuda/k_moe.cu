@@ -6,11 +6,12 @@
  * router logits and, in its last block to finish, softmax/top-k and the shared expert's gate;
  * one kernel runs gate/up of every chosen expert and the shared one; one runs down for all of
  * them and adds to the residual. Expert ids stay in device memory, so a recorded decode step
- * is valid whatever the router picks. Longer T runs the same expert kernels per token.
+ * is valid whatever the router picks. Prefill (longer T, n_embd % 128 == 0, n_ff % 64 == 0):
+ * token-slots grouped by expert on the device, gate/up (with SiLU·mul) and down as grouped
+ * tensor-core GEMMs (k_moe_gg); other shapes run the decode expert kernels per token.
  */
 #include "backend/cuda/cu_quant.cuh"
 
-#include <mma.h>
 #include <type_traits>
 
 #define MOE_MAX_K 64
@@ -377,7 +378,73 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		x[(size_t)t * E + i] += acc;
 }
 
-/* ---- prefill: tokens grouped by expert, one cuBLAS grouped GEMM per matrix ---- */
+/* ---- kernel types: a kernel compiled per weight type (the fast ones), any other type through
+ * CU_QT_ANY ---- */
+
+static int moe_ktype(int t)
+{
+	return t == TOAST_DT_BF16 || t == TOAST_DT_Q4_K || t == TOAST_DT_MLX4 || t == TOAST_DT_Q8_0 || t == TOAST_DT_Q6_K
+		       ? t
+		       : CU_QT_ANY;
+}
+
+/* fn(std::integral_constant<int, k>()) for a kernel type k of moe_ktype: the kernels' template
+ * argument from a runtime type */
+template <typename Fn>
+static void moe_with_ktype(int k, Fn fn)
+{
+	switch (k) {
+	case TOAST_DT_BF16: return fn(std::integral_constant<int, TOAST_DT_BF16>());
+	case TOAST_DT_Q4_K: return fn(std::integral_constant<int, TOAST_DT_Q4_K>());
+	case TOAST_DT_MLX4: return fn(std::integral_constant<int, TOAST_DT_MLX4>());
+	case TOAST_DT_Q8_0: return fn(std::integral_constant<int, TOAST_DT_Q8_0>());
+	case TOAST_DT_Q6_K: return fn(std::integral_constant<int, TOAST_DT_Q6_K>());
+	default: return fn(std::integral_constant<int, CU_QT_ANY>());
+	}
+}
+
+/* gate and up are read by one kernel: of one type */
+static int moe_ktype2(int g, int u)
+{
+	return g == u ? moe_ktype(g) : CU_QT_ANY;
+}
+
+/* the grouped GEMM's kernel type: each weight type; CU_QT_ANY for gate and up of two types or
+ * layouts (compiled for a type, the kernel takes up's layout to be gate's) */
+static int moe_gg_ktype(const cu_wd &g, const cu_wd &u)
+{
+	bool same = g.type == u.type && g.stride == u.stride && g.m_off == u.m_off && g.b_off == u.b_off &&
+		    g.q_row == u.q_row && g.m_row == u.m_row && g.sb_type == u.sb_type && g.gs == u.gs;
+	return same && (g.type == TOAST_DT_BF16 || toast_dtype_is_quant((enum toast_dtype)g.type)) ? g.type : CU_QT_ANY;
+}
+
+template <typename Fn>
+static void moe_gg_with_ktype(int k, Fn fn)
+{
+	switch (k) {
+	case TOAST_DT_BF16: return fn(std::integral_constant<int, TOAST_DT_BF16>());
+	case TOAST_DT_Q4_0: return fn(std::integral_constant<int, TOAST_DT_Q4_0>());
+	case TOAST_DT_Q4_1: return fn(std::integral_constant<int, TOAST_DT_Q4_1>());
+	case TOAST_DT_Q8_0: return fn(std::integral_constant<int, TOAST_DT_Q8_0>());
+	case TOAST_DT_Q4_K: return fn(std::integral_constant<int, TOAST_DT_Q4_K>());
+	case TOAST_DT_Q5_K: return fn(std::integral_constant<int, TOAST_DT_Q5_K>());
+	case TOAST_DT_Q6_K: return fn(std::integral_constant<int, TOAST_DT_Q6_K>());
+	case TOAST_DT_MLX4: return fn(std::integral_constant<int, TOAST_DT_MLX4>());
+	case TOAST_DT_MLX8: return fn(std::integral_constant<int, TOAST_DT_MLX8>());
+	default: return fn(std::integral_constant<int, CU_QT_ANY>());
+	}
+}
+
+/* ---- prefill: tokens grouped by expert, grouped tensor-core GEMMs over the groups ---- */
+
+#define GG_BM 64      /* token rows per block: the row tiles of k_moe_scan */
+#define GG_BN 128     /* weight rows per block: 128 outputs (down), or 64 of gate and 64 of up */
+#define GG_BK 64      /* k per pipeline stage: rows of 128 bytes in shared memory */
+#define GG_STAGES 3
+#define GG_THREADS 256
+#define GG_A_BYTES (GG_BM * GG_BK * 2)
+#define GG_STAGE_BYTES ((GG_BM + GG_BN) * GG_BK * 2)
+#define GG_SMEM (GG_STAGES * GG_STAGE_BYTES)
 
 __global__ void k_moe_count(const int32_t *sel, int n, int32_t *counts)
 {
@@ -386,7 +453,7 @@ __global__ void k_moe_count(const int32_t *sel, int n, int32_t *counts)
 		atomicAdd(&counts[sel[i]], 1);
 }
 
-/* one block: offsets = exclusive scan of counts, tiles = exclusive scan of the 64-row tiles
+/* one block: offsets = exclusive scan of counts, tiles = exclusive scan of the GG_BM-row tiles
  * each expert's group needs; cursors zeroed */
 __global__ void k_moe_scan(const int32_t *counts, int ne, int32_t *offsets, int32_t *tiles, int32_t *cursor)
 {
@@ -396,7 +463,7 @@ __global__ void k_moe_scan(const int32_t *counts, int ne, int32_t *offsets, int3
 			offsets[e] = acc;
 			tiles[e] = tacc;
 			acc += counts[e];
-			tacc += (counts[e] + 63) / 64;
+			tacc += (counts[e] + GG_BM - 1) / GG_BM;
 		}
 		offsets[ne] = acc;
 		tiles[ne] = tacc;
@@ -426,12 +493,6 @@ __global__ void k_moe_gather(const bf16 *hb, const int32_t *row_tok, int E, bf16
 		dst[i] = src[i];
 }
 
-__global__ void k_silu_mul_bf16(bf16 *out, const bf16 *g, const bf16 *u, size_t n)
-{
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-		out[i] = __float2bfloat16(cu_silu(__bfloat162float(g[i])) * __bfloat162float(u[i]));
-}
-
 /* x[t][i] += sum_s wt[t][s] * y[inv[t][s]][i] + sgate[t] * ys[t][i], slots in order */
 __global__ void k_moe_combine(float *x, int E, int k, const int32_t *inv, const float *wt, const float *y,
 			      const float *ys, const float *sgate)
@@ -447,29 +508,46 @@ __global__ void k_moe_combine(float *x, int E, int k, const int32_t *inv, const 
 	}
 }
 
-/*
- * Grouped GEMM on tensor cores: for every expert e, C[rows of e] = X[rows of e] · W[e]ᵀ, with
- * X [n_rows][K] grouped by expert (offsets), W [ne][N][K], C [n_rows][N]. A block computes one
- * 64x64 tile of one expert's group; blockIdx.x runs over the groups' row tiles (tiles[] is their
- * exclusive scan, so no host needs the counts), blockIdx.y over column tiles. Four warps, each
- * a 32x32 quarter as 2x2 WMMA 16x16x16 bf16 fragments accumulating in f32. N % 64 == 0,
- * K % 32 == 0. QUANT: W is quantised; each thread dequantises its 2 x 8 elements of the
- * 64 x 32 weight tile in registers as it loads them (cu_dq8): the packed bytes are read once per
- * row tile of tokens (an expert has one or two at prefill sizes), nothing is written back, and
- * no scratch holds a bf16 copy of 512 experts.
- */
-#define GG_TILE 64
-#define GG_KSTEP 32
-#define GG_PAD 8
-template <typename OutT, bool QUANT>
-__global__ void __launch_bounds__(128)
-	k_moe_ggemm(const bf16 *X, cu_wd W, OutT *C, const int32_t *offsets, const int32_t *tiles, int ne, int N, int K)
+/* the byte offset of 16-byte chunk c (of 8) of row r in a tile of GG_BK-element rows: chunks
+ * XOR-swizzled by the row, so the 8 rows an ldmatrix phase reads at one chunk, and the 8 chunks
+ * of a row that consecutive threads store, lie in distinct banks */
+__device__ __forceinline__ uint32_t gg_swz(int r, int c)
 {
-	using namespace nvcuda;
-	__shared__ __align__(32) bf16 As[GG_TILE][GG_KSTEP + GG_PAD];
-	__shared__ __align__(32) bf16 Bs[GG_TILE][GG_KSTEP + GG_PAD];
-	__shared__ __align__(32) float Cs[GG_TILE][GG_TILE + 4];
-	int tile = blockIdx.x;
+	return (uint32_t)(r * (GG_BK * 2) + ((c ^ (r & 7)) << 4));
+}
+
+/* a float as the bf16 a GEMM with bf16 output would have stored */
+__device__ __forceinline__ float gg_bf16r(float x)
+{
+	return __bfloat162float(__float2bfloat16(x));
+}
+
+/*
+ * Grouped GEMM on tensor cores for the experts at prefill: for every expert e,
+ * C[rows of e] = X[rows of e] · W[e]ᵀ, X [n_rows][K] bf16 grouped by expert (offsets), W [ne][N][K]
+ * (bf16 or packed, of kernel type TYPE). A block computes a GG_BM = 64-row tile of one expert's
+ * group (blockIdx.y runs over the groups' row tiles: tiles[] is their exclusive scan, so no host
+ * needs the counts) against GG_BN = 128 weight rows (blockIdx.x, fastest, so the column tiles of
+ * one row tile run together and read its X rows from DRAM once):
+ *   GATEUP: rows col0.. of gate (W) and the same 64 rows of up (U); C = act [n_rows][N] bf16,
+ *           bf16(SiLU(bf16(gate)) * bf16(up)): the rounding of separate gate and up GEMMs;
+ *   else:   rows col0..col0+127 of W (down); C [n_rows][N] f32.
+ * Eight warps, 2 x 4, each 32 token rows x 32 weight rows (GATEUP: 16 of gate and the same 16 of
+ * up, so a thread holds both halves of its outputs) as 2 x 4 mma.sync m16n8k16 bf16 tiles
+ * accumulating in f32, operands from shared memory by ldmatrix. K runs in steps of GG_BK = 64
+ * through a ring of GG_STAGES = 3 stages: X tiles by cp.async two steps ahead (rows past the
+ * group zero-filled); bf16 weights the same; packed weights one step ahead into registers
+ * (cu_dq8_load: loads only), dequantised into the next stage after the current step's MMAs
+ * (cu_dq8_cvt), so their latency hides behind one step of MMAs. One barrier per step.
+ * N % 64 (GATEUP) or N % 128, K % 64 == 0; blockDim GG_THREADS, GG_SMEM bytes of shared memory.
+ */
+template <int TYPE, bool GATEUP>
+__global__ void __launch_bounds__(GG_THREADS, 2)
+	k_moe_gg(const bf16 *X, cu_wd W, cu_wd U, void *out, const int32_t *offsets, const int32_t *tiles, int ne, int N,
+		 int K)
+{
+	extern __shared__ __align__(128) uint8_t gg_sm[];
+	int tile = blockIdx.y;
 	if (tile >= tiles[ne])
 		return;
 	int lo = 0, hi = ne - 1; /* the expert whose tiles contain this one */
@@ -481,88 +559,177 @@ __global__ void __launch_bounds__(128)
 			hi = mid - 1;
 	}
 	int e = lo;
-	int row0 = offsets[e] + (tile - tiles[e]) * GG_TILE, row_end = offsets[e + 1];
-	int col0 = blockIdx.y * GG_TILE;
-	int warp = threadIdx.x >> 5, wm = warp >> 1, wn = warp & 1;
-	wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+	int row0 = offsets[e] + (tile - tiles[e]) * GG_BM, row_end = offsets[e + 1];
+	int col0 = blockIdx.x * (GATEUP ? GG_BN / 2 : GG_BN);
+	int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
+	uint32_t sm = cu_smem_addr(gg_sm);
+
+	/* loads: thread tid fills chunk lc of rows lr + 32u: rows 0..63 of the X tile (u < 2), rows
+	 * 0..127 of the weight tile (u < 4). Weight tile row b is (GATEUP) row col0 + 16 (b / 32) +
+	 * b % 16 of gate (b % 32 < 16) or up, else row col0 + b: a thread's u all from one matrix. */
+	int lr = tid >> 3, lc = tid & 7;
+	const bf16 *xa[2];
+	bool xok[2];
+#pragma unroll
+	for (int u = 0; u < 2; u++) {
+		int r = row0 + lr + 32 * u;
+		xok[u] = r < row_end;
+		xa[u] = X + (size_t)(xok[u] ? r : row0) * K + 8 * lc;
+	}
+	cu_wd wt = W;
+	if (GATEUP && (tid & 128)) { /* of one layout but CU_QT_ANY: only the base differs */
+		if (TYPE == CU_QT_ANY)
+			wt = U;
+		else
+			wt.base = U.base;
+	}
+	auto wrow = [&](int u) { return GATEUP ? col0 + 16 * u + (lr & 15) : col0 + lr + 32 * u; };
+	auto load_x = [&](int s, int k0) {
+#pragma unroll
+		for (int u = 0; u < 2; u++)
+			cu_cp16(sm + s * GG_STAGE_BYTES + gg_swz(lr + 32 * u, lc), xa[u] + k0, xok[u]);
+	};
+	auto load_w_async = [&](int s, int k0) { /* bf16 weights */
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			cu_cp16(sm + s * GG_STAGE_BYTES + GG_A_BYTES + gg_swz(lr + 32 * u, lc),
+				cu_row(wt, (size_t)e, wrow(u)).q + 2 * (k0 + 8 * lc), true);
+	};
+	/* packed weights: the raw words of the next step in registers; of any type (CU_QT_ANY) they
+	 * would not fit beside the accumulators: loaded and converted at once, not hidden */
+	const bool prefetch = TYPE != CU_QT_ANY;
+	cu_dq8_raw raw[4];
+	auto load_w_raw = [&](int k0) {
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			raw[u] = cu_dq8_load<TYPE>(wt, (size_t)e, wrow(u), k0 + 8 * lc);
+	};
+	auto store_w = [&](int s, int k0) {
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			float y[8];
+			cu_dq8_cvt<TYPE>(wt, prefetch ? raw[u] : cu_dq8_load<TYPE>(wt, (size_t)e, wrow(u), k0 + 8 * lc),
+					 k0 + 8 * lc, y);
+			__nv_bfloat162 b2[4];
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				b2[j] = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
+			*(uint4 *)(gg_sm + s * GG_STAGE_BYTES + GG_A_BYTES + gg_swz(lr + 32 * u, lc)) = *(const uint4 *)b2;
+		}
+	};
+
+	/* MMAs of one stage: warp (wm, wn) takes X rows 32 wm.., weight tile rows 32 wn.. */
+	float acc[2][4][4] = {};
+	auto compute = [&](int s) {
+		uint32_t xs = sm + s * GG_STAGE_BYTES, ws = xs + GG_A_BYTES;
+#pragma unroll
+		for (int kk = 0; kk < GG_BK / 16; kk++) {
+			uint32_t af[2][4], bfr[2][4];
+			/* A 16x16: lanes 0-15 rows 0-15 at k 0-7, lanes 16-31 the same rows at k 8-15 */
+#pragma unroll
+			for (int i = 0; i < 2; i++)
+				cu_ldsm4<false>(af[i], xs + gg_swz(32 * wm + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
+			/* B 16 weight rows x 16 k: matrices (rows 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7),
+			 * (8-15, 8-15): {r0, r1} is the first n8 tile, {r2, r3} the second */
+#pragma unroll
+			for (int jj = 0; jj < 2; jj++)
+				cu_ldsm4<false>(bfr[jj], ws + gg_swz(32 * wn + 16 * jj + (lane & 7) + ((lane >> 4) << 3),
+							      2 * kk + ((lane >> 3) & 1)));
+#pragma unroll
+			for (int i = 0; i < 2; i++)
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+					cu_mma_bf16(acc[i][j], af[i], bfr[j >> 1][2 * (j & 1)], bfr[j >> 1][2 * (j & 1) + 1]);
+		}
+	};
+
+	const bool async_w = TYPE == TOAST_DT_BF16;
+	int nk = K / GG_BK;
+#pragma unroll
+	for (int s = 0; s < GG_STAGES - 1; s++) {
+		if (s < nk) {
+			load_x(s, s * GG_BK);
+			if (async_w)
+				load_w_async(s, s * GG_BK);
+		}
+		cu_cp_commit();
+	}
+	if (!async_w) {
+		if (prefetch)
+			load_w_raw(0);
+		store_w(0, 0);
+	}
+	for (int kt = 0; kt < nk; kt++) {
+		cu_cp_wait<GG_STAGES - 2>(); /* this thread's copies of step kt have landed */
+		__syncthreads();          /* everyone's have; step kt - 1's stage is free */
+		int kn = kt + GG_STAGES - 1;
+		if (kn < nk) {
+			load_x(kn % GG_STAGES, kn * GG_BK);
+			if (async_w)
+				load_w_async(kn % GG_STAGES, kn * GG_BK);
+		}
+		cu_cp_commit();
+		bool next = !async_w && kt + 1 < nk;
+		if (next && prefetch)
+			load_w_raw((kt + 1) * GG_BK);
+		compute(kt % GG_STAGES);
+		if (next) /* stage kt + 1 was last read at step kt + 1 - GG_STAGES, before this step's barrier */
+			store_w((kt + 1) % GG_STAGES, (kt + 1) * GG_BK);
+	}
+
+	/* accumulator (i, j): rows 16 i + g (c0, c1) and 16 i + g + 8 (c2, c3), columns 8 j + 2 t4 + {0, 1} */
+	int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
 	for (int i = 0; i < 2; i++)
 #pragma unroll
-		for (int j = 0; j < 2; j++)
-			wmma::fill_fragment(acc[i][j], 0.0f);
-	for (int k0 = 0; k0 < K; k0 += GG_KSTEP) {
-		/* 64 rows x 32 k of A and of B: 256 uint4 each, two per thread */
+		for (int h = 0; h < 2; h++) {
+			int r = row0 + 32 * wm + 16 * i + g + 8 * h;
+			if (r >= row_end)
+				continue;
+			if constexpr (GATEUP) {
+				bf16 *o = (bf16 *)out + (size_t)r * N + col0 + 16 * wn + 2 * t4;
 #pragma unroll
-		for (int u = 0; u < 2; u++) {
-			int v = threadIdx.x + u * 128, r = v / 4, c = (v % 4) * 8;
-			int row = row0 + r;
-			uint4 av = row < row_end ? *(const uint4 *)(X + (size_t)row * K + k0 + c) : make_uint4(0, 0, 0, 0);
-			*(uint4 *)&As[r][c] = av;
-			if (QUANT) {
-				float y[8];
-				cu_dq8(W, (size_t)e, col0 + r, k0 + c, y);
-				__nv_bfloat162 b2[4];
-				for (int j = 0; j < 4; j++)
-					b2[j] = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
-				*(uint4 *)&Bs[r][c] = *(const uint4 *)b2;
+				for (int j = 0; j < 2; j++) {
+					float g0 = gg_bf16r(acc[i][j][2 * h]), g1 = gg_bf16r(acc[i][j][2 * h + 1]);
+					float u0 = gg_bf16r(acc[i][j + 2][2 * h]), u1 = gg_bf16r(acc[i][j + 2][2 * h + 1]);
+					*(__nv_bfloat162 *)(o + 8 * j) = __floats2bfloat162_rn(cu_silu(g0) * u0, cu_silu(g1) * u1);
+				}
 			} else {
-				*(uint4 *)&Bs[r][c] = *(const uint4 *)(cu_row(W, (size_t)e, col0 + r).q + 2 * (k0 + c));
+				float *o = (float *)out + (size_t)r * N + col0 + 32 * wn + 2 * t4;
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+					*(float2 *)(o + 8 * j) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
 			}
 		}
-		__syncthreads();
-#pragma unroll
-		for (int kk = 0; kk < GG_KSTEP; kk += 16) {
-			wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa[2];
-			wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fb[2];
-#pragma unroll
-			for (int i = 0; i < 2; i++)
-				wmma::load_matrix_sync(fa[i], &As[wm * 32 + i * 16][kk], GG_KSTEP + GG_PAD);
-#pragma unroll
-			for (int j = 0; j < 2; j++)
-				wmma::load_matrix_sync(fb[j], &Bs[wn * 32 + j * 16][kk], GG_KSTEP + GG_PAD);
-#pragma unroll
-			for (int i = 0; i < 2; i++)
-#pragma unroll
-				for (int j = 0; j < 2; j++)
-					wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
-		}
-		__syncthreads();
-	}
-#pragma unroll
-	for (int i = 0; i < 2; i++)
-#pragma unroll
-		for (int j = 0; j < 2; j++)
-			wmma::store_matrix_sync(&Cs[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], GG_TILE + 4,
-						wmma::mem_row_major);
-	__syncthreads();
-	for (int v = threadIdx.x; v < GG_TILE * GG_TILE; v += 128) {
-		int r = v / GG_TILE, c = v % GG_TILE;
-		if (row0 + r < row_end) {
-			float val = Cs[r][c];
-			if constexpr (sizeof(OutT) == 2)
-				C[(size_t)(row0 + r) * N + col0 + c] = __float2bfloat16(val);
-			else
-				C[(size_t)(row0 + r) * N + col0 + c] = val;
-		}
-	}
 }
 
-template <typename OutT>
-static void moe_ggemm(struct cuda_backend *cb, const bf16 *X, const struct toast_experts *W, OutT *C,
-		      const int32_t *offs, const int32_t *tiles, unsigned max_tiles, int ne, int N, int K)
+/* one grouped GEMM: act = SiLU(X·Gᵀ) * (X·Uᵀ) (GATEUP, out bf16 [n_rows][N]) or out = X·Wᵀ (f32) */
+template <int TYPE, bool GATEUP>
+static void moe_gg(struct cuda_backend *cb, const bf16 *X, const cu_wd &W, const cu_wd &U, void *out,
+		   const int32_t *offs, const int32_t *tiles, unsigned max_tiles, int ne, int N, int K)
 {
-	cu_wd wd = cu_wd_experts(W);
-	dim3 grid(max_tiles, N / GG_TILE);
-	if (toast_dtype_is_quant((enum toast_dtype)wd.type))
-		cu_launch(cb, k_moe_ggemm<OutT, true>, grid, 128, 0, X, wd, C, offs, tiles, ne, N, K);
-	else
-		cu_launch(cb, k_moe_ggemm<OutT, false>, grid, 128, 0, X, wd, C, offs, tiles, ne, N, K);
+	static size_t room; /* set once per kernel: GG_SMEM is above the default 48 KiB */
+	if (!room)
+		room = cu_allow_smem(cb, (const void *)k_moe_gg<TYPE, GATEUP>);
+	if (room < GG_SMEM) {
+		cu_fail_msg(cb, "moe: the grouped GEMM needs %d bytes of shared memory", GG_SMEM);
+		return;
+	}
+	dim3 grid(N / (GATEUP ? GG_BN / 2 : GG_BN), max_tiles);
+	cu_launch(cb, k_moe_gg<TYPE, GATEUP>, grid, GG_THREADS, GG_SMEM, X, W, U, out, offs, tiles, ne, N, K);
+}
+
+/* the grouped path's shapes: whole tiles of n_embd and n_ff, row tiles within gridDim.y */
+static bool moe_grouped_fits(const moe_dims &d)
+{
+	return d.T > CU_GEMV_MAX_T && d.E % GG_BN == 0 && d.F % GG_BK == 0 &&
+	       (size_t)d.T * d.k / GG_BM + (size_t)d.ne <= 65535;
 }
 
 /*
  * Prefill: token-slots grouped by expert on the device (count, scan, scatter, gather), then
- * gate, up and down as grouped tensor-core GEMMs over the groups: no host round trip, no
- * padding. The shared expert runs dense on cuBLAS.
+ * gate/up (fused with SiLU·mul) and down as grouped tensor-core GEMMs over the groups: no host
+ * round trip, no padding. The shared expert runs dense on cuBLAS.
  */
 static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args *a, const moe_dims &d)
 {
@@ -575,15 +742,14 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	size_t o_cnt = MOE_TAKE(ne * 4), o_offs = MOE_TAKE((ne + 1) * 4), o_tiles = MOE_TAKE((ne + 1) * 4);
 	size_t o_cur = MOE_TAKE(ne * 4), o_inv = MOE_TAKE(n * 4), o_rt = MOE_TAKE(n * 4);
 	size_t o_sgf = MOE_TAKE(T * Fs * 4), o_suf = MOE_TAKE(T * Fs * 4), o_sact = MOE_TAKE(T * Fs * 2);
-	size_t o_ys = MOE_TAKE(T * E * 4), o_xs = MOE_TAKE(n * E * 2), o_g = MOE_TAKE(n * F * 2), o_u = MOE_TAKE(n * F * 2);
-	size_t o_act = MOE_TAKE(n * F * 2), o_y = MOE_TAKE(n * E * 4);
+	size_t o_ys = MOE_TAKE(T * E * 4), o_xs = MOE_TAKE(n * E * 2), o_act = MOE_TAKE(n * F * 2), o_y = MOE_TAKE(n * E * 4);
 #undef MOE_TAKE
 	char *s = (char *)cu_scratch(cb, off);
 	if (!s)
 		return;
 	float *h = (float *)(s + o_h), *logits = (float *)(s + o_log), *wt = (float *)(s + o_wt), *sgate = (float *)(s + o_sg);
 	bf16 *hb = (bf16 *)(s + o_hb), *hlo = (bf16 *)(s + o_hlo), *sact = (bf16 *)(s + o_sact), *xs = (bf16 *)(s + o_xs);
-	bf16 *gg = (bf16 *)(s + o_g), *uu = (bf16 *)(s + o_u), *act = (bf16 *)(s + o_act);
+	bf16 *act = (bf16 *)(s + o_act);
 	int32_t *sel = (int32_t *)(s + o_sel), *counts = (int32_t *)(s + o_cnt), *offs = (int32_t *)(s + o_offs);
 	int32_t *tiles = (int32_t *)(s + o_tiles), *cursor = (int32_t *)(s + o_cur), *inv = (int32_t *)(s + o_inv);
 	int32_t *row_tok = (int32_t *)(s + o_rt);
@@ -602,12 +768,16 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	cu_launch(cb, k_moe_scatter, cu_blocks(n, 256), 256, 0, sel, (int)n, d.k, offs, cursor, inv, row_tok);
 	cu_launch(cb, k_moe_gather, (unsigned)n, 128, 0, (const bf16 *)hb, (const int32_t *)row_tok, d.E, xs);
 	cu_launched(cb, "moe grouping");
-	unsigned max_tiles = (unsigned)(n / GG_TILE + ne);
-	moe_ggemm(cb, xs, a->gate, gg, offs, tiles, max_tiles, d.ne, d.F, d.E);
-	moe_ggemm(cb, xs, a->up, uu, offs, tiles, max_tiles, d.ne, d.F, d.E);
-	cu_launch(cb, k_silu_mul_bf16, 4096, 256, 0, act, (const bf16 *)gg, (const bf16 *)uu, n * F);
-	moe_ggemm(cb, act, a->down, y, offs, tiles, max_tiles, d.ne, d.E, d.F);
-	cu_launched(cb, "moe expert gemm");
+	unsigned max_tiles = (unsigned)(n / GG_BM + ne);
+	cu_wd G = cu_wd_experts(a->gate), U = cu_wd_experts(a->up), D = cu_wd_experts(a->down);
+	moe_gg_with_ktype(moe_gg_ktype(G, U), [&](auto kt) {
+		moe_gg<decltype(kt)::value, true>(cb, xs, G, U, act, offs, tiles, max_tiles, d.ne, d.F, d.E);
+	});
+	cu_launched(cb, "moe expert gate/up");
+	moe_gg_with_ktype(moe_gg_ktype(D, D), [&](auto kt) {
+		moe_gg<decltype(kt)::value, false>(cb, act, D, D, y, offs, tiles, max_tiles, d.ne, d.E, d.F);
+	});
+	cu_launched(cb, "moe expert down");
 	/* the shared expert: dense over all tokens */
 	if (d.Fs) {
 		struct toast_mm_out og = {sgf, TOAST_MM_F32, a->sh_gate}, ou = {suf, TOAST_MM_F32, a->sh_up};
@@ -622,36 +792,8 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	cu_launched(cb, "moe combine");
 }
 
-/* ---- decode launches: a kernel type per weight type (the fast ones), any other type through
- * CU_QT_ANY; rows of 2048 (n_embd of the Qwen3 MoE models) and 512 (their n_ff) loaded whole ---- */
-
-static int moe_ktype(int t)
-{
-	return t == TOAST_DT_BF16 || t == TOAST_DT_Q4_K || t == TOAST_DT_MLX4 || t == TOAST_DT_Q8_0 || t == TOAST_DT_Q6_K
-		       ? t
-		       : CU_QT_ANY;
-}
-
-/* fn(std::integral_constant<int, k>()) for a kernel type k of moe_ktype: the kernels' template
- * argument from a runtime type */
-template <typename Fn>
-static void moe_with_ktype(int k, Fn fn)
-{
-	switch (k) {
-	case TOAST_DT_BF16: return fn(std::integral_constant<int, TOAST_DT_BF16>());
-	case TOAST_DT_Q4_K: return fn(std::integral_constant<int, TOAST_DT_Q4_K>());
-	case TOAST_DT_MLX4: return fn(std::integral_constant<int, TOAST_DT_MLX4>());
-	case TOAST_DT_Q8_0: return fn(std::integral_constant<int, TOAST_DT_Q8_0>());
-	case TOAST_DT_Q6_K: return fn(std::integral_constant<int, TOAST_DT_Q6_K>());
-	default: return fn(std::integral_constant<int, CU_QT_ANY>());
-	}
-}
-
-/* gate and up are read by one kernel: of one type */
-static int moe_ktype2(int g, int u)
-{
-	return g == u ? moe_ktype(g) : CU_QT_ANY;
-}
+/* ---- decode launches: rows of 2048 (n_embd of the Qwen3 MoE models) and 512 (their n_ff)
+ * loaded whole ---- */
 
 /* chunks per lane of a row of n when the kernels are compiled for it, else 0 */
 template <int TYPE>
@@ -768,8 +910,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		cu_fail_msg(cb, "moe: %d experts per token is not supported", d.k);
 		return;
 	}
-	/* the grouped path tiles 64 x 64 with 32-wide k steps of 16-byte loads */
-	if (d.T > CU_GEMV_MAX_T && d.E % GG_TILE == 0 && d.F % GG_TILE == 0) {
+	if (moe_grouped_fits(d)) {
 		cu_moe_grouped(cb, a, d);
 		return;
 	}
