@@ -60,41 +60,51 @@ __device__ __forceinline__ float gdn_conv_in(const gdn_dims &g, const float *qkv
 	return t >= 0 ? qkv[t * stride + col] : st[(size_t)(g.K - 1 + t) * g.conv_dim + c];
 }
 
+template <int KT>
 __global__ void k_gdn_conv(gdn_dims g, const float *qkv, const void *w, int wtype, float *state, int pos, float *out)
 {
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	if (c >= g.conv_dim)
 		return;
-	int K = g.K;
+	const int K = KT ? KT : g.K;
 	size_t slot = (size_t)(K - 1) * g.conv_dim;
 	const float *st = state + (pos & 1) * slot;
 	float *sn = state + ((pos + g.T) & 1) * slot;
 	int64_t col = gdn_chan(g, c);
-	/* loops over all 16 taps, unrolled, skip j >= K: the arrays stay in registers (indexed by
-	 * the runtime K they would live in local memory) */
-	float wc[16];
-#pragma unroll
-	for (int j = 0; j < 16; j++)
-		wc[j] = j < K ? cu_ldw(w, wtype, (size_t)c * K + j) : 0.0f;
+	float wc[KT ? KT : 16];
+	for (int j = 0; j < K; j++)
+		wc[j] = cu_ldw(w, wtype, (size_t)c * K + j);
 	int t0 = blockIdx.y * GDN_CONV_RUN, t1 = min(g.T, t0 + GDN_CONV_RUN);
-	for (int t = t0; t < t1; t++) {
-		float s = 0;
+	if constexpr (KT > 0) { /* the window in registers: each input read once */
+		float win[KT];
 #pragma unroll
-		for (int j = 0; j < 16; j++)
-			if (j < K)
+		for (int j = 0; j < KT - 1; j++)
+			win[j] = gdn_conv_in(g, qkv, st, col, c, t0 - (KT - 1) + j);
+		for (int t = t0; t < t1; t++) {
+			win[KT - 1] = gdn_conv_in(g, qkv, st, col, c, t);
+			float s = 0;
+#pragma unroll
+			for (int j = 0; j < KT; j++)
+				s += wc[j] * win[j];
+#pragma unroll
+			for (int j = 0; j < KT - 1; j++)
+				win[j] = win[j + 1];
+			out[(size_t)t * g.conv_dim + c] = cu_silu(s);
+		}
+	} else {
+		for (int t = t0; t < t1; t++) {
+			float s = 0;
+			for (int j = 0; j < K; j++)
 				s += wc[j] * gdn_conv_in(g, qkv, st, col, c, t - (K - 1) + j);
-		out[(size_t)t * g.conv_dim + c] = cu_silu(s);
+			out[(size_t)t * g.conv_dim + c] = cu_silu(s);
+		}
 	}
 	if (blockIdx.y == 0) {
-		float nw[15];
-#pragma unroll
-		for (int j = 0; j < 15; j++)
-			if (j < K - 1)
-				nw[j] = gdn_conv_in(g, qkv, st, col, c, g.T - (K - 1) + j);
-#pragma unroll
-		for (int j = 0; j < 15; j++)
-			if (j < K - 1)
-				sn[(size_t)j * g.conv_dim + c] = nw[j];
+		float nw[16];
+		for (int j = 0; j < K - 1; j++)
+			nw[j] = gdn_conv_in(g, qkv, st, col, c, g.T - (K - 1) + j);
+		for (int j = 0; j < K - 1; j++)
+			sn[(size_t)j * g.conv_dim + c] = nw[j];
 	}
 }
 
@@ -846,7 +856,7 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		return;
 	/* o right after conv: both 16-byte aligned when conv_dim is a multiple of 4 (float4 stores) */
 	float *conv = scr, *o = conv + n_conv, *beta = o + n_o, *gg = beta + n_h;
-	cu_launch(cb, k_gdn_conv, dim3(cu_blocks((size_t)g.conv_dim, 128), cu_blocks((size_t)g.T, GDN_CONV_RUN)), 128, 0,
+	cu_launch(cb, g.K == 4 ? k_gdn_conv<4> : k_gdn_conv<0>, dim3(cu_blocks((size_t)g.conv_dim, 128), cu_blocks((size_t)g.T, GDN_CONV_RUN)), 128, 0,
 		  g, a->qkv, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, a->pos, conv);
 	cu_launched(cb, "gdn conv");
 	cu_launch(cb, k_gdn_prep, g.T, 256, 0, g, conv, a->b, a->a, (const float *)a->A_log->dev, a->a_is_neg_exp,
