@@ -69,7 +69,7 @@ if [ "$MODE" = quant ]; then
 	done
 	# the bf16 12-layer slice of issue 6 (the same GEMV kernel), and the session cache's checks
 	timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 4096 \
-		--prompt 128 --ctx 0,68000 --decode 64 >"$OUT/bench-bf16.log" 2>&1
+		--prompt 128,1024,17408 --ctx 0,68000 --decode 64 >"$OUT/bench-bf16.log" 2>&1
 	summary+=("bench bf16 (12 layers) rc=$?")
 	cat "$OUT/bench-bf16.log"
 	timeout 200 $B/test_cache >"$OUT/test_cache.log" 2>&1
@@ -81,7 +81,7 @@ if [ "$MODE" = quant ]; then
 	grep -E "failed" "$OUT/test_ops.log" "$OUT/test_cache.log" | head -10
 	grep -hE "^(gemv|moe) " "$OUT/ops-perf.log"
 	for t in bf16 q4_k mlx4; do
-		awk -v t=$t '/^weights:/ {w=$0} /^prefill/ {p=p " " $2 ":" $5 "(" $4 "ms)"} /^[0-9]+ +[0-9.]+ +[0-9.]+/ {d=d " ctx" $1 ":" $2 "tok/s(" $6 "x floor)"}
+		awk -v t=$t '/^weights:/ {w=$0} /^prefill/ {p=p " " $2 ":" $5 "(" $4 "ms, " $7 "x GEMM)"} /^[0-9]+ +[0-9.]+ +[0-9.]+/ {d=d " ctx" $1 ":" $2 "tok/s(" $6 "x floor)"}
 			END {print t ": prefill tok/s" p "; decode" d; print "  " w}' "$OUT/bench-$t.log"
 	done
 	exit 0

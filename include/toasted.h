@@ -80,6 +80,10 @@ struct toast_model_info {
 	size_t decode_bytes;     /* weight bytes one decode step must read (active experts only) */
 	size_t state_bytes_fixed;/* recurrent + conv state per session */
 	size_t kv_bytes_per_tok; /* KV cache bytes per token of context */
+	/* FLOPs a prompt needs: per token (matrix products; the DeltaNet's chunked state products),
+	 * per (query, key) pair that causal attention relates (Q·Kᵀ and P·V over the attention
+	 * layers), and once for the last token's output head */
+	double token_flops, pair_flops, head_flops;
 };
 
 /* Load the model at `path`: a directory (config.json + safetensors) or a GGUF file. A directory
@@ -129,6 +133,9 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 /* Copy bandwidth of the memory the engine computes from (device memory on CUDA), in bytes/s,
  * counting bytes read plus bytes written: the denominator of a bandwidth floor. */
 double toast_engine_bandwidth(struct toast_engine *e);
+/* The rate of a large bf16 GEMM on the engine's backend as prefill runs them, FLOP/s, measured
+ * now: the denominator of a compute floor; 0 where the backend does not measure it (CPU). */
+double toast_engine_gemm_rate(struct toast_engine *e);
 /* Benchmarks only: pretend the session holds n tokens (their KV rows and ids are whatever is there),
  * so that decode at a long context can be timed without prefilling it. */
 void toast_session_bench_seek(struct toast_session *s, int n);

@@ -265,6 +265,9 @@ struct toast_backend_ops {
 	 * m values are not NaN), or -1 on a backend failure (err set). Waits for earlier ops. */
 	int (*top)(struct toast_backend *be, const float *x, int n, int m, int32_t *ids, float *vals,
 		   struct toast_error *err);
+	/* Optional (NULL: not measured): the rate of a large bf16 GEMM as the prefill runs them, in
+	 * FLOP/s, measured now: the denominator of a compute floor. */
+	double (*gemm_rate)(struct toast_backend *be);
 };
 
 #define TOAST_TOP_MAX 256

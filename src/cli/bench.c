@@ -201,8 +201,10 @@ int cli_bench(int argc, char **argv)
 	printf("weights: %.2f GB%s%s; weight bytes read per token: %.3f GB (dense + %d routed + shared experts, as stored)\n",
 	       in->weight_bytes / 1e9, o.eo.synthetic_type ? ", matrices " : "", o.eo.synthetic_type ? o.eo.synthetic_type : "",
 	       in->decode_bytes / 1e9, in->n_expert_used);
-	double bw = toast_engine_bandwidth(e);
+	double bw = toast_engine_bandwidth(e), gemm = toast_engine_gemm_rate(e);
 	printf("memory bandwidth (copy, read+write): %.1f GB/s\n", bw / 1e9);
+	if (gemm > 0)
+		printf("bf16 GEMM rate (8192^3 on tensor cores): %.1f TFLOP/s\n", gemm / 1e12);
 	int max_ctx = 0;
 	for (int i = 0; i < o.n_prompts; i++)
 		max_ctx = o.prompts[i] > max_ctx ? o.prompts[i] : max_ctx;
@@ -219,7 +221,7 @@ int cli_bench(int argc, char **argv)
 		rc = bench_cache(e, &o, ids, s);
 		goto out;
 	}
-	printf("\n%-24s %10s %12s %12s\n", "test", "tokens", "ms", "tok/s");
+	printf("\n%-24s %10s %12s %12s %10s %10s\n", "test", "tokens", "ms", "tok/s", "TFLOP/s", "x GEMM");
 	for (int i = 0; st == TOAST_OK && i < o.n_prompts; i++) {
 		toast_session_reset(s);
 		double t = toast_now();
@@ -227,8 +229,12 @@ int cli_bench(int argc, char **argv)
 		t = toast_now() - t;
 		char name[64];
 		snprintf(name, sizeof(name), "prefill %d", o.prompts[i]);
+		/* the FLOPs the prompt needs (causal: token t relates to t + 1 keys) per second, and
+		 * that as a fraction of the GEMM rate measured above */
+		double T = o.prompts[i], flops = T * in->token_flops + in->pair_flops * T * (T + 1) / 2 + in->head_flops;
 		if (st == TOAST_OK)
-			printf("%-24s %10d %12.1f %12.1f\n", name, o.prompts[i], t * 1e3, o.prompts[i] / t);
+			printf("%-24s %10d %12.1f %12.1f %10.1f %10.3f\n", name, o.prompts[i], t * 1e3, T / t,
+			       flops / t / 1e12, gemm > 0 ? flops / t / gemm : 0.0);
 	}
 	printf("\n%-10s %10s %12s %12s %14s %10s\n", "decode@ctx", "tok/s", "ms/token", "GB/step", "floor ms", "x floor");
 	for (int i = 0; st == TOAST_OK && i < o.n_ctxs; i++) {

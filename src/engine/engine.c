@@ -122,6 +122,12 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 		(2 * (size_t)(hp->ssm_conv_k - 1) * (2 * hp->ssm_n_k_head * hp->ssm_d_k + hp->ssm_n_v_head * hp->ssm_d_v) *
 			 sizeof(float) +
 		 (size_t)hp->ssm_n_v_head * hp->ssm_d_v * hp->ssm_d_k * sizeof(float));
+	/* the chunked delta rule per token and value head: S0 read by W and Q, the state update
+	 * (3 dk x dv products), and the chunk's own K·Kᵀ, Q·Kᵀ, P·V' rows (chunks of 64) */
+	double gdn = 2.0 * hp->ssm_n_v_head * (3.0 * hp->ssm_d_k * hp->ssm_d_v + 64.0 * (2 * hp->ssm_d_k + hp->ssm_d_v));
+	in->token_flops = e->model.token_flops + (hp->n_layer - in->n_layer_attn) * gdn;
+	in->pair_flops = 4.0 * in->n_layer_attn * hp->n_head * hp->head_dim;
+	in->head_flops = 2.0 * hp->n_vocab * hp->n_embd;
 	*out = e;
 	return TOAST_OK;
 }
@@ -238,6 +244,11 @@ double toast_engine_bandwidth(struct toast_engine *e)
 	be->ops->release(be, a);
 	be->ops->release(be, b);
 	return best;
+}
+
+double toast_engine_gemm_rate(struct toast_engine *e)
+{
+	return e->be->ops->gemm_rate ? e->be->ops->gemm_rate(e->be) : 0;
 }
 
 void toast_session_bench_seek(struct toast_session *s, int n)

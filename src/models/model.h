@@ -78,6 +78,7 @@ struct toast_model {
 	bool is_gguf;
 	struct toast_backend *be;
 	size_t weight_bytes, decode_bytes;
+	double token_flops; /* one token's matrix products: 2 per weight element read at decode */
 	bool quantized; /* some matrix is of a quantised type */
 	bool output_tied;    /* lm_head is the embedding table */
 	bool synthetic;      /* weights made by the backend, no files (benchmarks) */

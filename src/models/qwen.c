@@ -382,6 +382,28 @@ static size_t weight_decode_bytes(struct toast_model *m)
 	return n + row;
 }
 
+/* 2 FLOPs per weight element a token multiplies: the dense matrices, the router, the routed
+ * experts it uses and the shared one, the convolution taps; not the embedding lookup (no
+ * product) nor the output head (once per prompt, not per token) */
+static double weight_token_flops(struct toast_model *m)
+{
+	double n = 0;
+	for (int il = 0; il < m->hp.n_layer; il++) {
+		struct toast_layer *l = &m->layers[il];
+		struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS];
+		int nw = toast_layer_weights(l, ws);
+		for (int i = 0; i < nw; i++)
+			if (ws[i]->n_out > 1)
+				n += (double)ws[i]->n_out * (double)ws[i]->n_in;
+		if (l->is_moe) {
+			const struct toast_weight *g = &l->gate_exps.w[0], *u = &l->up_exps.w[0], *d = &l->down_exps.w[0];
+			n += (double)m->hp.n_expert_used *
+			     ((double)g->n_out * g->n_in + (double)u->n_out * u->n_in + (double)d->n_out * d->n_in);
+		}
+	}
+	return 2 * n;
+}
+
 static bool model_quantized(struct toast_model *m)
 {
 	bool q = toast_dtype_is_quant(m->tok_embd.type) || toast_dtype_is_quant(m->output.type);
@@ -539,6 +561,7 @@ static enum toast_status model_bind(struct toast_model *m, enum toast_quant_mix 
 		rc = toast_model_quantize(m, quant, err);
 	if (rc == TOAST_OK) {
 		m->decode_bytes = weight_decode_bytes(m);
+		m->token_flops = weight_token_flops(m);
 		m->quantized = model_quantized(m);
 		rc = model_prepare(m, err);
 	}

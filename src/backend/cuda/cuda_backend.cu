@@ -575,6 +575,11 @@ static void cuda_free(struct toast_backend *be)
 	free(cb);
 }
 
+static double cuda_gemm_rate(struct toast_backend *be)
+{
+	return cu_gemm_rate(cu_of(be));
+}
+
 static const struct toast_backend_ops cuda_ops = {
 	cuda_free,
 	cuda_alloc,
@@ -599,6 +604,7 @@ static const struct toast_backend_ops cuda_ops = {
 	cuda_host_release,
 	cuda_mem_free,
 	cuda_top,
+	cuda_gemm_rate,
 };
 
 extern "C" bool toast_backend_cuda_available(void)

@@ -271,6 +271,10 @@ void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16
 void cu_cublas_split(struct cuda_backend *cb, float *out, const struct toast_weight *W, const bf16 *hi, const bf16 *lo,
 		     int T);
 
+/* FLOP/s of an 8192^3 bf16 GEMM (f32 accumulation, random values) on cuBLAS as cu_cublas
+ * calls it, best of 5; 0 when it cannot run (no memory) */
+double cu_gemm_rate(struct cuda_backend *cb);
+
 /* k_attn.cu */
 void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a);
 
