@@ -19,8 +19,12 @@
 #include "util/mem.h"
 #include "util/timeutil.h"
 
-#define ENGINE_DEFAULT_CHUNK 64
-#define ENGINE_MAX_CHUNK 4096
+/* tokens a prefill pass takes by default: the CPU's caches like small chunks; a GPU wants big
+ * ones (a chunk reads every expert's weights once: at 4,096 tokens the MoE GEMMs are still
+ * bound by those reads; docs/PERF.md) */
+#define ENGINE_DEFAULT_CHUNK_CPU 64
+#define ENGINE_DEFAULT_CHUNK_GPU 4096
+#define ENGINE_MAX_CHUNK 16384
 #define ENGINE_MAX_THREADS 1024
 
 void toast_engine_opts_init(struct toast_engine_opts *o)
@@ -62,13 +66,15 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	struct toast_engine *e = calloc(1, sizeof(*e));
 	if (!e)
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
-	e->chunk = opts->chunk ? opts->chunk : ENGINE_DEFAULT_CHUNK;
 	if (opts->quant && !toast_quant_mix_parse(opts->quant, &e->quant)) {
 		free(e);
 		return toast_err_set(err, TOAST_ERR_INVALID,
 				     "unknown quantisation \"%s\" (q8_0, q4_0, q4_1, q4_k_m, q5_k_m, q6_k, bf16)", opts->quant);
 	}
 	rc = engine_backend(opts, &e->be, err);
+	if (rc == TOAST_OK)
+		e->chunk = opts->chunk ? opts->chunk
+				       : strcmp(e->be->name, "cpu") == 0 ? ENGINE_DEFAULT_CHUNK_CPU : ENGINE_DEFAULT_CHUNK_GPU;
 	if (rc == TOAST_OK && opts->synthetic) {
 		/* a preset name, or a config.json file: a shape of one's own */
 		const char *cfg = toast_model_preset(opts->synthetic);
@@ -315,7 +321,7 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 		enum toast_status rc = toast_model_forward(&e->model, &s->state, &e->work, ids + i, T, s->n_past,
 							   all_logits != NULL, hook, hook_ud, err);
 		if (rc == TOAST_OK && all_logits)
-			rc = e->be->ops->read(e->be, all_logits + (size_t)i * V, e->work.logits, (size_t)T * V * sizeof(float),
+			rc = e->be->ops->read(e->be, all_logits + (size_t)i * V, e->work.logits_all, (size_t)T * V * sizeof(float),
 					      err);
 		if (rc == TOAST_OK && all_logits)
 			memcpy(s->logits, all_logits + (size_t)(i + T - 1) * V, (size_t)V * sizeof(float));

@@ -114,7 +114,10 @@ struct toast_work {
 	void *g_out;           /* gdn output (act) */
 	float *ff_g, *ff_u;   /* dense MLP gate and up (f32) */
 	void *ff_act;         /* SiLU(gate) * up (act) */
-	float *logits;        /* f32 [max_T][n_vocab] */
+	float *logits;        /* f32 [n_vocab]: the last token's (what decode and sampling read) */
+	float *logits_all;    /* f32 [max_T][n_vocab] or NULL: every row of a chunk, made the first
+				 time a forward asks for them (a check, a hook), so that a prefill chunk
+				 of 4,096 does not hold 2.5 GB for one row */
 };
 
 /* the per-layer callback of toast_session_feed_layers() (toasted.h) */
@@ -195,8 +198,9 @@ enum toast_status toast_model_work_new(const struct toast_model *m, int max_T, s
 void toast_model_work_free(const struct toast_model *m, struct toast_work *w);
 
 /*
- * Run T <= w->max_T tokens at positions pos.. through the model, updating s. Leaves logits in
- * w->logits (backend memory): all T rows when all_logits, else only the last token's row 0.
+ * Run T <= w->max_T tokens at positions pos.. through the model, updating s. Leaves the last
+ * token's logits in w->logits (backend memory), and all T rows in w->logits_all when all_logits
+ * (or a hook).
  * hook may be NULL.
  */
 enum toast_status toast_model_forward(const struct toast_model *m, struct toast_state *s, struct toast_work *w,

@@ -801,7 +801,7 @@ void toast_model_work_free(const struct toast_model *m, struct toast_work *w)
 		return;
 	struct toast_backend *be = m->be;
 	void *bufs[] = {w->x, w->h, w->q, w->k, w->v, w->o, w->qkv, w->z, w->b, w->a, w->g_out, w->ff_g, w->ff_u,
-			w->ff_act, w->logits};
+			w->ff_act, w->logits, w->logits_all};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		be->ops->release(be, bufs[i]);
 	memset(w, 0, sizeof(*w));
@@ -830,7 +830,7 @@ enum toast_status toast_model_work_new(const struct toast_model *m, int max_T, s
 		  (w->g_out = be->ops->alloc(be, T * vdim * as + 1)) &&
 		  (w->ff_g = be->ops->alloc(be, T * ff * sizeof(float) + 1)) &&
 		  (w->ff_u = be->ops->alloc(be, T * ff * sizeof(float) + 1)) && (w->ff_act = be->ops->alloc(be, T * ff * as + 1)) &&
-		  (w->logits = be->ops->alloc(be, T * hp->n_vocab * sizeof(float)));
+		  (w->logits = be->ops->alloc(be, hp->n_vocab * sizeof(float)));
 	if (!ok) {
 		toast_model_work_free(m, w);
 		return toast_err_set(err, TOAST_ERR_NOMEM, "cannot allocate activations for %d tokens", max_T);
@@ -975,6 +975,11 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 		if (ids[t] < 0 || ids[t] >= hp->n_vocab)
 			return toast_err_set(err, TOAST_ERR_INVALID, "token id %d outside the vocabulary (%d)", ids[t],
 					     hp->n_vocab);
+	bool all_rows = all_logits || hook; /* the head on every row, into logits_all */
+	int rows = all_rows ? T : 1;
+	if (all_rows && !w->logits_all &&
+	    !(w->logits_all = be->ops->alloc(be, (size_t)w->max_T * hp->n_vocab * sizeof(float))))
+		return toast_err_set(err, TOAST_ERR_NOMEM, "cannot allocate the logits of %d tokens", w->max_T);
 	enum toast_status rc = TOAST_OK;
 	be->ops->begin_step(be, ids, T, pos);
 	/* a decode step can be replayed from a recording: same state, same buffers, T == 1 */
@@ -997,15 +1002,14 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 	if (rc != TOAST_OK)
 		return rc;
 	/* final norm and head: every row for all_logits (and the hook), else the last row only */
-	int rows = all_logits || hook ? T : 1;
 	struct toast_mm_in in = fwd_normed(m, w->x + (size_t)(T - rows) * E, &m->output_norm);
 	in.norm_out = hook ? w->h : NULL;
-	struct toast_mm_out head = {w->logits, TOAST_MM_F32, &m->output};
+	struct toast_mm_out head = {all_rows ? w->logits_all : w->logits, TOAST_MM_F32, &m->output};
 	be->ops->matmul(be, &in, &head, 1, rows);
 	if (hook)
 		rc = fwd_hook(be, hook, hook_ud, hp->n_layer, w->h, true, rows, E, err);
-	if (rc == TOAST_OK && hook && !all_logits) /* the caller reads the last token's logits from row 0 */
-		be->ops->copy(be, w->logits, w->logits + (size_t)(T - 1) * hp->n_vocab, (size_t)hp->n_vocab * sizeof(float));
+	if (rc == TOAST_OK && all_rows) /* the last token's row where decode's would be */
+		be->ops->copy(be, w->logits, w->logits_all + (size_t)(T - 1) * hp->n_vocab, (size_t)hp->n_vocab * sizeof(float));
 	if (record)
 		be->ops->graph_end(be, s->id);
 	if (rc == TOAST_OK)

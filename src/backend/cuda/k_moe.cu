@@ -190,6 +190,20 @@ __device__ __forceinline__ float moe_dot_row(const cu_wd &w, size_t e, int64_t r
 	return acc;
 }
 
+/* dst (shared memory, stored for TYPE's swizzle) = n floats of src, a float4 at a time when they
+ * are whole aligned float4s (the swizzles move float4s); called by a whole block */
+template <int TYPE>
+__device__ __forceinline__ void moe_stage(float *dst, const float *src, int n)
+{
+	if ((n & 3) == 0 && ((uintptr_t)src & 15) == 0) {
+		for (int i = threadIdx.x; i < n / 4; i += blockDim.x)
+			((float4 *)dst)[qk<TYPE>::swz(i)] = ((const float4 *)src)[i];
+		return;
+	}
+	for (int i = threadIdx.x; i < n; i += blockDim.x)
+		dst[cu_qpos<TYPE>(i)] = src[i];
+}
+
 /* decode: norm + router + (last block) top-k. smem: hs [T][E] (staged for TYPE) then ne floats
  * for the top-k. CPL > 0: n_embd == 32 * CPL chunks, the router row's loads are issued before
  * the norm is computed. */
@@ -296,8 +310,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 			gw[p] = cu_qload<TYPE>(gd, g, e, rr, lane + 32 * p);
 			uw[p] = cu_qload<TYPE>(ud, u, e, rr, lane + 32 * p);
 		}
-	for (int i = threadIdx.x; i < E; i += blockDim.x)
-		hs[cu_qpos<TYPE>(i)] = h[(size_t)t * E + i];
+	moe_stage<TYPE>(hs, h + (size_t)t * E, E);
 	__syncthreads();
 	if (r >= n)
 		return;
@@ -337,12 +350,9 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		eid[j] = shared ? 0 : sel[(size_t)t * d.k + s];
 		wts[j] = shared ? (sgate ? sgate[t] : 1.0f) : wt[(size_t)t * d.k + s];
 	}
-	for (int j = 0; j < nslot; j++) {
-		int F = slot0 + j == d.k ? d.Fs : d.F;
-		const float *src = act + ((size_t)t * (d.k + 1) + slot0 + j) * d.Fmax;
-		for (int i = threadIdx.x; i < F; i += blockDim.x)
-			as[j * d.Fmax + cu_qpos<TYPE>(i)] = src[i];
-	}
+	for (int j = 0; j < nslot; j++)
+		moe_stage<TYPE>(as + j * d.Fmax, act + ((size_t)t * (d.k + 1) + slot0 + j) * d.Fmax,
+				slot0 + j == d.k ? d.Fs : d.F);
 	__syncthreads();
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int i = blockIdx.x * MOE_WARPS + warp;
