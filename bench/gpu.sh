@@ -71,6 +71,9 @@ if [ "$MODE" = quant ]; then
 	timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 4096 \
 		--prompt 128,1024,17408 --ctx 0,68000 --decode 64 >"$OUT/bench-bf16.log" 2>&1
 	summary+=("bench bf16 (12 layers) rc=$?")
+	# the 17K prompt in one chunk of 16384 and the rest (issue 6's prefill figure at its best chunk)
+	timeout 100 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 16384 \
+		--prompt 17408 --ctx 0 --decode 1 2>&1 | grep -E "^prefill" | sed 's/^/chunk 16384: /' >>"$OUT/bench-bf16.log"
 	cat "$OUT/bench-bf16.log"
 	timeout 200 $B/test_cache >"$OUT/test_cache.log" 2>&1
 	summary+=("test_cache (cpu + cuda): rc=$? $(tail -1 "$OUT/test_cache.log")")

@@ -55,7 +55,7 @@ struct toast_engine_opts {
 	const char *backend; /* "cpu", "cuda", or NULL: cuda when a GPU is usable, else cpu */
 	int n_threads;       /* CPU threads; 0: all online cores */
 	int chunk;           /* tokens per prefill forward pass (<= 16384); 0: the default (64 on the
-				CPU, 4096 on a GPU) */
+				CPU, 8192 on a GPU) */
 	const char *quant;   /* NULL: weights as stored; or quantise a float model's matrices at load:
 				"q8_0", "q4_0", "q4_1", "q4_k_m", "q5_k_m", "q6_k", "bf16" */
 	toast_progress_cb progress; /* NULL: none; called from the loading thread, once per layer */

@@ -949,6 +949,8 @@ static void test_moe_prefill(struct ctx *c)
 	test_moe_types(c, 100, 256, 4, 3, 256, 256, true, true, &k5);
 	/* gate and up of two types: the kernel's any-type path */
 	test_moe_up(c, 100, 256, 4, 3, 256, 256, true, true, &q4k_bf16, TOAST_DT_Q8_0);
+	/* more experts than a warp chooses from (the top-k by a block per token) */
+	test_moe_types(c, 20, 256, 520, 2, 64, 64, true, true, &moe_bf16);
 }
 
 /* what the CUDA backend cannot compute is refused when the weight is prepared, by name */

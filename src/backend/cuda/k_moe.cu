@@ -273,6 +273,24 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		*counter = 0;
 }
 
+/* prefill, ne <= 32 * MOE_WARP_TOPK: a warp per token, 8 tokens a block */
+__global__ void k_moe_topk_warps(moe_dims d, const float *h, const float *logits, const float *sgw, int32_t *sel,
+				 float *wt, float *sgate)
+{
+	int t = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+	if (t >= d.T)
+		return;
+	moe_topk_warp(d, logits + (size_t)t * d.ne, sel + (size_t)t * d.k, wt + (size_t)t * d.k);
+	if (sgw) {
+		float v = 0;
+		for (int i = lane; i < d.E; i += 32)
+			v += h[(size_t)t * d.E + i] * sgw[i];
+		v = cu_warp_sum(v);
+		if (lane == 0)
+			sgate[t] = cu_sigmoid(v);
+	}
+}
+
 /* prefill: one block per token */
 __global__ void k_moe_topk(moe_dims d, const float *h, const float *logits, const float *sgw, int32_t *sel, float *wt,
 			   float *sgate)
@@ -770,7 +788,10 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	 * router (nearly) its exact values, so experts are chosen as in decode */
 	cu_norm_rows(cb, a->x, a->norm_w, d.T, d.E, a->eps, a->plus_one, h, hb, hlo);
 	cu_cublas_split(cb, logits, a->router, hb, hlo, d.T);
-	cu_launch(cb, k_moe_topk, d.T, 256, d.ne * 4, d, h, logits, sgw, sel, wt, sgate);
+	if (d.ne <= 32 * MOE_WARP_TOPK)
+		cu_launch(cb, k_moe_topk_warps, cu_blocks(T, 8), 256, 0, d, h, logits, sgw, sel, wt, sgate);
+	else
+		cu_launch(cb, k_moe_topk, d.T, 256, d.ne * 4, d, h, logits, sgw, sel, wt, sgate);
 	cu_launched(cb, "moe top-k");
 	cu_fail(cb, cudaMemsetAsync(counts, 0, ne * 4, cb->stream), "moe counts");
 	cu_launch(cb, k_moe_count, cu_blocks(n, 256), 256, 0, sel, (int)n, counts);
