@@ -656,19 +656,9 @@ __device__ __forceinline__ void cu_stage_norm(const float *x, const float *w, in
 					      float *row, float *red, float *out, bf16 *outb)
 {
 	if ((n & 3) == 0 && (((uintptr_t)x | (uintptr_t)w | (uintptr_t)out) & 15) == 0 && ((uintptr_t)outb & 3) == 0) {
-		const float4 *x4 = (const float4 *)x, *w4 = (const float4 *)w;
-		int n4 = (int)(n >> 2);
-		float ss = 0;
-		for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-			float4 v = x4[i];
-			ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-		}
-		ss = cu_block_sum(ss, red);
-		float r = rsqrtf(ss / n + eps), p1 = plus_one ? 1.0f : 0.0f;
-		for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-			float4 v = x4[i], g = w4[i];
-			float4 y = make_float4(v.x * r * (p1 + g.x), v.y * r * (p1 + g.y), v.z * r * (p1 + g.z),
-					       v.w * r * (p1 + g.w));
+		float r = cu_rms4(x, n, eps, red), p1 = plus_one ? 1.0f : 0.0f;
+		for (int i = threadIdx.x; i < (int)(n >> 2); i += blockDim.x) {
+			float4 y = cu_norm4(x, w, i, r, p1);
 			((float4 *)row)[qk<TYPE>::swz(i)] = y;
 			if (out)
 				((float4 *)out)[i] = y;

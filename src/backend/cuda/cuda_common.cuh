@@ -145,6 +145,25 @@ __device__ __forceinline__ float cu_block_sum(float v, float *sh)
 	return cu_warp_sum(s);
 }
 
+/* RMSNorm a float4 at a time (n % 4 == 0, 16-byte aligned rows): the factor 1/rms(x), by a
+ * whole block (red: 32 floats of shared memory; the function synchronises) */
+__device__ __forceinline__ float cu_rms4(const float *x, int64_t n, float eps, float *red)
+{
+	float ss = 0;
+	for (int i = threadIdx.x; i < (int)(n >> 2); i += blockDim.x) {
+		float4 v = ((const float4 *)x)[i];
+		ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+	}
+	return rsqrtf(cu_block_sum(ss, red) / n + eps);
+}
+
+/* elements 4i..4i+3 of RMSNorm(x): x * r * (p1 + w), p1 = 1 for a zero-centred weight */
+__device__ __forceinline__ float4 cu_norm4(const float *x, const float *w, int i, float r, float p1)
+{
+	float4 v = ((const float4 *)x)[i], g = ((const float4 *)w)[i];
+	return make_float4(v.x * r * (p1 + g.x), v.y * r * (p1 + g.y), v.z * r * (p1 + g.z), v.w * r * (p1 + g.w));
+}
+
 __device__ __forceinline__ float cu_silu(float x)
 {
 	return x / (1.0f + __expf(-x));

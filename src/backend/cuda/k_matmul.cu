@@ -198,21 +198,14 @@ __global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps
 	const float *xr = x + blockIdx.x * n;
 	if ((n & 3) == 0 && (((uintptr_t)x | (uintptr_t)w | (uintptr_t)yf) & 15) == 0 &&
 	    (((uintptr_t)yb | (uintptr_t)ylo) & 3) == 0) { /* a float4 at a time */
-		const float4 *x4 = (const float4 *)xr, *w4 = (const float4 *)w;
 		int n4 = (int)(n >> 2);
-		float ss = 0;
-		for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-			float4 v = x4[i];
-			ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-		}
-		ss = cu_block_sum(ss, red);
-		float r = rsqrtf(ss / n + eps), p1 = plus_one ? 1.0f : 0.0f;
+		float r = cu_rms4(xr, n, eps, red), p1 = plus_one ? 1.0f : 0.0f;
 		size_t o = (size_t)blockIdx.x * n4;
 		for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-			float4 v = x4[i], g = w4[i];
-			float y[4] = {v.x * r * (p1 + g.x), v.y * r * (p1 + g.y), v.z * r * (p1 + g.z), v.w * r * (p1 + g.w)};
+			float4 v = cu_norm4(xr, w, i, r, p1);
+			float y[4] = {v.x, v.y, v.z, v.w};
 			if (yf)
-				((float4 *)yf)[o + i] = make_float4(y[0], y[1], y[2], y[3]);
+				((float4 *)yf)[o + i] = v;
 			__nv_bfloat162 hi[2] = {__floats2bfloat162_rn(y[0], y[1]), __floats2bfloat162_rn(y[2], y[3])};
 			if (yb)
 				((__nv_bfloat162 *)yb)[2 * (o + i)] = hi[0], ((__nv_bfloat162 *)yb)[2 * (o + i) + 1] = hi[1];
