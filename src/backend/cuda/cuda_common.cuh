@@ -97,20 +97,56 @@ static inline unsigned cu_blocks(size_t n, unsigned per)
 }
 
 /* ---- launches ----
- * cu_launch(cb, kernel, grid, block, smem, args...) launches on the backend's stream.
- * (Programmatic dependent launch was measured on an H200 and made decode 7% slower: kernels
- * scheduled early hold registers and shared memory the running kernel's later blocks need.)
+ * cu_launch(cb, kernel, grid, block, smem, args...) launches on the backend's stream;
+ * cu_launch_pdl with programmatic dependent launch (sm_90): the kernel may be scheduled while
+ * the one before it drains, so its launch and its first weight loads overlap that kernel's
+ * tail. Before cu_pdl_wait() (which returns once the previous kernel has completed and its
+ * writes are visible; at once when launched plainly) it may read only what no kernel writes
+ * (weights, parameters) and must write nothing. cu_pdl_trigger() lets the next kernel be
+ * scheduled once every block of this one has called it: right after the wait in a grid of one
+ * wave (the next kernel's blocks take the idle SMs), near the end of each block in a grid of
+ * several (earlier, they would take the room this kernel's later blocks need; an H200 run that
+ * triggered at every kernel's start decoded 7% slower).
  */
 template <typename... KArgs, typename... Args>
-static inline void cu_launch(struct cuda_backend *cb, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-			     Args &&...args)
+static inline void cu_launch_ex(struct cuda_backend *cb, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+				size_t smem, Args &&...args)
 {
+	cudaLaunchAttribute attr;
+	attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	attr.val.programmaticStreamSerializationAllowed = 1;
 	cudaLaunchConfig_t cfg = {};
 	cfg.gridDim = grid;
 	cfg.blockDim = block;
 	cfg.dynamicSmemBytes = smem;
 	cfg.stream = cb->stream;
+	cfg.attrs = &attr;
+	cfg.numAttrs = pdl ? 1 : 0;
 	cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
+template <typename... KArgs, typename... Args>
+static inline void cu_launch(struct cuda_backend *cb, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+			     Args &&...args)
+{
+	cu_launch_ex(cb, false, kernel, grid, block, smem, static_cast<Args &&>(args)...);
+}
+
+template <typename... KArgs, typename... Args>
+static inline void cu_launch_pdl(struct cuda_backend *cb, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+				 size_t smem, Args &&...args)
+{
+	cu_launch_ex(cb, true, kernel, grid, block, smem, static_cast<Args &&>(args)...);
+}
+
+__device__ __forceinline__ void cu_pdl_wait()
+{
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+__device__ __forceinline__ void cu_pdl_trigger()
+{
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
 /* ---- device helpers ---- */

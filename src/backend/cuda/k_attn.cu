@@ -19,6 +19,8 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 {
 	__shared__ float red[32];
 	extern __shared__ float sh[];
+	cu_pdl_wait();
+	cu_pdl_trigger(); /* the decode grids here are one wave */
 	int t = blockIdx.x, hh = blockIdx.y, d = threadIdx.x;
 	int pos = step[0] + t;
 	bool isq = hh < n_head;
@@ -259,6 +261,7 @@ __global__ void __launch_bounds__(128, 2)
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = (lane & 3) * 2;
 	int rg = warp / KW, kw = warp % KW, kofs = kw * (AM_KEYS / KW); /* row group, its keys in a tile */
 	int n_rep = n_head / n_kv, kvd = n_kv * D, R = T * n_rep, r0 = rb * ROWS;
+	cu_pdl_wait();
 	int pos0 = step[0];
 	int L = pos0 + min(T - 1, (r0 + ROWS - 1) / n_rep) + 1; /* keys the block's last row sees */
 	int chunk = (L + n_split - 1) / n_split;
@@ -367,6 +370,7 @@ __global__ void __launch_bounds__(128, 2)
 			am_load_kv<D>(Vs, vc, kvd, kvh, jt + AM_KEYS, j1);
 		cu_cp_commit();
 	}
+	cu_pdl_trigger();
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
 		l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -435,6 +439,8 @@ __global__ void __launch_bounds__(128, 2)
 __global__ void k_attn_combine(const float *part, const float *q, bf16 *out, int n_head, int n_kv, int hd, int n_split,
 			       int gated)
 {
+	cu_pdl_wait();
+	cu_pdl_trigger();
 	int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
 	int n_rep = n_head / n_kv, kvh = h / n_rep, r = h % n_rep;
 	if (d >= hd)
@@ -512,7 +518,7 @@ static void attn_mma_d(struct cuda_backend *cb, const struct toast_attn_args *a,
 		return;
 	}
 	dim3 grid(cu_blocks((size_t)a->T * (a->n_head / a->n_head_kv), 64 / KW), n_split, a->n_head_kv);
-	cu_launch(cb, k_attn_mma<D, KW>, grid, 128, smem, qf, (const bf16 *)a->k_cache, (const bf16 *)a->v_cache, part,
+	cu_launch_ex(cb, a->T == 1, k_attn_mma<D, KW>, grid, 128, smem, qf, (const bf16 *)a->k_cache, (const bf16 *)a->v_cache, part,
 		  a->n_head, a->n_head_kv, n_split, a->T, (const int32_t *)cb->d_step);
 	cu_launched(cb, "attention (tensor cores)");
 }
@@ -563,7 +569,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	float *qf = (float *)scr, *part = (float *)(scr + qbytes);
 	int threads = (hd + 31) / 32 * 32;
 	dim3 pg(T, a->n_head + a->n_head_kv);
-	cu_launch(cb, k_attn_prep, pg, threads, hd * sizeof(float), a->q, a->k, a->v,
+	cu_launch_ex(cb, T == 1, k_attn_prep, pg, threads, hd * sizeof(float), a->q, a->k, a->v,
 		  a->q_norm ? (const float *)a->q_norm->dev : NULL, a->k_norm ? (const float *)a->k_norm->dev : NULL,
 		  a->norm_plus_one, a->eps, a->n_head, a->n_head_kv, hd, a->n_rot, a->rope_theta, a->rope_freq_type, a->gated,
 		  (bf16 *)a->k_cache, (bf16 *)a->v_cache, qf, cb->d_step);
@@ -579,7 +585,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	if (cb->failed)
 		return;
 	dim3 cg(T, a->n_head);
-	cu_launch(cb, k_attn_combine, cg, threads, 0, part, a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd, n_split,
+	cu_launch_ex(cb, T == 1, k_attn_combine, cg, threads, 0, part, a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd, n_split,
 		  a->gated);
 	cu_launched(cb, "attention combine");
 }

@@ -161,6 +161,8 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS)
 	__shared__ float gate_beta, gate_alpha;
 	int h = blockIdx.x, kh = gdn_kh(g, h), dk = g.dk, dv = g.dv, K = g.K, tid = threadIdx.x;
 	float *qs = sm, *ks = qs + dk, *vs = ks + dk, *os = vs + dv;
+	cu_pdl_wait();
+	cu_pdl_trigger(); /* a block per value head: one wave */
 	int pos = step[0];
 	size_t slot = (size_t)(K - 1) * g.conv_dim;
 	const float *st = conv_state + (pos & 1) * slot;
@@ -832,7 +834,7 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		bool regs = g.dv <= warps * 8 && (g.dk == 32 || g.dk == 64 || g.dk == 128 || g.dk == 256);
 		int rpw = (g.dv + warps - 1) / warps;
 #define GDN_DEC(D, R)                                                                                               \
-	cu_launch(cb, k_gdn_decode<D, R>, g.nv, GDN_DEC_THREADS, smem,                                               \
+	cu_launch_pdl(cb, k_gdn_decode<D, R>, g.nv, GDN_DEC_THREADS, smem,                                               \
 		g, a->qkv, a->z, a->b, a->a, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, cb->d_step,          \
 		(const float *)a->A_log->dev, a->a_is_neg_exp, (const float *)a->dt_bias->dev,                        \
 		(const float *)a->norm_w->dev, a->eps, a->ssm_state, (bf16 *)a->out)

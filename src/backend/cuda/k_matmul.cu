@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 #pragma unroll
 				for (int r = 0; r < ROWS; r++)
 					k[b][r] = cu_qload<TYPE>(jb.W, w[r], 0, r0 + r, lane + 32 * b);
+	cu_pdl_wait();
 	gemv_stage<TYPE, T>(a, xs);
 	if (!live)
 		return;
@@ -149,6 +150,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 					k[b][r] = cu_qload<TYPE>(jb.W, w[r], 0, r0 + r, c + 32 * B);
 		}
 	}
+	cu_pdl_trigger();
 #pragma unroll
 	for (int r = 0; r < ROWS; r++)
 #pragma unroll
@@ -377,7 +379,7 @@ static void gemv_launch(struct cuda_backend *cb, gemv_args &a)
 		a.job[k].first_block = blocks;
 		blocks += (a.job[k].n_out + GEMV_WARPS * ROWS - 1) / (GEMV_WARPS * ROWS);
 	}
-	cu_launch(cb, k_gemv<TYPE, T, ROWS>, (unsigned)blocks, GEMV_WARPS * 32, smem, a);
+	cu_launch_pdl(cb, k_gemv<TYPE, T, ROWS>, (unsigned)blocks, GEMV_WARPS * 32, smem, a);
 }
 
 template <int TYPE, int T>

@@ -224,6 +224,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 #pragma unroll
 		for (int p = 0; p < CPL; p++) /* the router rows are weights: their loads fly while the previous kernel ends */
 			rw[p] = cu_qload<TYPE>(R, row, 0, e, lane + 32 * p);
+	cu_pdl_wait();
+	cu_pdl_trigger(); /* one wave of blocks: the next kernel may take the other SMs now */
 	for (int t = 0; t < d.T; t++)
 		cu_stage_norm<TYPE>(x + (size_t)t * E, nw, E, eps, plus_one, hs + t * E, red,
 				    blockIdx.x == 0 ? h + (size_t)t * E : NULL, NULL);
@@ -318,6 +320,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	int n = shared ? d.Fs : d.F;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int r = blockIdx.x * MOE_WARPS + warp, rr = min(r, n - 1);
+	if (!shared) /* the routed experts are known once the router is done; the shared one now */
+		cu_pdl_wait();
 	size_t e = shared ? 0 : (size_t)sel[(size_t)t * d.k + slot];
 	cu_wd gd = shared ? SG : G, ud = shared ? SU : U;
 	cu_wrow g = cu_row(gd, e, rr), u = cu_row(ud, e, rr);
@@ -328,6 +332,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 			gw[p] = cu_qload<TYPE>(gd, g, e, rr, lane + 32 * p);
 			uw[p] = cu_qload<TYPE>(ud, u, e, rr, lane + 32 * p);
 		}
+	if (shared)
+		cu_pdl_wait();
 	moe_stage<TYPE>(hs, h + (size_t)t * E, E);
 	__syncthreads();
 	if (r >= n)
@@ -343,6 +349,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		a = moe_dot_row<TYPE>(gd, e, rr, hs, E, lane);
 		b = moe_dot_row<TYPE>(ud, e, rr, hs, E, lane);
 	}
+	cu_pdl_trigger();
 	a = cu_warp_sum(a), b = cu_warp_sum(b);
 	if (lane == 0)
 		act[((size_t)t * (d.k + 1) + slot) * d.Fmax + r] = cu_silu(a) * b;
@@ -362,6 +369,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	__shared__ int32_t eid[MOE_MAX_K + 1];
 	__shared__ float wts[MOE_MAX_K + 1];
 	int t = blockIdx.y, E = d.E;
+	cu_pdl_wait();
+	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
 	for (int j = threadIdx.x; j < nslot; j += blockDim.x) {
 		int s = slot0 + j;
 		bool shared = s == d.k;
@@ -852,10 +861,10 @@ static void moe_route(struct cuda_backend *cb, const moe_route_args &r, unsigned
 	const int CPL = moe_cpl<TYPE>(2048);
 	if constexpr (CPL > 0) {
 		if (r.d.E == 2048)
-			return cu_launch(cb, k_moe_route<TYPE, CPL>, nb, MOE_WARPS * 32, smem, r.d, r.x, r.nw, r.eps, r.plus_one,
+			return cu_launch_pdl(cb, k_moe_route<TYPE, CPL>, nb, MOE_WARPS * 32, smem, r.d, r.x, r.nw, r.eps, r.plus_one,
 					 r.R, r.sgw, r.h, r.logits, r.sel, r.wt, r.sgate, r.counter);
 	}
-	cu_launch(cb, k_moe_route<TYPE, 0>, nb, MOE_WARPS * 32, smem, r.d, r.x, r.nw, r.eps, r.plus_one, r.R, r.sgw, r.h,
+	cu_launch_pdl(cb, k_moe_route<TYPE, 0>, nb, MOE_WARPS * 32, smem, r.d, r.x, r.nw, r.eps, r.plus_one, r.R, r.sgw, r.h,
 		  r.logits, r.sel, r.wt, r.sgate, r.counter);
 }
 
@@ -873,7 +882,7 @@ template <int TYPE, int CPL>
 static void moe_gateup_cpl(struct cuda_backend *cb, const moe_ff_args &f, int s0, int ns, size_t smem)
 {
 	dim3 grid(cu_blocks((size_t)f.d.Fmax, MOE_WARPS), ns, f.d.T);
-	cu_launch(cb, k_moe_gateup<TYPE, CPL>, grid, MOE_WARPS * 32, smem, f.d, f.h, f.G, f.U, f.sel, f.SG, f.SU, s0, f.act);
+	cu_launch_pdl(cb, k_moe_gateup<TYPE, CPL>, grid, MOE_WARPS * 32, smem, f.d, f.h, f.G, f.U, f.sel, f.SG, f.SU, s0, f.act);
 }
 
 template <int TYPE>
@@ -905,7 +914,7 @@ template <int TYPE, int CPR>
 static void moe_down_cpr(struct cuda_backend *cb, const moe_ff_args &f, int s0, int ns, size_t smem)
 {
 	dim3 grid(cu_blocks((size_t)f.d.E, MOE_WARPS), f.d.T);
-	cu_launch(cb, k_moe_down<TYPE, CPR>, grid, MOE_WARPS * 32, smem, f.d, f.x, f.D, f.sel, f.wt, f.SD, s0, ns, f.sgate,
+	cu_launch_pdl(cb, k_moe_down<TYPE, CPR>, grid, MOE_WARPS * 32, smem, f.d, f.x, f.D, f.sel, f.wt, f.SD, s0, ns, f.sgate,
 		  (const float *)f.act);
 }
 
