@@ -7,7 +7,8 @@
  * all distinct and "larger key" is exactly "larger value, or the same value at a lower index",
  * so the top m is one well-defined set. A stage sorts 2048 keys per block (bitonic, in shared
  * memory) and keeps each block's best m; stages repeat on the survivors until one block is
- * left (151,936 logits: 75 blocks, then 10, then 2, then 1 for m = 256).
+ * left (151,936 logits: 75 blocks, then 10, then 2, then 1 for m = 256). m = 1 (greedy
+ * decoding) needs no sort: the largest key, by a max per block and a 64-bit atomicMax.
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -50,15 +51,15 @@ __global__ void __launch_bounds__(TOP_BLOCK) k_top_stage(const float *x, const u
 		kout[(size_t)blockIdx.x * m + j] = s[j];
 }
 
-int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals)
+/* the m best keys of x, best first (device memory, NULL on failure): block-wise bitonic sorts,
+ * then sorts of the blocks' bests until one block is left */
+static const unsigned long long *top_sorted(struct cuda_backend *cb, const float *x, int n, int m)
 {
-	if (m < 1 || m > TOAST_TOP_MAX || n < 1)
-		return 0;
 	int g = (int)cu_blocks((size_t)n, TOP_CHUNK);
 	/* two ping-pong buffers of g*m keys (the largest stage) */
 	unsigned long long *buf = (unsigned long long *)cu_scratch(cb, 2 * (size_t)g * m * sizeof(unsigned long long));
 	if (!buf)
-		return -1;
+		return NULL;
 	unsigned long long *a = buf, *b = buf + (size_t)g * m;
 	cu_launch(cb, k_top_stage, g, TOP_BLOCK, 0, x, (const unsigned long long *)NULL, n, m, a);
 	cu_launched(cb, "top");
@@ -71,9 +72,59 @@ int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, 
 		a = b;
 		b = t;
 	}
+	return a;
+}
+
+/* m == 1 (greedy): the largest key by a max per block and one atomicMax each into *out (zeroed
+ * before): one launch, no sorting */
+__global__ void __launch_bounds__(TOP_BLOCK) k_top1(const float *x, int n, unsigned long long *out)
+{
+	__shared__ unsigned long long w[TOP_BLOCK / 32];
+	unsigned long long best = 0;
+	for (int i = blockIdx.x * TOP_BLOCK + threadIdx.x; i < n; i += gridDim.x * TOP_BLOCK) {
+		unsigned long long k = top_key(x[i], i);
+		best = k > best ? k : best;
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		unsigned long long k = __shfl_xor_sync(0xffffffffu, best, o);
+		best = k > best ? k : best;
+	}
+	if ((threadIdx.x & 31) == 0)
+		w[threadIdx.x >> 5] = best;
+	__syncthreads();
+	if (threadIdx.x < 32) {
+		best = w[threadIdx.x];
+		for (int o = 16; o > 0; o >>= 1) {
+			unsigned long long k = __shfl_xor_sync(0xffffffffu, best, o);
+			best = k > best ? k : best;
+		}
+		if (threadIdx.x == 0)
+			atomicMax(out, best);
+	}
+}
+
+int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals)
+{
+	if (m < 1 || m > TOAST_TOP_MAX || n < 1)
+		return 0;
 	unsigned long long keys[TOAST_TOP_MAX];
+	const unsigned long long *res; /* device: the keys in order, best first */
+	if (m == 1) {
+		unsigned long long *one = (unsigned long long *)cu_scratch(cb, sizeof(unsigned long long));
+		if (!one)
+			return -1;
+		unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK);
+		cu_fail(cb, cudaMemsetAsync(one, 0, sizeof(*one), cb->stream), "top");
+		cu_launch(cb, k_top1, blocks < 2u * cb->n_sm ? blocks : 2u * cb->n_sm, TOP_BLOCK, 0, x, n, one);
+		cu_launched(cb, "top");
+		res = one;
+	} else {
+		res = top_sorted(cb, x, n, m);
+		if (!res)
+			return -1;
+	}
 	int k = m < n ? m : n;
-	if (cb->failed || cu_fail(cb, cudaMemcpyAsync(keys, a, (size_t)k * sizeof(keys[0]), cudaMemcpyDeviceToHost,
+	if (cb->failed || cu_fail(cb, cudaMemcpyAsync(keys, res, (size_t)k * sizeof(keys[0]), cudaMemcpyDeviceToHost,
 						     cb->stream), "top read") ||
 	    cu_fail(cb, cudaStreamSynchronize(cb->stream), "top read"))
 		return -1;
