@@ -268,6 +268,9 @@ struct toast_backend_ops {
 	/* Optional (NULL: not measured): the rate of a large bf16 GEMM as the prefill runs them, in
 	 * FLOP/s, measured now: the denominator of a compute floor. */
 	double (*gemm_rate)(struct toast_backend *be);
+	/* Optional (NULL: use sync): the failures recorded so far, without waiting for the ops in
+	 * flight (a replayed decode step returns at once; its errors show at the next read). */
+	enum toast_status (*status)(struct toast_backend *be, struct toast_error *err);
 };
 
 #define TOAST_TOP_MAX 256

@@ -984,8 +984,8 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 	be->ops->begin_step(be, ids, T, pos);
 	/* a decode step can be replayed from a recording: same state, same buffers, T == 1 */
 	bool record = T == 1 && !all_logits && !hook && be->ops->graph_begin;
-	if (record && be->ops->graph_begin(be, s->id))
-		return be->ops->sync(be, err);
+	if (record && be->ops->graph_begin(be, s->id)) /* replayed: the next read waits for it */
+		return be->ops->status ? be->ops->status(be, err) : be->ops->sync(be, err);
 	be->ops->embed(be, w->x, &m->tok_embd, T);
 	if (hook)
 		rc = fwd_hook(be, hook, hook_ud, 0, w->x, false, T, E, err);

@@ -201,17 +201,24 @@ static void cuda_write(struct toast_backend *be, void *dst, const void *src, siz
 		cu_fail(cb, cudaStreamSynchronize(cb->stream), "write");
 }
 
+static enum toast_status cuda_status(struct toast_backend *be, struct toast_error *err)
+{
+	struct cuda_backend *cb = cu_of(be);
+	if (cb->failed)
+		return toast_err_set(err, TOAST_ERR_BACKEND, "%s (the CUDA context is unusable: reopen the engine)",
+				     cb->fail_msg);
+	return TOAST_OK;
+}
+
 static enum toast_status cuda_sync(struct toast_backend *be, struct toast_error *err)
 {
 	struct cuda_backend *cb = cu_of(be);
 	if (!cb->failed)
 		cu_fail(cb, cudaStreamSynchronize(cb->stream), "sync");
-	if (cb->failed)
-		return toast_err_set(err, TOAST_ERR_BACKEND, "%s (the CUDA context is unusable: reopen the engine)",
-				     cb->fail_msg);
-	if (cb->prof)
+	enum toast_status rc = cuda_status(be, err);
+	if (rc == TOAST_OK && cb->prof)
 		cu_prof_flush(cb);
-	return TOAST_OK;
+	return rc;
 }
 
 static enum toast_status cuda_read(struct toast_backend *be, void *dst, const void *src, size_t n,
@@ -605,6 +612,7 @@ static const struct toast_backend_ops cuda_ops = {
 	cuda_mem_free,
 	cuda_top,
 	cuda_gemm_rate,
+	cuda_status,
 };
 
 extern "C" bool toast_backend_cuda_available(void)

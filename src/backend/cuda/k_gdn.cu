@@ -151,7 +151,7 @@ __global__ void k_gdn_prep(gdn_dims g, float *conv, const float *b, const float 
 #define GDN_DEC_THREADS 512
 /* DPL > 0: dk == 32 * DPL and dv <= 16 * RPW, the state rows of a warp live in registers */
 template <int DPL, int RPW>
-__global__ void __launch_bounds__(GDN_DEC_THREADS)
+__global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	k_gdn_decode(gdn_dims g, const float *qkv, const float *z, const float *b, const float *a, const void *cw, int cwt,
 		     float *conv_state, const int32_t *step, const float *A, int a_neg_exp, const float *dtb,
 		     const float *nw, float eps, float *S, bf16 *out)
@@ -161,6 +161,18 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS)
 	__shared__ float gate_beta, gate_alpha;
 	int h = blockIdx.x, kh = gdn_kh(g, h), dk = g.dk, dv = g.dv, K = g.K, tid = threadIdx.x;
 	float *qs = sm, *ks = qs + dk, *vs = ks + dk, *os = vs + dv;
+	int warp = tid >> 5, lane = tid & 31, nwarp = blockDim.x >> 5;
+	/* the state rows in registers (DPL > 0) are loaded before waiting for the previous kernel:
+	 * only this kernel, a step ago, wrote them */
+	float Sr[RPW][DPL > 0 ? DPL : 1];
+	if (DPL > 0)
+#pragma unroll
+		for (int i = 0; i < RPW; i++) {
+			int j = warp * RPW + i;
+#pragma unroll
+			for (int k = 0; k < DPL; k++)
+				Sr[i][k] = j < dv ? S[((size_t)h * dv + j) * dk + lane + 32 * k] : 0.0f;
+		}
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* a block per value head: one wave */
 	int pos = step[0];
@@ -211,23 +223,20 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS)
 		ks[i] *= fk;
 	}
 	__syncthreads();
-	int warp = tid >> 5, lane = tid & 31, nwarp = blockDim.x >> 5;
 	float alpha = gate_alpha, beta = gate_beta;
 	if (DPL > 0) {
-		/* the warp's rows are held in registers: every load is issued before any reduction */
-		float Sr[RPW][DPL > 0 ? DPL : 1], kr[DPL > 0 ? DPL : 1], qr[DPL > 0 ? DPL : 1];
+		/* the warp's rows are held in registers */
+		float kr[DPL > 0 ? DPL : 1], qr[DPL > 0 ? DPL : 1];
 #pragma unroll
 		for (int k = 0; k < DPL; k++) {
 			kr[k] = ks[lane + 32 * k];
 			qr[k] = qs[lane + 32 * k];
 		}
 #pragma unroll
-		for (int i = 0; i < RPW; i++) {
-			int j = warp * RPW + i;
+		for (int i = 0; i < RPW; i++)
 #pragma unroll
 			for (int k = 0; k < DPL; k++)
-				Sr[i][k] = j < dv ? S[((size_t)h * dv + j) * dk + lane + 32 * k] * alpha : 0.0f;
-		}
+				Sr[i][k] *= alpha;
 		float m[RPW];
 #pragma unroll
 		for (int i = 0; i < RPW; i++) {
