@@ -266,12 +266,19 @@ __global__ void __launch_bounds__(128, 2)
 	int L = pos0 + min(T - 1, (r0 + ROWS - 1) / n_rep) + 1; /* keys the block's last row sees */
 	int chunk = (L + n_split - 1) / n_split;
 	int j0 = split * chunk, j1 = min(L, j0 + chunk);
-	if (j0 < j1) {
-		am_load_kv<D>(Ks, kc, kvd, kvh, j0, j1);
-		cu_cp_commit();
-		am_load_kv<D>(Vs, vc, kvd, kvh, j0, j1);
-		cu_cp_commit();
+	if (j0 >= j1) { /* no keys (decode early in a large cache): the combine skips m = -inf */
+		for (int row = threadIdx.x; row < ROWS && r0 + row < R; row += 128) {
+			int gr = r0 + row;
+			float *dst = part + ((((size_t)(gr / n_rep) * n_kv + kvh) * n_split + split) * n_rep + gr % n_rep) * (D + 2);
+			dst[D] = -INFINITY;
+			dst[D + 1] = 0;
+		}
+		return;
 	}
+	am_load_kv<D>(Ks, kc, kvd, kvh, j0, j1);
+	cu_cp_commit();
+	am_load_kv<D>(Vs, vc, kvd, kvh, j0, j1);
+	cu_cp_commit();
 	const float qscale = rsqrtf((float)D) * 1.4426950408889634f;
 	for (int i = threadIdx.x; i < ROWS * (D / 8); i += 128) {
 		int row = i / (D / 8), ch = i % (D / 8), gr = r0 + row;

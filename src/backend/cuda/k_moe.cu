@@ -3,9 +3,9 @@
  *
  * The input is RMSNorm(x), computed in f32 and kept in f32 for the router, so expert choice
  * does not flip on rounding. Decode (T <= CU_GEMV_MAX_T): one kernel computes the norm, the
- * router logits and, in its last block to finish, softmax/top-k and the shared expert's gate;
- * one kernel runs gate/up of every chosen expert and the shared one; one runs down for all of
- * them and adds to the residual. Expert ids stay in device memory, so a recorded decode step
+ * router logits and the shared expert's gate (a warp of its own) and, in its last block to
+ * finish, softmax/top-k; one kernel runs gate/up of every chosen expert and the shared one; one
+ * runs down for all of them and adds to the residual. Expert ids stay in device memory, so a recorded decode step
  * is valid whatever the router picks. Prefill (longer T, n_embd % 128 == 0, n_ff % 64 == 0):
  * token-slots grouped by expert on the device, gate/up (with SiLU·mul) and down as grouped
  * tensor-core GEMMs (k_moe_gg); other shapes run the decode expert kernels per token.
@@ -204,7 +204,7 @@ __device__ __forceinline__ void moe_stage(float *dst, const float *src, int n)
 		dst[cu_qpos<TYPE>(i)] = src[i];
 }
 
-/* decode: norm + router + (last block) top-k. smem: hs [T][E] (staged for TYPE) then ne floats
+/* decode: norm + router + shared gate + (last block) top-k. smem: hs [T][E] (staged for TYPE) then ne floats
  * for the top-k. CPL > 0: n_embd == 32 * CPL chunks, the router row's loads are issued before
  * the norm is computed. */
 template <int TYPE, int CPL>
@@ -248,6 +248,15 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 			if (lane == 0)
 				logits[(size_t)t * d.ne + e] = v;
 		}
+	} else if (e == d.ne && sgw) { /* one more warp: the shared expert's gate, h · sh_gate_inp */
+		for (int t = 0; t < d.T; t++) {
+			float v = 0;
+			for (int i = lane; i < E; i += 32)
+				v += hs[t * E + cu_qpos<TYPE>(i)] * sgw[i];
+			v = cu_warp_sum(v);
+			if (lane == 0)
+				sgate[t] = cu_sigmoid(v);
+		}
 	}
 	/* the last block to finish chooses the experts */
 	__threadfence();
@@ -264,11 +273,6 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 				moe_topk_warp(d, logits + (size_t)t * d.ne, sel + (size_t)t * d.k, wt + (size_t)t * d.k);
 		} else {
 			moe_topk_block(d, logits + (size_t)t * d.ne, hs + d.T * E, sel + (size_t)t * d.k, wt + (size_t)t * d.k);
-		}
-		if (sgw) { /* h in the order written by block 0 (the shared copy is swizzled) */
-			float g = moe_sgate(h + (size_t)t * E, sgw, E);
-			if (threadIdx.x == 0)
-				sgate[t] = g;
 		}
 	}
 	if (threadIdx.x == 0)
@@ -968,7 +972,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	    (rtype == TOAST_DT_BF16 || (toast_dtype_is_quant((enum toast_dtype)rtype) && d.E % 8 == 0))) {
 		moe_route_args ra = {d, a->x, (const float *)a->norm_w->dev, a->eps, a->plus_one, cu_wd_weight(a->router), sgw,
 				     h, logits, sel, wt, sgate, cb->counters};
-		unsigned nb = cu_blocks((size_t)d.ne, MOE_WARPS);
+		unsigned nb = cu_blocks((size_t)d.ne + (sgw ? 1 : 0), MOE_WARPS); /* (+ the shared gate's warp) */
 		if (rtype == TOAST_DT_BF16)
 			moe_route<TOAST_DT_BF16>(cb, ra, nb, route_smem);
 		else if (rtype == TOAST_DT_MLX8)
