@@ -2,12 +2,11 @@
  * k_attn.cu - gated attention with a bf16 KV cache (contract: toast_attn_args in backend.h).
  *
  * Three kernels: prep (q/k RMSNorm, partial NeoX RoPE, K/V appended to the cache), a split-K
- * flash-decoding pass (grid: KV head x split x query token; each block serves all query heads
- * of its KV head, so a K/V row is read once for the group; online softmax per warp) or, for
- * prefill at head_dim 64/128/256, its tensor-core form (k_attn_mma), and a combine pass that
- * merges the splits and applies the sigmoid output gate. The split count
- * depends only on the cache size, never on pos, so a recorded decode step stays valid while
- * the context grows: empty splits just report nothing.
+ * flash-decoding pass (each block serves all query heads of its KV head, so a K/V row is read
+ * once for the group; on tensor cores, k_attn_mma, at head_dim 64/128/256, else the SIMT
+ * k_attn_tile), and a combine pass that merges the splits and applies the sigmoid output gate.
+ * At decode the split count depends only on the cache size, never on pos, so a recorded step
+ * stays valid while the context grows: empty splits just report nothing.
  */
 #include "backend/cuda/cuda_common.cuh"
 
