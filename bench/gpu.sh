@@ -11,14 +11,7 @@ set -u
 MODE=${1:-full}
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
-B=/tmp/gpu-bin
-mkdir -p $B
-for f in carry/gpu/bin/*.xz; do
-	python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f" >"$B/$(basename "$f" .xz)"
-done
-chmod +x $B/*
-CUBLAS_DIR=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
-export LD_LIBRARY_PATH=$PWD/carry/gpu/lib:/usr/local/cuda/lib64:${CUBLAS_DIR:-}:${LD_LIBRARY_PATH:-}
+. bench/gpu-env.sh
 {
 	date -u
 	nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
@@ -124,20 +117,7 @@ if [ "$MODE" != quick ] && command -v ncu >/dev/null; then
 	timeout 200 ncu --csv --print-units base -k regex:'k_moe|k_attn_tile|k_gdn_decode' --launch-count 8 \
 		--metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread \
 		$B/test_ops --perf >"$OUT/ncu-ops.csv" 2>&1
-	python3 - "$OUT/ncu-ops.csv" <<'PY'
-import csv, sys, collections
-rows = list(csv.reader(open(sys.argv[1], errors="replace")))
-h = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
-if h is None:
-    print("ncu: no rows"); sys.exit()
-c = rows[h]; ki, mi, vi, ii = c.index("Kernel Name"), c.index("Metric Name"), c.index("Metric Value"), c.index("ID")
-d = collections.OrderedDict()
-for r in rows[h + 1:]:
-    if len(r) > vi:
-        d.setdefault((r[ii], r[ki].split("(")[0][:40]), {})[r[mi]] = r[vi]
-for (i, k), m in d.items():
-    print(k, {a.split("__")[1][:18]: b for a, b in m.items()})
-PY
+	python3 bench/ncu-table.py "$OUT/ncu-ops.csv"
 fi
 # 4. where a decode step's time goes: every kernel timed with events at working clocks (no graph)
 if [ "$MODE" != quick ]; then

@@ -1,39 +1,15 @@
 #!/bin/bash
 # Nsight Compute on one DeltaNet layer of the Q4_K decode step (48-layer synthetic model): time,
-# DRAM bytes, occupancy and where warps stall, per kernel. Run on the device machine after
-# bench/gpu.sh has unpacked the binaries (or with carry/gpu): bash bench/ncu-decode.sh [TYPE]
+# DRAM bytes, occupancy and where warps stall, per kernel. Run on the device machine with
+# carry/gpu: bash bench/ncu-decode.sh [TYPE]
 set -u
 T=${1:-q4_k}
 OUT=${OUT:-/tmp/gpu-out}
-B=/tmp/gpu-bin
-mkdir -p $B "$OUT"
-for f in carry/gpu/bin/*.xz; do
-	[ -x "$B/$(basename "$f" .xz)" ] || python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f" >"$B/$(basename "$f" .xz)"
-done
-chmod +x $B/*
-CUBLAS_DIR=$(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null)
-export LD_LIBRARY_PATH=$PWD/carry/gpu/lib:/usr/local/cuda/lib64:${CUBLAS_DIR:-}:${LD_LIBRARY_PATH:-}
+mkdir -p "$OUT"
+. bench/gpu-env.sh
 S=smsp__average_warps_issue_stalled
 M=gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__maximum_warps_per_active_cycle_pct,smsp__inst_executed.sum,$S\_long_scoreboard_per_issue_active.ratio,$S\_barrier_per_issue_active.ratio,$S\_membar_per_issue_active.ratio,$S\_short_scoreboard_per_issue_active.ratio,$S\_wait_per_issue_active.ratio,$S\_lg_throttle_per_issue_active.ratio,$S\_math_pipe_throttle_per_issue_active.ratio,$S\_mio_throttle_per_issue_active.ratio,$S\_no_instruction_per_issue_active.ratio,$S\_not_selected_per_issue_active.ratio,$S\_selected_per_issue_active.ratio,$S\_drain_per_issue_active.ratio,$S\_sleeping_per_issue_active.ratio,$S\_branch_resolving_per_issue_active.ratio,$S\_dispatch_stall_per_issue_active.ratio
 timeout 400 ncu --csv --print-units base -k regex:'k_gemv|k_moe|k_gdn_decode' --launch-skip 300 --launch-count 6 \
 	--metrics $M $B/toasted bench --synthetic qwen3-next-80b-a3b --type $T --backend cuda --prompt 1 --ctx 0 --decode 3 \
 	>"$OUT/ncu-decode.csv" 2>"$OUT/ncu-decode.err"
-python3 - "$OUT/ncu-decode.csv" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-if not rows: print("ncu: no rows"); sys.exit()
-h = rows[0]; ki = h.index("Kernel Name"); ii = h.index("ID"); mi = h.index("Metric Name"); vi = h.index("Metric Value")
-k = collections.OrderedDict()
-for r in rows[1:]:
-    k.setdefault((r[ii], r[ki][:40]), {})[r[mi]] = r[vi]
-for (i, n), m in k.items():
-    print(f"== {i} {n}")
-    for key in sorted(m):
-        v = m[key]
-        try:
-            f = float(v.replace(",", ""))
-            if "stalled" in key and f < 0.05: continue
-            v = f"{f:.3g}"
-        except ValueError: pass
-        print(f"   {key.replace('smsp__average_warps_issue_stalled_', 'stall ').replace('_per_issue_active.ratio', '')}: {v}")
-PY
+python3 bench/ncu-table.py "$OUT/ncu-decode.csv"
