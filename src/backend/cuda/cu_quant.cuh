@@ -669,11 +669,7 @@ __device__ __forceinline__ void cu_stage_norm(const float *x, const float *w, in
 		}
 		return;
 	}
-	float ss = 0;
-	for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-		ss += x[i] * x[i];
-	ss = cu_block_sum(ss, red);
-	float r = rsqrtf(ss / n + eps);
+	float r = cu_rms(x, n, eps, red);
 	for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
 		float y = x[i] * r * (plus_one ? 1.0f + w[i] : w[i]);
 		row[cu_qpos<TYPE>(i)] = y;

@@ -181,8 +181,17 @@ __device__ __forceinline__ float cu_block_sum(float v, float *sh)
 	return cu_warp_sum(s);
 }
 
-/* RMSNorm a float4 at a time (n % 4 == 0, 16-byte aligned rows): the factor 1/rms(x), by a
- * whole block (red: 32 floats of shared memory; the function synchronises) */
+/* RMSNorm's factor 1/rms(x) of n floats, by a whole block (red: 32 floats of shared memory; the
+ * function synchronises) */
+__device__ __forceinline__ float cu_rms(const float *x, int64_t n, float eps, float *red)
+{
+	float ss = 0;
+	for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+		ss += x[i] * x[i];
+	return rsqrtf(cu_block_sum(ss, red) / n + eps);
+}
+
+/* the same a float4 at a time (n % 4 == 0, 16-byte aligned rows) */
 __device__ __forceinline__ float cu_rms4(const float *x, int64_t n, float eps, float *red)
 {
 	float ss = 0;

@@ -219,11 +219,7 @@ __global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps
 		}
 		return;
 	}
-	float ss = 0;
-	for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-		ss += xr[i] * xr[i];
-	ss = cu_block_sum(ss, red);
-	float r = rsqrtf(ss / n + eps);
+	float r = cu_rms(xr, n, eps, red);
 	for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
 		float y = xr[i] * r * (plus_one ? 1.0f + w[i] : w[i]);
 		if (yf)
