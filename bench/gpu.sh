@@ -64,9 +64,13 @@ if [ "$MODE" = quant ]; then
 	timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 4096 \
 		--prompt 128,1024,17408 --ctx 0,68000 --decode 64 >"$OUT/bench-bf16.log" 2>&1
 	summary+=("bench bf16 (12 layers) rc=$?")
-	# the 17K prompt in one chunk of 16384 and the rest (issue 6's prefill figure at its best chunk)
-	timeout 100 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 16384 \
-		--prompt 17408 --ctx 0 --decode 1 2>&1 | grep -E "^prefill" | sed 's/^/chunk 16384: /' >>"$OUT/bench-bf16.log"
+	# the 17K prompt in chunks of 8192 (the default), 16384 and one pass (issue 6's prefill figure)
+	for c in 8192 16384 32768; do
+		timeout 100 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk $c \
+			--prompt 17408 --ctx 0 --decode 1 2>&1 | grep -E "^prefill" | sed "s/^/chunk $c: /" >>"$OUT/bench-bf16.log"
+	done
+	timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --type q4_k --backend cuda --chunk 32768 \
+		--prompt 17408 --ctx 0 --decode 1 2>&1 | grep -E "^prefill" | sed "s/^/q4_k chunk 32768: /" >>"$OUT/bench-bf16.log"
 	cat "$OUT/bench-bf16.log"
 	timeout 200 $B/test_cache >"$OUT/test_cache.log" 2>&1
 	summary+=("test_cache (cpu + cuda): rc=$? $(tail -1 "$OUT/test_cache.log")")

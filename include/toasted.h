@@ -51,10 +51,12 @@ struct toast_session;
  * (toast_engine_open then fails with TOAST_ERR_CANCELLED). */
 typedef int (*toast_progress_cb)(void *ud, size_t done_bytes, size_t total_bytes);
 
+#define TOAST_MAX_CHUNK 32768 /* the most tokens a prefill pass may take */
+
 struct toast_engine_opts {
 	const char *backend; /* "cpu", "cuda", or NULL: cuda when a GPU is usable, else cpu */
 	int n_threads;       /* CPU threads; 0: all online cores */
-	int chunk;           /* tokens per prefill forward pass (<= 16384); 0: the default (64 on the
+	int chunk;           /* tokens per prefill forward pass (<= TOAST_MAX_CHUNK); 0: the default (64 on the
 				CPU, 8192 on a GPU) */
 	const char *quant;   /* NULL: weights as stored; or quantise a float model's matrices at load:
 				"q8_0", "q4_0", "q4_1", "q4_k_m", "q5_k_m", "q6_k", "bf16" */

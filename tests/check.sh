@@ -80,6 +80,8 @@ expect 1 "first mismatch at generated token 7" "perturbed greedy token" "$M" --r
 # 2: unusable input
 expect 2 "" "no arguments"
 expect 2 "--chunk" "chunk 0" "$M" --chunk 0
+expect 2 "--chunk" "chunk above the most a pass takes (32768)" "$M" --chunk 32769
+expect 0 PASS "a chunk of 32768" "$M" --chunk 32768
 expect 2 "--threads" "threads not a number" "$M" --threads two
 expect 2 "unexpected argument" "unknown option" "$M" --fast
 expect 2 "nope" "no such model" "$tmp/nope"

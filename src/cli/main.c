@@ -64,7 +64,7 @@ int cli_engine_opt(int argc, char **argv, int *i, unsigned which, struct toast_e
 			return -1;
 		eo->n_threads = (int)n;
 	} else if ((which & CLI_EO_CHUNK) && (v = cli_optval(argc, argv, i, "--chunk"))) {
-		if (!cli_int("--chunk", v, 1, 16384, &n))
+		if (!cli_int("--chunk", v, 1, TOAST_MAX_CHUNK, &n))
 			return -1;
 		eo->chunk = (int)n;
 	} else if ((which & CLI_EO_QUANT) && (v = cli_optval(argc, argv, i, "--quant"))) {

@@ -192,7 +192,7 @@ static bool start_parse(int argc, char **argv, struct start_opts *o)
 			if (!cli_int(a, v, 0, 1024, &o->threads))
 				return false;
 		} else if ((v = cli_optval(argc, argv, &i, "--chunk"))) {
-			if (!cli_int(a, v, 0, 16384, &o->chunk))
+			if (!cli_int(a, v, 0, TOAST_MAX_CHUNK, &o->chunk))
 				return false;
 		} else if ((v = cli_optval(argc, argv, &i, "--max-clients"))) {
 			if (!cli_int(a, v, 1, 4096, &o->max_clients))

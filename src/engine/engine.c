@@ -24,7 +24,6 @@
  * 205 ms in chunks of 4,096, 188 in 8,192, 179 in 16,384; docs/PERF.md) */
 #define ENGINE_DEFAULT_CHUNK_CPU 64
 #define ENGINE_DEFAULT_CHUNK_GPU 8192
-#define ENGINE_MAX_CHUNK 16384
 #define ENGINE_MAX_THREADS 1024
 
 void toast_engine_opts_init(struct toast_engine_opts *o)
@@ -58,8 +57,8 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	enum toast_status rc = opts->synthetic ? TOAST_OK : toast_modeldir_check(path, err);
 	if (rc != TOAST_OK)
 		return rc;
-	if (opts->chunk < 0 || opts->chunk > ENGINE_MAX_CHUNK)
-		return toast_err_set(err, TOAST_ERR_INVALID, "chunk size %d outside [1, %d]", opts->chunk, ENGINE_MAX_CHUNK);
+	if (opts->chunk < 0 || opts->chunk > TOAST_MAX_CHUNK)
+		return toast_err_set(err, TOAST_ERR_INVALID, "chunk size %d outside [1, %d]", opts->chunk, TOAST_MAX_CHUNK);
 	if (opts->n_threads < 0 || opts->n_threads > ENGINE_MAX_THREADS)
 		return toast_err_set(err, TOAST_ERR_INVALID, "thread count %d outside [1, %d]", opts->n_threads,
 				     ENGINE_MAX_THREADS);

@@ -482,7 +482,7 @@ static void moe_gg_with_ktype(int k, Fn fn)
 #define GG_BN 128     /* weight rows per block: 128 outputs (down), or 64 of gate and 64 of up */
 #define GG_BK 64      /* k per pipeline stage: rows of 128 bytes in shared memory */
 #define GG_STAGES 3
-#define GG_THREADS 256
+#define GG_THREADS 128
 #define GG_A_BYTES (GG_BM * GG_BK * 2)
 #define GG_STAGE_BYTES ((GG_BM + GG_BN) * GG_BK * 2)
 #define GG_SMEM (GG_STAGES * GG_STAGE_BYTES)
@@ -525,27 +525,38 @@ __global__ void k_moe_scatter(const int32_t *sel, int n, int k, const int32_t *o
 	row_tok[pos] = i / k;
 }
 
-/* xs[row] = hb[row_tok[row]] (bf16 rows of E, E % 8 == 0) */
-__global__ void k_moe_gather(const bf16 *hb, const int32_t *row_tok, int E, bf16 *xs)
-{
-	const uint4 *src = (const uint4 *)(hb + (size_t)row_tok[blockIdx.x] * E);
-	uint4 *dst = (uint4 *)(xs + (size_t)blockIdx.x * E);
-	for (int i = threadIdx.x; i < E / 8; i += blockDim.x)
-		dst[i] = src[i];
-}
-
-/* x[t][i] += sum_s wt[t][s] * y[inv[t][s]][i] + sgate[t] * ys[t][i], slots in order */
-__global__ void k_moe_combine(float *x, int E, int k, const int32_t *inv, const float *wt, const float *y,
+/* x[t][i] += sum_s wt[t][s] * y[inv[t][s]][i] + sgate[t] * ys[t][i], slots in order; eight i
+ * a thread (E % 8 == 0) */
+__global__ void k_moe_combine(float *x, int E, int k, const int32_t *inv, const float *wt, const bf16 *y,
 			      const float *ys, const float *sgate)
 {
 	int t = blockIdx.x;
-	for (int i = threadIdx.x; i < E; i += blockDim.x) {
-		float acc = 0;
-		for (int s = 0; s < k; s++)
-			acc += wt[(size_t)t * k + s] * y[(size_t)inv[(size_t)t * k + s] * E + i];
-		if (ys)
-			acc += (sgate ? sgate[t] : 1.0f) * ys[(size_t)t * E + i];
-		x[(size_t)t * E + i] += acc;
+	for (int i = 8 * threadIdx.x; i < E; i += 8 * blockDim.x) {
+		float acc[8] = {};
+		for (int s = 0; s < k; s++) {
+			float w = wt[(size_t)t * k + s];
+			uint4 v = *(const uint4 *)(y + (size_t)inv[(size_t)t * k + s] * E + i);
+			const __nv_bfloat162 *v2 = (const __nv_bfloat162 *)&v;
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				float2 f = __bfloat1622float2(v2[j]);
+				acc[2 * j] += w * f.x;
+				acc[2 * j + 1] += w * f.y;
+			}
+		}
+		float4 *xo = (float4 *)(x + (size_t)t * E + i);
+		float g = sgate ? sgate[t] : 1.0f;
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			float4 o = xo[h];
+			if (ys) {
+				float4 sv = *(const float4 *)(ys + (size_t)t * E + i + 4 * h);
+				acc[4 * h] += g * sv.x, acc[4 * h + 1] += g * sv.y;
+				acc[4 * h + 2] += g * sv.z, acc[4 * h + 3] += g * sv.w;
+			}
+			o.x += acc[4 * h], o.y += acc[4 * h + 1], o.z += acc[4 * h + 2], o.w += acc[4 * h + 3];
+			xo[h] = o;
+		}
 	}
 }
 
@@ -565,17 +576,19 @@ __device__ __forceinline__ float gg_bf16r(float x)
 
 /*
  * Grouped GEMM on tensor cores for the experts at prefill: for every expert e,
- * C[rows of e] = X[rows of e] · W[e]ᵀ, X [n_rows][K] bf16 grouped by expert (offsets), W [ne][N][K]
+ * C[rows of e] = X[rows of e] · W[e]ᵀ, X [n_rows][K] bf16 grouped by expert (offsets) or, with
+ * xrow, X[xrow[row]] (the token's row read in place: no gathered copy), W [ne][N][K]
  * (bf16 or packed, of kernel type TYPE). A block computes a GG_BM = 64-row tile of one expert's
  * group (blockIdx.y runs over the groups' row tiles: tiles[] is their exclusive scan, so no host
  * needs the counts) against GG_BN = 128 weight rows (blockIdx.x, fastest, so the column tiles of
  * one row tile run together and read its X rows from DRAM once):
  *   GATEUP: rows col0.. of gate (W) and the same 64 rows of up (U); C = act [n_rows][N] bf16,
  *           bf16(SiLU(bf16(gate)) * bf16(up)): the rounding of separate gate and up GEMMs;
- *   else:   rows col0..col0+127 of W (down); C [n_rows][N] f32.
- * Eight warps, 2 x 4, each 32 token rows x 32 weight rows (GATEUP: 16 of gate and the same 16 of
- * up, so a thread holds both halves of its outputs) as 2 x 4 mma.sync m16n8k16 bf16 tiles
- * accumulating in f32, operands from shared memory by ldmatrix. K runs in steps of GG_BK = 64
+ *   else:   rows col0..col0+127 of W (down); C [n_rows][N] bf16, like every activation.
+ * Four warps, each all 64 token rows x 32 weight rows (GATEUP: 16 of gate and the same 16 of
+ * up, so a thread holds both halves of its outputs) as 4 x 4 mma.sync m16n8k16 bf16 tiles
+ * accumulating in f32, operands from shared memory by ldmatrix (6 ldmatrix.x4 a 16 MMAs: the
+ * shared-memory reads, not the tensor cores, bound this kernel). K runs in steps of GG_BK = 64
  * through a ring of GG_STAGES = 3 stages: X tiles by cp.async two steps ahead (rows past the
  * group zero-filled); bf16 weights the same; packed weights one step ahead into registers
  * (cu_dq8_load: loads only), dequantised into the next stage after the current step's MMAs
@@ -583,9 +596,9 @@ __device__ __forceinline__ float gg_bf16r(float x)
  * N % 64 (GATEUP) or N % 128, K % 64 == 0; blockDim GG_THREADS, GG_SMEM bytes of shared memory.
  */
 template <int TYPE, bool GATEUP>
-__global__ void __launch_bounds__(GG_THREADS, 2)
-	k_moe_gg(const bf16 *X, cu_wd W, cu_wd U, void *out, const int32_t *offsets, const int32_t *tiles, int ne, int N,
-		 int K)
+__global__ void __launch_bounds__(GG_THREADS, TYPE == TOAST_DT_BF16 ? 3 : 2)
+	k_moe_gg(const bf16 *X, const int32_t *xrow, cu_wd W, cu_wd U, void *out, const int32_t *offsets,
+		 const int32_t *tiles, int ne, int N, int K)
 {
 	extern __shared__ __align__(128) uint8_t gg_sm[];
 	int tile = blockIdx.y;
@@ -602,74 +615,69 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
 	int e = lo;
 	int row0 = offsets[e] + (tile - tiles[e]) * GG_BM, row_end = offsets[e + 1];
 	int col0 = blockIdx.x * (GATEUP ? GG_BN / 2 : GG_BN);
-	int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
+	int tid = threadIdx.x, lane = tid & 31, wn = tid >> 5;
 	uint32_t sm = cu_smem_addr(gg_sm);
 
-	/* loads: thread tid fills chunk lc of rows lr + 32u: rows 0..63 of the X tile (u < 2), rows
-	 * 0..127 of the weight tile (u < 4). Weight tile row b is (GATEUP) row col0 + 16 (b / 32) +
-	 * b % 16 of gate (b % 32 < 16) or up, else row col0 + b: a thread's u all from one matrix. */
+	/* loads: thread tid fills chunk lc of rows lr + 16u: rows 0..63 of the X tile (u < 4), rows
+	 * 0..127 of the weight tile (u < 8). Weight tile row b is (GATEUP) row col0 + 16 (b / 32) +
+	 * b % 16 of gate (b % 32 < 16, u even) or up (u odd), else row col0 + b. */
 	int lr = tid >> 3, lc = tid & 7;
-	const bf16 *xa[2];
-	bool xok[2];
+	const bf16 *xa[4];
+	bool xok[4];
 #pragma unroll
-	for (int u = 0; u < 2; u++) {
-		int r = row0 + lr + 32 * u;
+	for (int u = 0; u < 4; u++) {
+		int r = row0 + lr + 16 * u;
 		xok[u] = r < row_end;
-		xa[u] = X + (size_t)(xok[u] ? r : row0) * K + 8 * lc;
+		r = xok[u] ? r : row0;
+		xa[u] = X + (size_t)(xrow ? xrow[r] : r) * K + 8 * lc;
 	}
-	cu_wd wt = W;
-	if (GATEUP && (tid & 128)) { /* of one layout but CU_QT_ANY: only the base differs */
-		if (TYPE == CU_QT_ANY)
-			wt = U;
-		else
-			wt.base = U.base;
-	}
-	auto wrow = [&](int u) { return GATEUP ? col0 + 16 * u + (lr & 15) : col0 + lr + 32 * u; };
+	auto wmat = [&](int u) -> const cu_wd & { return GATEUP && (u & 1) ? U : W; };
+	auto wrow = [&](int u) { return GATEUP ? col0 + 16 * (u >> 1) + lr : col0 + lr + 16 * u; };
 	auto load_x = [&](int s, int k0) {
 #pragma unroll
-		for (int u = 0; u < 2; u++)
-			cu_cp16(sm + s * GG_STAGE_BYTES + gg_swz(lr + 32 * u, lc), xa[u] + k0, xok[u]);
+		for (int u = 0; u < 4; u++)
+			cu_cp16(sm + s * GG_STAGE_BYTES + gg_swz(lr + 16 * u, lc), xa[u] + k0, xok[u]);
 	};
 	auto load_w_async = [&](int s, int k0) { /* bf16 weights */
 #pragma unroll
-		for (int u = 0; u < 4; u++)
-			cu_cp16(sm + s * GG_STAGE_BYTES + GG_A_BYTES + gg_swz(lr + 32 * u, lc),
-				cu_row(wt, (size_t)e, wrow(u)).q + 2 * (k0 + 8 * lc), true);
+		for (int u = 0; u < 8; u++)
+			cu_cp16(sm + s * GG_STAGE_BYTES + GG_A_BYTES + gg_swz(lr + 16 * u, lc),
+				cu_row(wmat(u), (size_t)e, wrow(u)).q + 2 * (k0 + 8 * lc), true);
 	};
 	/* packed weights: the raw words of the next step in registers; of any type (CU_QT_ANY) they
 	 * would not fit beside the accumulators: loaded and converted at once, not hidden */
 	const bool prefetch = TYPE != CU_QT_ANY;
-	cu_dq8_raw raw[4];
+	cu_dq8_raw raw[8];
 	auto load_w_raw = [&](int k0) {
 #pragma unroll
-		for (int u = 0; u < 4; u++)
-			raw[u] = cu_dq8_load<TYPE>(wt, (size_t)e, wrow(u), k0 + 8 * lc);
+		for (int u = 0; u < 8; u++)
+			raw[u] = cu_dq8_load<TYPE>(wmat(u), (size_t)e, wrow(u), k0 + 8 * lc);
 	};
 	auto store_w = [&](int s, int k0) {
 #pragma unroll
-		for (int u = 0; u < 4; u++) {
+		for (int u = 0; u < 8; u++) {
 			float y[8];
-			cu_dq8_cvt<TYPE>(wt, prefetch ? raw[u] : cu_dq8_load<TYPE>(wt, (size_t)e, wrow(u), k0 + 8 * lc),
+			cu_dq8_cvt<TYPE>(wmat(u), prefetch ? raw[u] : cu_dq8_load<TYPE>(wmat(u), (size_t)e, wrow(u), k0 + 8 * lc),
 					 k0 + 8 * lc, y);
 			__nv_bfloat162 b2[4];
 #pragma unroll
 			for (int j = 0; j < 4; j++)
 				b2[j] = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
-			*(uint4 *)(gg_sm + s * GG_STAGE_BYTES + GG_A_BYTES + gg_swz(lr + 32 * u, lc)) = *(const uint4 *)b2;
+			*(uint4 *)(gg_sm + s * GG_STAGE_BYTES + GG_A_BYTES + gg_swz(lr + 16 * u, lc)) = *(const uint4 *)b2;
 		}
 	};
 
-	/* MMAs of one stage: warp (wm, wn) takes X rows 32 wm.., weight tile rows 32 wn.. */
-	float acc[2][4][4] = {};
+	/* MMAs of one stage: warp wn takes all 64 X rows and weight tile rows 32 wn.. */
+	float acc[4][4][4] = {};
 	auto compute = [&](int s) {
 		uint32_t xs = sm + s * GG_STAGE_BYTES, ws = xs + GG_A_BYTES;
 #pragma unroll
 		for (int kk = 0; kk < GG_BK / 16; kk++) {
-			uint32_t af[2][4], bfr[2][4];
+			uint32_t af[4][4], bfr[2][4];
 			/* A 16x16: lanes 0-15 rows 0-15 at k 0-7, lanes 16-31 the same rows at k 8-15 */
 #pragma unroll
-			for (int i = 0; i < 2; i++)
-				cu_ldsm4<false>(af[i], xs + gg_swz(32 * wm + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
+			for (int i = 0; i < 4; i++)
+				cu_ldsm4<false>(af[i], xs + gg_swz(16 * i + (lane & 15), 2 * kk + (lane >> 4)));
 			/* B 16 weight rows x 16 k: matrices (rows 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7),
 			 * (8-15, 8-15): {r0, r1} is the first n8 tile, {r2, r3} the second */
 #pragma unroll
@@ -677,7 +685,7 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
 				cu_ldsm4<false>(bfr[jj], ws + gg_swz(32 * wn + 16 * jj + (lane & 7) + ((lane >> 4) << 3),
 							      2 * kk + ((lane >> 3) & 1)));
 #pragma unroll
-			for (int i = 0; i < 2; i++)
+			for (int i = 0; i < 4; i++)
 #pragma unroll
 				for (int j = 0; j < 4; j++)
 					cu_mma_bf16(acc[i][j], af[i], bfr[j >> 1][2 * (j & 1)], bfr[j >> 1][2 * (j & 1) + 1]);
@@ -721,10 +729,10 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
 	/* accumulator (i, j): rows 16 i + g (c0, c1) and 16 i + g + 8 (c2, c3), columns 8 j + 2 t4 + {0, 1} */
 	int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 4; i++)
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
-			int r = row0 + 32 * wm + 16 * i + g + 8 * h;
+			int r = row0 + 16 * i + g + 8 * h;
 			if (r >= row_end)
 				continue;
 			if constexpr (GATEUP) {
@@ -736,18 +744,18 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
 					*(__nv_bfloat162 *)(o + 8 * j) = __floats2bfloat162_rn(cu_silu(g0) * u0, cu_silu(g1) * u1);
 				}
 			} else {
-				float *o = (float *)out + (size_t)r * N + col0 + 32 * wn + 2 * t4;
+				bf16 *o = (bf16 *)out + (size_t)r * N + col0 + 32 * wn + 2 * t4;
 #pragma unroll
 				for (int j = 0; j < 4; j++)
-					*(float2 *)(o + 8 * j) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+					*(__nv_bfloat162 *)(o + 8 * j) = __floats2bfloat162_rn(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
 			}
 		}
 }
 
-/* one grouped GEMM: act = SiLU(X·Gᵀ) * (X·Uᵀ) (GATEUP, out bf16 [n_rows][N]) or out = X·Wᵀ (f32) */
+/* one grouped GEMM: act = SiLU(X·Gᵀ) * (X·Uᵀ) (GATEUP) or out = X·Wᵀ, out bf16 [n_rows][N] */
 template <int TYPE, bool GATEUP>
-static void moe_gg(struct cuda_backend *cb, const bf16 *X, const cu_wd &W, const cu_wd &U, void *out,
-		   const int32_t *offs, const int32_t *tiles, unsigned max_tiles, int ne, int N, int K)
+static void moe_gg(struct cuda_backend *cb, const bf16 *X, const int32_t *xrow, const cu_wd &W, const cu_wd &U,
+		   void *out, const int32_t *offs, const int32_t *tiles, unsigned max_tiles, int ne, int N, int K)
 {
 	static size_t room; /* set once per kernel: GG_SMEM is above the default 48 KiB */
 	if (!room)
@@ -757,7 +765,7 @@ static void moe_gg(struct cuda_backend *cb, const bf16 *X, const cu_wd &W, const
 		return;
 	}
 	dim3 grid(N / (GATEUP ? GG_BN / 2 : GG_BN), max_tiles);
-	cu_launch(cb, k_moe_gg<TYPE, GATEUP>, grid, GG_THREADS, GG_SMEM, X, W, U, out, offs, tiles, ne, N, K);
+	cu_launch(cb, k_moe_gg<TYPE, GATEUP>, grid, GG_THREADS, GG_SMEM, X, xrow, W, U, out, offs, tiles, ne, N, K);
 }
 
 /* the grouped path's shapes: whole tiles of n_embd and n_ff, row tiles within gridDim.y */
@@ -768,7 +776,7 @@ static bool moe_grouped_fits(const moe_dims &d)
 }
 
 /*
- * Prefill: token-slots grouped by expert on the device (count, scan, scatter, gather), then
+ * Prefill: token-slots grouped by expert on the device (count, scan, scatter), then
  * gate/up (fused with SiLU·mul) and down as grouped tensor-core GEMMs over the groups: no host
  * round trip, no padding. The shared expert runs dense on cuBLAS.
  */
@@ -783,18 +791,18 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	size_t o_cnt = MOE_TAKE(ne * 4), o_offs = MOE_TAKE((ne + 1) * 4), o_tiles = MOE_TAKE((ne + 1) * 4);
 	size_t o_cur = MOE_TAKE(ne * 4), o_inv = MOE_TAKE(n * 4), o_rt = MOE_TAKE(n * 4);
 	size_t o_sgf = MOE_TAKE(T * Fs * 4), o_suf = MOE_TAKE(T * Fs * 4), o_sact = MOE_TAKE(T * Fs * 2);
-	size_t o_ys = MOE_TAKE(T * E * 4), o_xs = MOE_TAKE(n * E * 2), o_act = MOE_TAKE(n * F * 2), o_y = MOE_TAKE(n * E * 4);
+	size_t o_ys = MOE_TAKE(T * E * 4), o_act = MOE_TAKE(n * F * 2), o_y = MOE_TAKE(n * E * 2);
 #undef MOE_TAKE
 	char *s = (char *)cu_scratch(cb, off);
 	if (!s)
 		return;
 	float *h = (float *)(s + o_h), *logits = (float *)(s + o_log), *wt = (float *)(s + o_wt), *sgate = (float *)(s + o_sg);
-	bf16 *hb = (bf16 *)(s + o_hb), *hlo = (bf16 *)(s + o_hlo), *sact = (bf16 *)(s + o_sact), *xs = (bf16 *)(s + o_xs);
-	bf16 *act = (bf16 *)(s + o_act);
+	bf16 *hb = (bf16 *)(s + o_hb), *hlo = (bf16 *)(s + o_hlo), *sact = (bf16 *)(s + o_sact);
+	bf16 *act = (bf16 *)(s + o_act), *y = (bf16 *)(s + o_y);
 	int32_t *sel = (int32_t *)(s + o_sel), *counts = (int32_t *)(s + o_cnt), *offs = (int32_t *)(s + o_offs);
 	int32_t *tiles = (int32_t *)(s + o_tiles), *cursor = (int32_t *)(s + o_cur), *inv = (int32_t *)(s + o_inv);
 	int32_t *row_tok = (int32_t *)(s + o_rt);
-	float *sgf = (float *)(s + o_sgf), *suf = (float *)(s + o_suf), *ys = (float *)(s + o_ys), *y = (float *)(s + o_y);
+	float *sgf = (float *)(s + o_sgf), *suf = (float *)(s + o_suf), *ys = (float *)(s + o_ys);
 	const float *sgw = a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL;
 
 	/* route on h = hb + hlo: bf16 GEMMs give the router (nearly) f32 inputs, and a quantised
@@ -810,16 +818,15 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	cu_launch(cb, k_moe_count, cu_blocks(n, 256), 256, 0, sel, (int)n, counts);
 	cu_launch(cb, k_moe_scan, 1, 256, 0, counts, d.ne, offs, tiles, cursor);
 	cu_launch(cb, k_moe_scatter, cu_blocks(n, 256), 256, 0, sel, (int)n, d.k, offs, cursor, inv, row_tok);
-	cu_launch(cb, k_moe_gather, (unsigned)n, 128, 0, (const bf16 *)hb, (const int32_t *)row_tok, d.E, xs);
 	cu_launched(cb, "moe grouping");
 	unsigned max_tiles = (unsigned)(n / GG_BM + ne);
 	cu_wd G = cu_wd_experts(a->gate), U = cu_wd_experts(a->up), D = cu_wd_experts(a->down);
 	moe_gg_with_ktype(moe_gg_ktype(G, U), [&](auto kt) {
-		moe_gg<decltype(kt)::value, true>(cb, xs, G, U, act, offs, tiles, max_tiles, d.ne, d.F, d.E);
+		moe_gg<decltype(kt)::value, true>(cb, hb, row_tok, G, U, act, offs, tiles, max_tiles, d.ne, d.F, d.E);
 	});
 	cu_launched(cb, "moe expert gate/up");
 	moe_gg_with_ktype(moe_gg_ktype(D, D), [&](auto kt) {
-		moe_gg<decltype(kt)::value, false>(cb, act, D, D, y, offs, tiles, max_tiles, d.ne, d.E, d.F);
+		moe_gg<decltype(kt)::value, false>(cb, act, NULL, D, D, y, offs, tiles, max_tiles, d.ne, d.E, d.F);
 	});
 	cu_launched(cb, "moe expert down");
 	/* the shared expert: dense over all tokens */
@@ -831,7 +838,7 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 		struct toast_mm_out od = {ys, TOAST_MM_F32, a->sh_down};
 		cu_cublas(cb, &od, sact, d.T);
 	}
-	cu_launch(cb, k_moe_combine, d.T, 256, 0, a->x, d.E, d.k, (const int32_t *)inv, (const float *)wt, (const float *)y,
+	cu_launch(cb, k_moe_combine, d.T, 256, 0, a->x, d.E, d.k, (const int32_t *)inv, (const float *)wt, (const bf16 *)y,
 		  (const float *)(d.Fs ? ys : NULL), (const float *)(sgw ? sgate : NULL));
 	cu_launched(cb, "moe combine");
 }
