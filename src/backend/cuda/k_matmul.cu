@@ -487,15 +487,21 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 	}
 	if (!left)
 		return;
-	/* the general path: the input in memory once (bf16 for tensor cores, f32 for odd shapes) */
+	/* the general path: the input in memory once (bf16 for tensor cores, f32 too for odd shapes) */
+	auto on_cublas = [&](const struct toast_weight *W) {
+		return toast_dtype_is_quant(W->dev_type) || (T > CU_GEMV_MAX_T && W->dev_type == TOAST_DT_BF16);
+	};
 	const bf16 *xb = (const bf16 *)in->act;
 	const float *xf = NULL;
 	if (!xb) {
+		bool plain = false;
+		for (int k = 0; k < n_outs; k++)
+			plain = plain || (!done[k] && !on_cublas(outs[k].W));
 		size_t n = (size_t)T * n_in;
 		char *scr = (char *)cu_scratch(cb, n * 6);
 		if (!scr)
 			return;
-		float *yf = (float *)scr;
+		float *yf = plain ? (float *)scr : NULL;
 		bf16 *yb = in->norm_out ? (bf16 *)in->norm_out : (bf16 *)(scr + n * 4);
 		cu_norm_rows(cb, in->norm_x, in->norm_w, T, n_in, in->eps, in->plus_one, yf, yb, NULL);
 		xb = yb;
@@ -505,7 +511,7 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 		const struct toast_weight *W = outs[k].W;
 		if (done[k])
 			continue;
-		if (toast_dtype_is_quant(W->dev_type) || (T > CU_GEMV_MAX_T && W->dev_type == TOAST_DT_BF16)) {
+		if (on_cublas(W)) {
 			cu_cublas(cb, &outs[k], xb, T);
 			continue;
 		}

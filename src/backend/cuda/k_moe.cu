@@ -482,7 +482,10 @@ static void moe_gg_with_ktype(int k, Fn fn)
 #define GG_BN 128     /* weight rows per block: 128 outputs (down), or 64 of gate and 64 of up */
 #define GG_BK 64      /* k per pipeline stage: rows of 128 bytes in shared memory */
 #define GG_STAGES 3
-#define GG_THREADS 128
+/* a warp's weight-tile rows: 64 with bf16 weights (copied by cp.async); 32 with packed ones,
+ * whose next step waits dequantised in registers (more would not fit beside the accumulators) */
+#define GG_WN(TYPE) ((TYPE) == TOAST_DT_BF16 ? 64 : 32)
+#define GG_THREADS(TYPE) (GG_BN / GG_WN(TYPE) * 32)
 #define GG_A_BYTES (GG_BM * GG_BK * 2)
 #define GG_STAGE_BYTES ((GG_BM + GG_BN) * GG_BK * 2)
 #define GG_SMEM (GG_STAGES * GG_STAGE_BYTES)
@@ -585,18 +588,19 @@ __device__ __forceinline__ float gg_bf16r(float x)
  *   GATEUP: rows col0.. of gate (W) and the same 64 rows of up (U); C = act [n_rows][N] bf16,
  *           bf16(SiLU(bf16(gate)) * bf16(up)): the rounding of separate gate and up GEMMs;
  *   else:   rows col0..col0+127 of W (down); C [n_rows][N] bf16, like every activation.
- * Four warps, each all 64 token rows x 32 weight rows (GATEUP: 16 of gate and the same 16 of
- * up, so a thread holds both halves of its outputs) as 4 x 4 mma.sync m16n8k16 bf16 tiles
- * accumulating in f32, operands from shared memory by ldmatrix (6 ldmatrix.x4 a 16 MMAs: the
- * shared-memory reads, not the tensor cores, bound this kernel). K runs in steps of GG_BK = 64
+ * GG_BN / WN warps, each all 64 token rows x WN = GG_WN(TYPE) weight rows (GATEUP: WN / 2 of
+ * gate and the same rows of up, so a thread holds both halves of its outputs) as 4 x WN / 8
+ * mma.sync m16n8k16 bf16 tiles accumulating in f32, operands from shared memory by ldmatrix (at
+ * WN 32, 6 ldmatrix.x4 a 16 MMAs; at 64, 8 a 32: the shared-memory reads, more than the tensor
+ * cores, bound this kernel). K runs in steps of GG_BK = 64
  * through a ring of GG_STAGES = 3 stages: X tiles by cp.async two steps ahead (rows past the
  * group zero-filled); bf16 weights the same; packed weights one step ahead into registers
  * (cu_dq8_load: loads only), dequantised into the next stage after the current step's MMAs
  * (cu_dq8_cvt), so their latency hides behind one step of MMAs. One barrier per step.
- * N % 64 (GATEUP) or N % 128, K % 64 == 0; blockDim GG_THREADS, GG_SMEM bytes of shared memory.
+ * N % 64 (GATEUP) or N % 128, K % 64 == 0; blockDim GG_THREADS(TYPE), GG_SMEM bytes of shared memory.
  */
 template <int TYPE, bool GATEUP>
-__global__ void __launch_bounds__(GG_THREADS, TYPE == TOAST_DT_BF16 ? 3 : 2)
+__global__ void __launch_bounds__(GG_THREADS(TYPE), TYPE == TOAST_DT_BF16 ? 3 : 2)
 	k_moe_gg(const bf16 *X, const int32_t *xrow, cu_wd W, cu_wd U, void *out, const int32_t *offsets,
 		 const int32_t *tiles, int ne, int N, int K)
 {
@@ -615,47 +619,52 @@ __global__ void __launch_bounds__(GG_THREADS, TYPE == TOAST_DT_BF16 ? 3 : 2)
 	int e = lo;
 	int row0 = offsets[e] + (tile - tiles[e]) * GG_BM, row_end = offsets[e + 1];
 	int col0 = blockIdx.x * (GATEUP ? GG_BN / 2 : GG_BN);
+	constexpr int WN = GG_WN(TYPE), RS = GG_THREADS(TYPE) / 8, NX = GG_BM / RS, NW = GG_BN / RS, UW = WN / RS;
 	int tid = threadIdx.x, lane = tid & 31, wn = tid >> 5;
 	uint32_t sm = cu_smem_addr(gg_sm);
 
-	/* loads: thread tid fills chunk lc of rows lr + 16u: rows 0..63 of the X tile (u < 4), rows
-	 * 0..127 of the weight tile (u < 8). Weight tile row b is (GATEUP) row col0 + 16 (b / 32) +
-	 * b % 16 of gate (b % 32 < 16, u even) or up (u odd), else row col0 + b. */
+	/* loads: thread tid fills chunk lc of rows lr + RS u: rows 0..63 of the X tile (u < NX), rows
+	 * 0..127 of the weight tile (u < NW). GATEUP: each warp's WN weight-tile rows are WN / 2 rows
+	 * of gate, then the same rows of up: tile row b is row col0 + WN / 2 (b / WN) + b % (WN / 2)
+	 * of gate (b % WN < WN / 2) or up, which u alone decides. Else tile row b is row col0 + b. */
 	int lr = tid >> 3, lc = tid & 7;
-	const bf16 *xa[4];
-	bool xok[4];
+	const bf16 *xa[NX];
+	bool xok[NX];
 #pragma unroll
-	for (int u = 0; u < 4; u++) {
-		int r = row0 + lr + 16 * u;
+	for (int u = 0; u < NX; u++) {
+		int r = row0 + lr + RS * u;
 		xok[u] = r < row_end;
 		r = xok[u] ? r : row0;
 		xa[u] = X + (size_t)(xrow ? xrow[r] : r) * K + 8 * lc;
 	}
-	auto wmat = [&](int u) -> const cu_wd & { return GATEUP && (u & 1) ? U : W; };
-	auto wrow = [&](int u) { return GATEUP ? col0 + 16 * (u >> 1) + lr : col0 + lr + 16 * u; };
+	auto wup = [&](int u) { return GATEUP && RS * (u % UW) >= WN / 2; };
+	auto wmat = [&](int u) -> const cu_wd & { return wup(u) ? U : W; };
+	auto wrow = [&](int u) {
+		return GATEUP ? col0 + WN / 2 * (u / UW) + RS * (u % UW) + lr - (wup(u) ? WN / 2 : 0) : col0 + lr + RS * u;
+	};
 	auto load_x = [&](int s, int k0) {
 #pragma unroll
-		for (int u = 0; u < 4; u++)
-			cu_cp16(sm + s * GG_STAGE_BYTES + gg_swz(lr + 16 * u, lc), xa[u] + k0, xok[u]);
+		for (int u = 0; u < NX; u++)
+			cu_cp16(sm + s * GG_STAGE_BYTES + gg_swz(lr + RS * u, lc), xa[u] + k0, xok[u]);
 	};
 	auto load_w_async = [&](int s, int k0) { /* bf16 weights */
 #pragma unroll
-		for (int u = 0; u < 8; u++)
-			cu_cp16(sm + s * GG_STAGE_BYTES + GG_A_BYTES + gg_swz(lr + 16 * u, lc),
+		for (int u = 0; u < NW; u++)
+			cu_cp16(sm + s * GG_STAGE_BYTES + GG_A_BYTES + gg_swz(lr + RS * u, lc),
 				cu_row(wmat(u), (size_t)e, wrow(u)).q + 2 * (k0 + 8 * lc), true);
 	};
 	/* packed weights: the raw words of the next step in registers; of any type (CU_QT_ANY) they
 	 * would not fit beside the accumulators: loaded and converted at once, not hidden */
 	const bool prefetch = TYPE != CU_QT_ANY;
-	cu_dq8_raw raw[8];
+	cu_dq8_raw raw[prefetch ? NW : 1];
 	auto load_w_raw = [&](int k0) {
 #pragma unroll
-		for (int u = 0; u < 8; u++)
+		for (int u = 0; u < NW; u++)
 			raw[u] = cu_dq8_load<TYPE>(wmat(u), (size_t)e, wrow(u), k0 + 8 * lc);
 	};
 	auto store_w = [&](int s, int k0) {
 #pragma unroll
-		for (int u = 0; u < 8; u++) {
+		for (int u = 0; u < NW; u++) {
 			float y[8];
 			cu_dq8_cvt<TYPE>(wmat(u), prefetch ? raw[u] : cu_dq8_load<TYPE>(wmat(u), (size_t)e, wrow(u), k0 + 8 * lc),
 					 k0 + 8 * lc, y);
@@ -663,17 +672,17 @@ __global__ void __launch_bounds__(GG_THREADS, TYPE == TOAST_DT_BF16 ? 3 : 2)
 #pragma unroll
 			for (int j = 0; j < 4; j++)
 				b2[j] = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
-			*(uint4 *)(gg_sm + s * GG_STAGE_BYTES + GG_A_BYTES + gg_swz(lr + 16 * u, lc)) = *(const uint4 *)b2;
+			*(uint4 *)(gg_sm + s * GG_STAGE_BYTES + GG_A_BYTES + gg_swz(lr + RS * u, lc)) = *(const uint4 *)b2;
 		}
 	};
 
-	/* MMAs of one stage: warp wn takes all 64 X rows and weight tile rows 32 wn.. */
-	float acc[4][4][4] = {};
+	/* MMAs of one stage: warp wn takes all 64 X rows and weight tile rows WN wn.. */
+	float acc[4][WN / 8][4] = {};
 	auto compute = [&](int s) {
 		uint32_t xs = sm + s * GG_STAGE_BYTES, ws = xs + GG_A_BYTES;
 #pragma unroll
 		for (int kk = 0; kk < GG_BK / 16; kk++) {
-			uint32_t af[4][4], bfr[2][4];
+			uint32_t af[4][4], bfr[WN / 16][4];
 			/* A 16x16: lanes 0-15 rows 0-15 at k 0-7, lanes 16-31 the same rows at k 8-15 */
 #pragma unroll
 			for (int i = 0; i < 4; i++)
@@ -681,13 +690,13 @@ __global__ void __launch_bounds__(GG_THREADS, TYPE == TOAST_DT_BF16 ? 3 : 2)
 			/* B 16 weight rows x 16 k: matrices (rows 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7),
 			 * (8-15, 8-15): {r0, r1} is the first n8 tile, {r2, r3} the second */
 #pragma unroll
-			for (int jj = 0; jj < 2; jj++)
-				cu_ldsm4<false>(bfr[jj], ws + gg_swz(32 * wn + 16 * jj + (lane & 7) + ((lane >> 4) << 3),
+			for (int jj = 0; jj < WN / 16; jj++)
+				cu_ldsm4<false>(bfr[jj], ws + gg_swz(WN * wn + 16 * jj + (lane & 7) + ((lane >> 4) << 3),
 							      2 * kk + ((lane >> 3) & 1)));
 #pragma unroll
 			for (int i = 0; i < 4; i++)
 #pragma unroll
-				for (int j = 0; j < 4; j++)
+				for (int j = 0; j < WN / 8; j++)
 					cu_mma_bf16(acc[i][j], af[i], bfr[j >> 1][2 * (j & 1)], bfr[j >> 1][2 * (j & 1) + 1]);
 		}
 	};
@@ -736,17 +745,17 @@ __global__ void __launch_bounds__(GG_THREADS, TYPE == TOAST_DT_BF16 ? 3 : 2)
 			if (r >= row_end)
 				continue;
 			if constexpr (GATEUP) {
-				bf16 *o = (bf16 *)out + (size_t)r * N + col0 + 16 * wn + 2 * t4;
+				bf16 *o = (bf16 *)out + (size_t)r * N + col0 + WN / 2 * wn + 2 * t4;
 #pragma unroll
-				for (int j = 0; j < 2; j++) {
+				for (int j = 0; j < WN / 16; j++) {
 					float g0 = gg_bf16r(acc[i][j][2 * h]), g1 = gg_bf16r(acc[i][j][2 * h + 1]);
-					float u0 = gg_bf16r(acc[i][j + 2][2 * h]), u1 = gg_bf16r(acc[i][j + 2][2 * h + 1]);
+					float u0 = gg_bf16r(acc[i][j + WN / 16][2 * h]), u1 = gg_bf16r(acc[i][j + WN / 16][2 * h + 1]);
 					*(__nv_bfloat162 *)(o + 8 * j) = __floats2bfloat162_rn(cu_silu(g0) * u0, cu_silu(g1) * u1);
 				}
 			} else {
-				bf16 *o = (bf16 *)out + (size_t)r * N + col0 + 32 * wn + 2 * t4;
+				bf16 *o = (bf16 *)out + (size_t)r * N + col0 + WN * wn + 2 * t4;
 #pragma unroll
-				for (int j = 0; j < 4; j++)
+				for (int j = 0; j < WN / 8; j++)
 					*(__nv_bfloat162 *)(o + 8 * j) = __floats2bfloat162_rn(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
 			}
 		}
@@ -765,7 +774,7 @@ static void moe_gg(struct cuda_backend *cb, const bf16 *X, const int32_t *xrow, 
 		return;
 	}
 	dim3 grid(N / (GATEUP ? GG_BN / 2 : GG_BN), max_tiles);
-	cu_launch(cb, k_moe_gg<TYPE, GATEUP>, grid, GG_THREADS, GG_SMEM, X, xrow, W, U, out, offs, tiles, ne, N, K);
+	cu_launch(cb, k_moe_gg<TYPE, GATEUP>, grid, GG_THREADS(TYPE), GG_SMEM, X, xrow, W, U, out, offs, tiles, ne, N, K);
 }
 
 /* the grouped path's shapes: whole tiles of n_embd and n_ff, row tiles within gridDim.y */
