@@ -27,18 +27,6 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 	float x = 0;
 	if (d < hd)
 		x = isq ? q[((size_t)t * n_head + hh) * qs + d] : k[(size_t)t * kvd + kvh * hd + d];
-	/* the rotation's angle first: its latency hides behind the load and the norm */
-	int half = n_rot / 2;
-	float s = 0, c = 1;
-	if (d < n_rot) {
-		int i = d < half ? d : d - half;
-		float inv = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
-		if (freq_type == TOAST_DT_BF16)
-			inv = __bfloat162float(__float2bfloat16(inv));
-		else if (freq_type == TOAST_DT_F16)
-			inv = __half2float(__float2half(inv));
-		sincosf((float)pos * inv, &s, &c);
-	}
 	const float *nw = isq ? qn : kn;
 	if (nw) {
 		float ss = cu_block_sum(x * x, red);
@@ -49,8 +37,18 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 	if (d < hd)
 		sh[d] = x;
 	__syncthreads();
-	if (d < n_rot)
+	int half = n_rot / 2;
+	if (d < n_rot) {
+		int i = d < half ? d : d - half;
+		float inv = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
+		if (freq_type == TOAST_DT_BF16)
+			inv = __bfloat162float(__float2bfloat16(inv));
+		else if (freq_type == TOAST_DT_F16)
+			inv = __half2float(__float2half(inv));
+		float s, c;
+		sincosf((float)pos * inv, &s, &c);
 		x = d < half ? sh[d] * c - sh[d + half] * s : sh[d] * c + sh[d - half] * s;
+	}
 	if (d >= hd)
 		return;
 	if (isq) {
@@ -455,12 +453,6 @@ __global__ void k_attn_combine(const float *part, const float *q, bf16 *out, int
 		return;
 	const float *p = part + ((((size_t)t * n_kv + kvh) * n_split) * n_rep + r) * (hd + 2);
 	size_t stride = (size_t)n_rep * (hd + 2);
-	float gate = gated ? q[((size_t)t * n_head + h) * 2 * hd + hd + d] : 0; /* loaded early */
-	if (n_split == 1) { /* the same value as the loop below, without its chain of loads */
-		float o = p[d] / p[hd + 1];
-		out[((size_t)t * n_head + h) * hd + d] = __float2bfloat16(gated ? o * cu_sigmoid(gate) : o);
-		return;
-	}
 	float mt = -INFINITY;
 	for (int s = 0; s < n_split; s++)
 		mt = fmaxf(mt, p[s * stride + hd]);
@@ -475,7 +467,7 @@ __global__ void k_attn_combine(const float *part, const float *q, bf16 *out, int
 	}
 	float o = num / den;
 	if (gated)
-		o *= cu_sigmoid(gate);
+		o *= cu_sigmoid(q[((size_t)t * n_head + h) * 2 * hd + hd + d]);
 	out[((size_t)t * n_head + h) * hd + d] = __float2bfloat16(o);
 }
 
