@@ -64,10 +64,10 @@ if [ "$MODE" = quant ]; then
 	timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 4096 \
 		--prompt 128,1024,17408 --ctx 0,68000 --decode 64 >"$OUT/bench-bf16.log" 2>&1
 	summary+=("bench bf16 (12 layers) rc=$?")
-	# the 17K prompt in chunks of 8192 (the default), 16384 and one pass (issue 6's prefill figure)
-	for c in 8192 16384 32768; do
-		timeout 100 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk $c \
-			--prompt 17408 --ctx 0 --decode 1 2>&1 | grep -E "^prefill" | sed "s/^/chunk $c: /" >>"$OUT/bench-bf16.log"
+	# the 17K prompt in passes of 8192, 16384, one pass, and the default (issue 6's prefill figure)
+	for c in 8192 16384 32768 ""; do
+		timeout 100 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda ${c:+--chunk $c} \
+			--prompt 17408 --ctx 0 --decode 1 2>&1 | grep -E "^prefill|passes of" | sed "s/^/chunk ${c:-default}: /" >>"$OUT/bench-bf16.log"
 	done
 	timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --type q4_k --backend cuda --chunk 32768 \
 		--prompt 17408 --ctx 0 --decode 1 2>&1 | grep -E "^prefill" | sed "s/^/q4_k chunk 32768: /" >>"$OUT/bench-bf16.log"

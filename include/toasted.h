@@ -57,7 +57,8 @@ struct toast_engine_opts {
 	const char *backend; /* "cpu", "cuda", or NULL: cuda when a GPU is usable, else cpu */
 	int n_threads;       /* CPU threads; 0: all online cores */
 	int chunk;           /* tokens per prefill forward pass (<= TOAST_MAX_CHUNK); 0: the default (64 on the
-				CPU, 8192 on a GPU) */
+				CPU; on a GPU 32768, 16384 or 8192 as 32 GiB, 16 GiB or less are
+				free once the weights are in) */
 	const char *quant;   /* NULL: weights as stored; or quantise a float model's matrices at load:
 				"q8_0", "q4_0", "q4_1", "q4_k_m", "q5_k_m", "q6_k", "bf16" */
 	toast_progress_cb progress; /* NULL: none; called from the loading thread, once per layer */
@@ -75,6 +76,7 @@ struct toast_model_info {
 	const char *arch;        /* "qwen3_next", "qwen3", "qwen3_moe", "qwen3_5_text", "llama", or the GGUF
 				    architecture ("qwen3next", ...) */
 	const char *backend;     /* "cpu" or "cuda" */
+	int chunk;               /* tokens a prefill pass takes */
 	int n_vocab, n_embd, n_layer, n_layer_attn;
 	int n_ctx_train;         /* max_position_embeddings */
 	int n_expert, n_expert_used;

@@ -196,9 +196,9 @@ int cli_bench(int argc, char **argv)
 		return cli_status_exit(st) ? cli_status_exit(st) : 1;
 	}
 	const struct toast_model_info *in = toast_engine_info(e);
-	printf("model: %s%s (%s), %d layers (%d attention), backend %s, loaded in %.1f s\n",
+	printf("model: %s%s (%s), %d layers (%d attention), backend %s, prefill passes of %d tokens, loaded in %.1f s\n",
 	       o.eo.synthetic ? "synthetic " : "", o.eo.synthetic ? o.eo.synthetic : o.model, in->arch, in->n_layer,
-	       in->n_layer_attn, in->backend, toast_now() - t0);
+	       in->n_layer_attn, in->backend, in->chunk, toast_now() - t0);
 	printf("weights: %.2f GB%s%s; weight bytes read per token: %.3f GB (dense + %d routed + shared experts, as stored)\n",
 	       in->weight_bytes / 1e9, o.eo.synthetic_type ? ", matrices " : "", o.eo.synthetic_type ? o.eo.synthetic_type : "",
 	       in->decode_bytes / 1e9, in->n_expert_used);

@@ -20,10 +20,18 @@
 #include "util/timeutil.h"
 
 /* tokens a prefill pass takes by default: the CPU's caches like small chunks; a GPU wants big
- * ones (a chunk reads every expert's weights once; H200, a 17K prompt of the Qwen3-Next shape:
- * 205 ms in chunks of 4,096, 188 in 8,192, 179 in 16,384; docs/PERF.md) */
+ * ones (a pass reads every expert's weights once; H200, a 17K prompt of the Qwen3-Next shape:
+ * 186 ms in passes of 4,096, 169 in 8,192, 162 in 16,384, 152 in one; docs/PERF.md), as big as
+ * the memory left once the weights are in allows: a pass needs some hundreds of KB a token of
+ * activations and scratch (Qwen3-Next-80B: ~8 GB at 32,768) */
 #define ENGINE_DEFAULT_CHUNK_CPU 64
 #define ENGINE_DEFAULT_CHUNK_GPU 8192
+
+static int engine_gpu_chunk(size_t free_bytes)
+{
+	const size_t gib = (size_t)1 << 30;
+	return free_bytes >= 32 * gib ? TOAST_MAX_CHUNK : free_bytes >= 16 * gib ? 16384 : ENGINE_DEFAULT_CHUNK_GPU;
+}
 #define ENGINE_MAX_THREADS 1024
 
 void toast_engine_opts_init(struct toast_engine_opts *o)
@@ -94,6 +102,8 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	} else if (rc == TOAST_OK) {
 		rc = toast_model_load(&e->model, path, e->be, e->quant, opts->progress, opts->progress_ud, err);
 	}
+	if (rc == TOAST_OK && !opts->chunk && strcmp(e->be->name, "cpu") != 0)
+		e->chunk = engine_gpu_chunk(e->be->ops->mem_free(e->be));
 	if (rc == TOAST_OK)
 		rc = toast_model_work_new(&e->model, e->chunk, &e->work, err);
 	char tok_path[4096];
@@ -108,6 +118,7 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	}
 	const struct toast_hparams *hp = &e->model.hp;
 	struct toast_model_info *in = &e->info;
+	in->chunk = e->chunk;
 	in->arch = hp->arch_name;
 	in->backend = e->be->name;
 	in->n_vocab = hp->n_vocab;
