@@ -26,13 +26,13 @@
  * activations and scratch (Qwen3-Next-80B: ~8 GB at 32,768) */
 #define ENGINE_DEFAULT_CHUNK_CPU 64
 #define ENGINE_DEFAULT_CHUNK_GPU 8192
+#define ENGINE_MAX_THREADS 1024
 
 static int engine_gpu_chunk(size_t free_bytes)
 {
 	const size_t gib = (size_t)1 << 30;
 	return free_bytes >= 32 * gib ? TOAST_MAX_CHUNK : free_bytes >= 16 * gib ? 16384 : ENGINE_DEFAULT_CHUNK_GPU;
 }
-#define ENGINE_MAX_THREADS 1024
 
 void toast_engine_opts_init(struct toast_engine_opts *o)
 {
@@ -79,9 +79,6 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 				     "unknown quantisation \"%s\" (q8_0, q4_0, q4_1, q4_k_m, q5_k_m, q6_k, bf16)", opts->quant);
 	}
 	rc = engine_backend(opts, &e->be, err);
-	if (rc == TOAST_OK)
-		e->chunk = opts->chunk ? opts->chunk
-				       : strcmp(e->be->name, "cpu") == 0 ? ENGINE_DEFAULT_CHUNK_CPU : ENGINE_DEFAULT_CHUNK_GPU;
 	if (rc == TOAST_OK && opts->synthetic) {
 		/* a preset name, or a config.json file: a shape of one's own */
 		const char *cfg = toast_model_preset(opts->synthetic);
@@ -102,8 +99,11 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	} else if (rc == TOAST_OK) {
 		rc = toast_model_load(&e->model, path, e->be, e->quant, opts->progress, opts->progress_ud, err);
 	}
-	if (rc == TOAST_OK && !opts->chunk && strcmp(e->be->name, "cpu") != 0)
-		e->chunk = engine_gpu_chunk(e->be->ops->mem_free(e->be));
+	if (rc == TOAST_OK && opts->chunk)
+		e->chunk = opts->chunk;
+	else if (rc == TOAST_OK) /* the weights are in: what is left bounds a GPU's default pass */
+		e->chunk = strcmp(e->be->name, "cpu") == 0 ? ENGINE_DEFAULT_CHUNK_CPU
+							   : engine_gpu_chunk(e->be->ops->mem_free(e->be));
 	if (rc == TOAST_OK)
 		rc = toast_model_work_new(&e->model, e->chunk, &e->work, err);
 	char tok_path[4096];

@@ -640,7 +640,8 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE), TYPE == TOAST_DT_BF16 ? 3 : 
 	auto wup = [&](int u) { return GATEUP && RS * (u % UW) >= WN / 2; };
 	auto wmat = [&](int u) -> const cu_wd & { return wup(u) ? U : W; };
 	auto wrow = [&](int u) {
-		return GATEUP ? col0 + WN / 2 * (u / UW) + RS * (u % UW) + lr - (wup(u) ? WN / 2 : 0) : col0 + lr + RS * u;
+		return GATEUP ? col0 + WN / 2 * (u / UW) + RS * (u % UW) + lr - (wup(u) ? WN / 2 : 0)
+			      : col0 + lr + RS * u;
 	};
 	auto load_x = [&](int s, int k0) {
 #pragma unroll
@@ -666,8 +667,8 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE), TYPE == TOAST_DT_BF16 ? 3 : 
 #pragma unroll
 		for (int u = 0; u < NW; u++) {
 			float y[8];
-			cu_dq8_cvt<TYPE>(wmat(u), prefetch ? raw[u] : cu_dq8_load<TYPE>(wmat(u), (size_t)e, wrow(u), k0 + 8 * lc),
-					 k0 + 8 * lc, y);
+			cu_dq8_raw r = prefetch ? raw[u] : cu_dq8_load<TYPE>(wmat(u), (size_t)e, wrow(u), k0 + 8 * lc);
+			cu_dq8_cvt<TYPE>(wmat(u), r, k0 + 8 * lc, y);
 			__nv_bfloat162 b2[4];
 #pragma unroll
 			for (int j = 0; j < 4; j++)
@@ -749,14 +750,16 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE), TYPE == TOAST_DT_BF16 ? 3 : 
 #pragma unroll
 				for (int j = 0; j < WN / 16; j++) {
 					float g0 = gg_bf16r(acc[i][j][2 * h]), g1 = gg_bf16r(acc[i][j][2 * h + 1]);
-					float u0 = gg_bf16r(acc[i][j + WN / 16][2 * h]), u1 = gg_bf16r(acc[i][j + WN / 16][2 * h + 1]);
+					float u0 = gg_bf16r(acc[i][j + WN / 16][2 * h]);
+					float u1 = gg_bf16r(acc[i][j + WN / 16][2 * h + 1]);
 					*(__nv_bfloat162 *)(o + 8 * j) = __floats2bfloat162_rn(cu_silu(g0) * u0, cu_silu(g1) * u1);
 				}
 			} else {
 				bf16 *o = (bf16 *)out + (size_t)r * N + col0 + WN * wn + 2 * t4;
 #pragma unroll
 				for (int j = 0; j < WN / 8; j++)
-					*(__nv_bfloat162 *)(o + 8 * j) = __floats2bfloat162_rn(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+					*(__nv_bfloat162 *)(o + 8 * j) =
+						__floats2bfloat162_rn(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
 			}
 		}
 }
