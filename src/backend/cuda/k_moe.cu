@@ -373,26 +373,21 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	__shared__ int32_t eid[MOE_MAX_K + 1];
 	__shared__ float wts[MOE_MAX_K + 1];
 	int t = blockIdx.y, E = d.E;
-	cu_pdl_wait();
-	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
+	/* the experts are known before the wait: this kernel starts only once the gate/up kernel
+	 * (or a down kernel before it) has passed its own wait, so the router has finished; its
+	 * outputs are read past L1. The rows' loads then fly while gate/up ends. */
 	for (int j = threadIdx.x; j < nslot; j += blockDim.x) {
 		int s = slot0 + j;
 		bool shared = s == d.k;
-		eid[j] = shared ? 0 : sel[(size_t)t * d.k + s];
-		wts[j] = shared ? (sgate ? sgate[t] : 1.0f) : wt[(size_t)t * d.k + s];
+		eid[j] = shared ? 0 : __ldcg(sel + (size_t)t * d.k + s);
+		wts[j] = shared ? (sgate ? __ldcg(sgate + t) : 1.0f) : __ldcg(wt + (size_t)t * d.k + s);
 	}
-	for (int j = 0; j < nslot; j++)
-		moe_stage<TYPE>(as + j * d.Fmax, act + ((size_t)t * (d.k + 1) + slot0 + j) * d.Fmax,
-				slot0 + j == d.k ? d.Fs : d.F);
 	__syncthreads();
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int i = blockIdx.x * MOE_WARPS + warp;
-	if (i >= E)
-		return;
-	float acc = 0;
-	if (CPR > 0) {
-		const int NJ = (MOE_DOWN_SLOTS * (CPR > 0 ? CPR : 1) + 31) / 32;
-		typename qk<TYPE>::chunk w[NJ];
+	const int NJ = (MOE_DOWN_SLOTS * (CPR > 0 ? CPR : 1) + 31) / 32;
+	typename qk<TYPE>::chunk w[CPR > 0 ? NJ : 1];
+	if (CPR > 0 && i < E)
 #pragma unroll
 		for (int j = 0; j < NJ; j++) {
 			int idx = lane + 32 * j, s = idx / (CPR > 0 ? CPR : 1), c = idx % (CPR > 0 ? CPR : 1);
@@ -401,6 +396,16 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 				w[j] = cu_qload<TYPE>(wd, cu_row(wd, eid[s], i), eid[s], i, c);
 			}
 		}
+	cu_pdl_wait();
+	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
+	for (int j = 0; j < nslot; j++)
+		moe_stage<TYPE>(as + j * d.Fmax, act + ((size_t)t * (d.k + 1) + slot0 + j) * d.Fmax,
+				slot0 + j == d.k ? d.Fs : d.F);
+	__syncthreads();
+	if (i >= E)
+		return;
+	float acc = 0;
+	if (CPR > 0) {
 #pragma unroll
 		for (int j = 0; j < NJ; j++) {
 			int idx = lane + 32 * j, s = idx / (CPR > 0 ? CPR : 1), c = idx % (CPR > 0 ? CPR : 1);
