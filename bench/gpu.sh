@@ -62,7 +62,7 @@ if [ "$MODE" = quant ]; then
 	done
 	# the bf16 12-layer slice of issue 6 (the same GEMV kernel), and the session cache's checks
 	timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda --chunk 4096 \
-		--prompt 128,1024,17408 --ctx 0,68000 --decode 64 >"$OUT/bench-bf16.log" 2>&1
+		--prompt 128,1024,17408 --ctx 0,28000,68000 --decode 64 >"$OUT/bench-bf16.log" 2>&1
 	summary+=("bench bf16 (12 layers) rc=$?")
 	# the 17K prompt in passes of 8192, 16384, one pass, and the default (issue 6's prefill figure)
 	for c in 8192 16384 32768 ""; do
