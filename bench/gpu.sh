@@ -35,6 +35,38 @@ if [ "$MODE" = cache ]; then
 	printf '%s\n' "${summary[@]}"
 	exit 0
 fi
+# ab: a kernel change against the binary before it (carry/gpu/ab/toasted.xz, put there by hand):
+# test_ops, the op timings, then decode of the 48-layer Q4_K and MLX4 models and the bf16 slice
+# by both binaries in turn (same machine, two rounds; AB_MODELS="--type q4_k" for fewer: a comma-separated list), and
+# Nsight Compute on one DeltaNet layer
+if [ "$MODE" = ab ]; then
+	python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' carry/gpu/ab/toasted.xz >$B/toasted-old
+	chmod +x $B/toasted-old
+	timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
+	summary+=("test_ops: rc=$? $(grep -c 'failed' "$OUT/test_ops.log") failures, $(tail -1 "$OUT/test_ops.log")")
+	grep -E "failed" "$OUT/test_ops.log" | head -20
+	timeout 240 $B/test_ops --perf >"$OUT/ops-perf.log" 2>&1
+	grep -hE "^(gemv|moe) " "$OUT/ops-perf.log"
+	for r in 1 2; do
+		for v in toasted-old toasted; do
+			IFS=, read -ra models <<<"${AB_MODELS:---type q4_k,--type mlx4,--layers 12}"
+			for t in "${models[@]}"; do
+				timeout 200 $B/$v bench --synthetic qwen3-next-80b-a3b $t --backend cuda --prompt 1 --ctx 0,68000 \
+					--decode 64 >"$OUT/ab.tmp" 2>&1
+				summary+=("round $r $v $t: $(awk '/^[0-9]+ +[0-9.]+ +[0-9.]+/ {printf "ctx%s %s tok/s (%sx floor)  ", $1, $2, $6}' "$OUT/ab.tmp")")
+			done
+		done
+	done
+	rm -f "$OUT/ab.tmp"
+	TOASTED_CUDA_PROFILE=1 timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --type q4_k --backend cuda \
+		--prompt 1 --ctx 0 --decode 20 >"$OUT/profile-q4k.txt" 2>&1
+	grep -A30 "cuda profile" "$OUT/profile-q4k.txt"
+	command -v ncu >/dev/null && timeout 300 bash bench/ncu-decode.sh q4_k
+	echo
+	echo "==== summary ===="
+	printf '%s\n' "${summary[@]}"
+	exit 0
+fi
 if [ "$MODE" = quant ]; then
 	timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
 	rc=$?
@@ -118,7 +150,7 @@ rm -f "$OUT/check.tmp"
 grep -h "per-layer" "$OUT/checks.log" | sort -u | head -20
 # 3b. what the slow kernels do (ncu metrics on the op timings: achieved DRAM bytes, occupancy)
 if [ "$MODE" != quick ] && command -v ncu >/dev/null; then
-	timeout 200 ncu --csv --print-units base -k regex:'k_moe|k_attn_tile|k_gdn_decode' --launch-count 8 \
+	timeout 200 ncu --clock-control none --csv --print-units base -k regex:'k_moe|k_attn_tile|k_gdn_decode' --launch-count 8 \
 		--metrics gpu__time_duration.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread \
 		$B/test_ops --perf >"$OUT/ncu-ops.csv" 2>&1
 	python3 bench/ncu-table.py "$OUT/ncu-ops.csv"

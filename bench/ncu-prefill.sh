@@ -16,7 +16,7 @@ S=smsp__average_warps_issue_stalled
 M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread,$S\_long_scoreboard_per_issue_active.ratio,$S\_barrier_per_issue_active.ratio,$S\_short_scoreboard_per_issue_active.ratio,$S\_mio_throttle_per_issue_active.ratio,$S\_math_pipe_throttle_per_issue_active.ratio,$S\_not_selected_per_issue_active.ratio,$S\_wait_per_issue_active.ratio,$S\_lg_throttle_per_issue_active.ratio
 # the kernels from the SKIP-th on of the first pass (the warm-up pass; SKIP 40 is the 4th layer at
 # the default KERN)
-timeout 500 ncu --csv --print-units base -k "$KERN" --launch-skip ${SKIP:-40} --launch-count ${COUNT:-14} \
+timeout 500 ncu --clock-control none --csv --print-units base -k "$KERN" --launch-skip ${SKIP:-40} --launch-count ${COUNT:-14} \
 	--metrics $M $B/toasted bench --synthetic qwen3-next-80b-a3b $ARGS \
 	--backend cuda --chunk $CHUNK --prompt $CHUNK --ctx 0 --decode 1 >"$OUT/ncu-prefill.csv" 2>"$OUT/ncu-prefill.err"
 python3 bench/ncu-table.py "$OUT/ncu-prefill.csv"

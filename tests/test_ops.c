@@ -824,6 +824,8 @@ static void test_quant(struct ctx *c)
 	struct moe_types small = {TOAST_DT_Q4_1, TOAST_DT_Q5_K, TOAST_DT_Q4_0, TOAST_DT_MLX8};
 	test_moe_types(c, 1, 2048, 3, 2, 256, 256, true, true, &q4k);
 	test_moe_types(c, 1, 256, 4, 2, 512, 512, true, true, &q4k);
+	test_moe_types(c, 3, 2048, 4, 2, 512, 512, true, true, &q4k); /* three tokens, three expert sets */
+	test_moe_types(c, 1, 256, 4, 2, 256, 512, true, true, &q4k);  /* a shared expert wider than the rest */
 	test_moe_types(c, 2, 2048, 3, 2, 256, 256, true, true, &mlx4);
 	test_moe_types(c, 2, 256, 4, 3, 512, 512, true, true, &mlx4);
 	test_moe_types(c, 1, 2048, 3, 2, 256, 0, true, false, &q8);

@@ -657,14 +657,25 @@ __device__ __forceinline__ void cu_stage_norm(const float *x, const float *w, in
 {
 	if ((n & 3) == 0 && (((uintptr_t)x | (uintptr_t)w | (uintptr_t)out) & 15) == 0 && ((uintptr_t)outb & 3) == 0) {
 		float r = cu_rms4(x, n, eps, red), p1 = plus_one ? 1.0f : 0.0f;
-		for (int i = threadIdx.x; i < (int)(n >> 2); i += blockDim.x) {
-			float4 y = cu_norm4(x, w, i, r, p1);
-			((float4 *)row)[qk<TYPE>::swz(i)] = y;
-			if (out)
-				((float4 *)out)[i] = y;
-			if (outb) {
-				((__nv_bfloat162 *)outb)[2 * i] = __floats2bfloat162_rn(y.x, y.y);
-				((__nv_bfloat162 *)outb)[2 * i + 1] = __floats2bfloat162_rn(y.z, y.w);
+		int n4 = (int)(n >> 2);
+		for (int i0 = threadIdx.x; i0 < n4; i0 += 2 * blockDim.x) {
+			float4 y[2]; /* both loads before the stores: one L2 round trip, not two */
+#pragma unroll
+			for (int k = 0; k < 2; k++)
+				if (i0 + k * (int)blockDim.x < n4)
+					y[k] = cu_norm4(x, w, i0 + k * blockDim.x, r, p1);
+#pragma unroll
+			for (int k = 0; k < 2; k++) {
+				int i = i0 + k * blockDim.x;
+				if (i >= n4)
+					break;
+				((float4 *)row)[qk<TYPE>::swz(i)] = y[k];
+				if (out)
+					((float4 *)out)[i] = y[k];
+				if (outb) {
+					((__nv_bfloat162 *)outb)[2 * i] = __floats2bfloat162_rn(y[k].x, y[k].y);
+					((__nv_bfloat162 *)outb)[2 * i + 1] = __floats2bfloat162_rn(y[k].z, y[k].w);
+				}
 			}
 		}
 		return;
@@ -678,6 +689,124 @@ __device__ __forceinline__ void cu_stage_norm(const float *x, const float *w, in
 		if (outb)
 			outb[i] = __float2bfloat16(y);
 	}
+}
+
+/*
+ * Q4_K on tensor cores at decode (k_gemv_k4, k_moe_*_k4): a warp multiplies 16 weight rows by
+ * up to 8 input rows (the mma's 8 columns) one superblock (256 elements) at a time, with the
+ * codes as exact bf16 integers: 128 + q is a bf16 whose mantissa holds q, so one LOP3 makes two
+ * of them, and the tensor core sums x * (128 + q) in f32 over a 32-element sub-block. The
+ * sub-block's scale comes after: d*sc * C + (-(128 d*sc) - dmin*m) * sum(x), with sum(x) of the
+ * bf16 input staged once. About 2 instructions a weight, where dequantising in registers and
+ * one FFMA a product takes 6 and more (the 4-bit kernels were issue-bound).
+ *
+ * Lane l (g = l / 4, t = l % 4) holds 8 bytes of each 32-byte pair p of the superblock's codes
+ * (bytes 8t..8t+7: elements 8t.. of sub-block 2p in the low nibbles, of 2p+1 in the high ones)
+ * for rows g and g+8. The mma's k order within a sub-block is ours to choose: word w of those
+ * 8 bytes gives the lane's k values 2t, 2t+1, 2t+8, 2t+9 as elements 8t+4w + 0, 2, 1, 3, so
+ * the input is staged bf16 with each group of four stored as x0, x2, x1, x3 and a lane reads its
+ * B fragment as one 8-byte load.
+ */
+#define CU_K4_MAGIC 0x43004300u /* two bf16 128.0 */
+
+/* (v & 0x000f000f) | magic in one LOP3 (the compiler makes two of it with both constants
+ * immediate): the codes at bits 0 and 16 of v as two bf16 128 + q */
+__device__ __forceinline__ unsigned cu_k4_two(uint32_t v, uint32_t magic)
+{
+	unsigned r;
+	asm("lop3.b32 %0, %1, 0x000f000f, %2, 0xea;" : "=r"(r) : "r"(v), "r"(magic));
+	return r;
+}
+
+/* the codes of one superblock a lane holds (rows g, g+8: a, b) and the header its scale
+ * decoding reads (row l % 16) */
+struct cu_k4ld {
+	uint2 a[4], b[4];
+	uint4 h;
+};
+
+/* issue the loads of superblock sb of rows ra, rb (the lane's g, g+8) and rh (its header row) */
+__device__ __forceinline__ cu_k4ld cu_k4_load(const uint8_t *ra, const uint8_t *rb, const uint8_t *rh, int sb, int t)
+{
+	cu_k4ld L;
+#pragma unroll
+	for (int p = 0; p < 4; p++) {
+		L.a[p] = cu_ld8(ra + sb * 144 + 16 + 32 * p + 8 * t);
+		L.b[p] = cu_ld8(rb + sb * 144 + 16 + 32 * p + 8 * t);
+	}
+	L.h = cu_ld16(rh + sb * 144);
+	return L;
+}
+
+/* the warp's scales of one superblock into sc[16][4] (row, pair: dA, oA, dB, oB): lane l
+ * decodes row l % 16, pairs 2 (l / 16) and 2 (l / 16) + 1; the caller syncs the warp */
+__device__ __forceinline__ void cu_k4_scales(const cu_k4ld &L, float4 *sc, int lane)
+{
+#pragma unroll
+	for (int q = 0; q < 2; q++) {
+		int p = 2 * (lane >> 4) + q;
+		cu_k4info in = cu_k4_info(L.h, 2 * p);
+		sc[(lane & 15) * 4 + p] = make_float4(in.dA, in.oA, in.dB, in.oB);
+	}
+}
+
+/*
+ * acc (the lane's C fragment: rows g, g+8 x columns 2t, 2t+1) += one superblock: x is the
+ * lane's staged input row (column g; bf16, permuted as above) at the superblock's first element,
+ * xs0 and xs1 the sub-block sums of columns 2t and 2t+1 there (8 floats each), wt a factor on
+ * the whole (the MoE's routing weight). COLS 1: only column 0 is wanted.
+ */
+template <int COLS>
+__device__ __forceinline__ void cu_k4_mma(float *acc, const cu_k4ld &L, const float4 *sc, const bf16 *x, const float *xs0,
+					  const float *xs1, float wt, int g, int t)
+{
+	uint32_t magic = CU_K4_MAGIC;
+	asm("" : "+r"(magic)); /* a register, not an immediate */
+#pragma unroll
+	for (int p = 0; p < 4; p++) {
+		float4 sa = sc[g * 4 + p], sb = sc[(g + 8) * 4 + p];
+#pragma unroll
+		for (int h = 0; h < 2; h++) { /* sub-block 2p + h: the low, then the high nibbles */
+			float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+			for (int w = 0; w < 2; w++) {
+				uint32_t wa = w ? L.a[p].y : L.a[p].x, wb = w ? L.b[p].y : L.b[p].x;
+				unsigned fa[4] = {cu_k4_two(wa >> (4 * h), magic), cu_k4_two(wb >> (4 * h), magic),
+						  cu_k4_two(wa >> (4 * h + 8), magic), cu_k4_two(wb >> (4 * h + 8), magic)};
+				uint2 bx = *(const uint2 *)(x + 32 * (2 * p + h) + 8 * t + 4 * w);
+				cu_mma_bf16(c, fa, bx.x, bx.y);
+			}
+			int s = 2 * p + h;
+			float da = (h ? sa.z : sa.x) * wt, oa = (h ? sa.w : sa.y) * wt;
+			float db = (h ? sb.z : sb.x) * wt, ob = (h ? sb.w : sb.y) * wt;
+			acc[0] = fmaf(oa, xs0[s], fmaf(da, c[0], acc[0]));
+			acc[2] = fmaf(ob, xs0[s], fmaf(db, c[2], acc[2]));
+			if (COLS > 1) {
+				acc[1] = fmaf(oa, xs1[s], fmaf(da, c[1], acc[1]));
+				acc[3] = fmaf(ob, xs1[s], fmaf(db, c[3], acc[3]));
+			}
+		}
+	}
+}
+
+/* elements 8j..8j+7 of an input row, v (f32), to bf16 in the staged order (x0 x2 x1 x3 x4 x6 x5
+ * x7) at xs + 8j, and the sum of the four lanes' rounded values (a sub-block: lanes 4i..4i+3
+ * must stage the 8-groups 4i'..4i'+3 together) to *sum from the first of them */
+__device__ __forceinline__ void cu_k4_stage8(const float *v, bf16 *xs, int j, float *sum)
+{
+	__nv_bfloat162 p[4] = {__floats2bfloat162_rn(v[0], v[2]), __floats2bfloat162_rn(v[1], v[3]),
+			       __floats2bfloat162_rn(v[4], v[6]), __floats2bfloat162_rn(v[5], v[7])};
+	*(uint4 *)(xs + 8 * j) = *(const uint4 *)p;
+	float s = 0;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		float2 f = __bfloat1622float2(p[i]);
+		s += f.x + f.y;
+	}
+	s += __shfl_xor_sync(0xffffffffu, s, 1);
+	s += __shfl_xor_sync(0xffffffffu, s, 2);
+	if ((threadIdx.x & 3) == 0)
+		*sum = s;
 }
 #endif
 

@@ -166,6 +166,144 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 						gemv_store(jb.out, jb.mode, jb.n_out, t, r0 + r, acc[r][t]);
 }
 
+/*
+ * Q4_K on tensor cores (cu_k4_mma): a block of GQ_WARPS warps takes rt consecutive tiles of 16
+ * rows (rt chosen so the grid is one wave of resident blocks: a block that ends and a new one
+ * that starts pay the load latency and the staging again); warp w takes superblocks w, w + 8, ..
+ * of each tile, two in flight (the first two loaded before the wait); the tiles' partial sums
+ * meet in shared memory at the end. The input is staged once a block in bf16 (the activation
+ * type: the values the prefill GEMMs take) with its sub-block sums. T: 1, or 8 (columns nt..7
+ * zeros).
+ */
+#define GQ_WARPS 8
+#define GQ_MAX_RT 32 /* tiles a block (T = 1; T = 8: 4) */
+
+/* shared memory: input rows [T][n_in + pad] bf16, sub-block sums [T][n_in / 32], scales
+ * [GQ_WARPS][16][4] float4, partial sums [rt][GQ_WARPS][16][T] */
+static size_t gq_smem(int T, int64_t n_in, int rt)
+{
+	return (size_t)T * ((size_t)n_in + (T > 1 ? 32 : 0)) * 2 + (size_t)T * (n_in / 32) * 4 + GQ_WARPS * 64 * 16 +
+	       (size_t)rt * GQ_WARPS * 16 * T * 4;
+}
+
+template <int T>
+__global__ void __launch_bounds__(GQ_WARPS * 32, 3) k_gemv_k4(gemv_args a, int rt, int one_wave)
+{
+	extern __shared__ __align__(16) unsigned char gq_sm[];
+	__shared__ float red[32];
+	int j = 0;
+	while (j + 1 < a.n_jobs && blockIdx.x >= a.job[j + 1].first_block)
+		j++;
+	const gemv_job &jb = a.job[j];
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	int64_t n_in = a.n_in, tile0 = (blockIdx.x - jb.first_block) * rt;
+	int ntile = (int)min((int64_t)rt, (jb.n_out + 15) / 16 - tile0);
+	/* rows 64 bytes apart at T = 8: a B fragment's 8 columns in 2 wavefronts */
+	int nsb = (int)(n_in / 256), xstride = (int)(n_in + (T > 1 ? 32 : 0)), nsub = (int)(n_in / 32);
+	bf16 *xs = (bf16 *)gq_sm;
+	float *xsum = (float *)(xs + T * xstride);
+	float4 *sc = (float4 *)(xsum + T * nsub) + warp * 64;
+	float *part = (float *)((float4 *)(xsum + T * nsub) + GQ_WARPS * 64);
+	/* the warp's units: tile i / m, superblock warp + GQ_WARPS * (i % m) */
+	int m = warp < nsb ? (nsb - warp + GQ_WARPS - 1) / GQ_WARPS : 0, units = ntile * m;
+	auto load = [&](int i) {
+		int64_t r0 = (tile0 + i / m) * 16;
+		const uint8_t *ra = cu_row(jb.W, 0, min(r0 + g, jb.n_out - 1)).q;
+		const uint8_t *rb = cu_row(jb.W, 0, min(r0 + g + 8, jb.n_out - 1)).q;
+		const uint8_t *rh = cu_row(jb.W, 0, min(r0 + (lane & 15), jb.n_out - 1)).q;
+		return cu_k4_load(ra, rb, rh, warp + GQ_WARPS * (i % m), t);
+	};
+	cu_k4ld L[2];
+	if (units > 0)
+		L[0] = load(0);
+	if (units > 1)
+		L[1] = load(1);
+	cu_pdl_wait();
+	/* the input rows: RMSNorm(norm_x) or act, in bf16, 8 elements a thread */
+	float rs[T];
+#pragma unroll
+	for (int c = 0; c < T; c++)
+		rs[c] = a.norm_x && c < a.nt ? cu_rms4(a.norm_x + c * n_in, n_in, a.eps, red) : 0.0f;
+	float p1 = a.plus_one ? 1.0f : 0.0f;
+	int n8 = (int)(n_in / 8), tot = T * n8;
+	for (int i0 = threadIdx.x; i0 < tot; i0 += 2 * blockDim.x) {
+		float v[2][8] = {}; /* two groups' loads before either's stores */
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int i = i0 + k * blockDim.x, c = i / n8, q = i - c * n8;
+			if (i >= tot || c >= a.nt)
+				continue;
+			if (a.act) {
+				cu_bf16x8(((const uint4 *)(a.act + c * n_in))[q], v[k]);
+			} else {
+				float4 y0 = cu_norm4(a.norm_x + c * n_in, a.norm_w, 2 * q, rs[c], p1);
+				float4 y1 = cu_norm4(a.norm_x + c * n_in, a.norm_w, 2 * q + 1, rs[c], p1);
+				v[k][0] = y0.x, v[k][1] = y0.y, v[k][2] = y0.z, v[k][3] = y0.w;
+				v[k][4] = y1.x, v[k][5] = y1.y, v[k][6] = y1.z, v[k][7] = y1.w;
+			}
+		}
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int i = i0 + k * blockDim.x, c = i / n8, q = i - c * n8;
+			if (i >= tot) /* whole warps: n8 is a multiple of 32 */
+				continue;
+			if (a.norm_x && a.norm_out && blockIdx.x == 0 && c < a.nt) {
+				__nv_bfloat162 *o = (__nv_bfloat162 *)(a.norm_out + c * n_in + 8 * q);
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					o[e] = __floats2bfloat162_rn(v[k][2 * e], v[k][2 * e + 1]);
+			}
+			cu_k4_stage8(v[k], xs + c * xstride, q, xsum + c * nsub + q / 4);
+		}
+	}
+	__syncthreads();
+	if (one_wave) /* the next kernel's blocks take no room this grid still needs */
+		cu_pdl_trigger();
+	const bf16 *xg = xs + (T > 1 ? g : 0) * xstride;
+	const float *xs0 = xsum + (T > 1 ? 2 * t : 0) * nsub, *xs1 = xsum + (T > 1 ? 2 * t + 1 : 0) * nsub;
+	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int i0 = 0; i0 < units; i0 += 2) {
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int i = i0 + k;
+			if (i >= units)
+				break;
+			int sb = warp + GQ_WARPS * (i % m);
+			__syncwarp();
+			cu_k4_scales(L[k], sc, lane);
+			__syncwarp();
+			cu_k4_mma<T>(acc, L[k], sc, xg + sb * 256, xs0 + sb * 8, xs1 + sb * 8, 1.0f, g, t);
+			if (i + 2 < units)
+				L[k] = load(i + 2);
+			if (i % m == m - 1) { /* the tile's last superblock of this warp */
+				float *pp = part + ((i / m) * GQ_WARPS + warp) * 16 * T;
+				if (T > 1 || t == 0) {
+					pp[g * T + (T > 1 ? 2 * t : 0)] = acc[0];
+					pp[(g + 8) * T + (T > 1 ? 2 * t : 0)] = acc[2];
+				}
+				if (T > 1) {
+					pp[g * T + 2 * t + 1] = acc[1];
+					pp[(g + 8) * T + 2 * t + 1] = acc[3];
+				}
+				acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+			}
+		}
+	}
+	if (!one_wave)
+		cu_pdl_trigger();
+	__syncthreads();
+	int nw = min(nsb, GQ_WARPS);
+	for (int q = threadIdx.x; q < ntile * 16 * T; q += blockDim.x) {
+		int tl = q / (16 * T), rc = q - tl * 16 * T, c = rc % T;
+		int64_t row = (tile0 + tl) * 16 + rc / T;
+		float v = 0;
+		for (int w = 0; w < nw; w++)
+			v += part[(tl * GQ_WARPS + w) * 16 * T + rc];
+		if (c < a.nt && row < jb.n_out)
+			gemv_store(jb.out, jb.mode, jb.n_out, c, row, v);
+	}
+}
+
 /* any shape and weight type: one warp per (row, token), input from global (act bf16 or f32);
  * plain types element by element, quantised ones 8 at a time */
 __global__ void k_gemv_plain(void *out, int mode, const bf16 *x, const float *xf, cu_wd W, int64_t n_out, int64_t n_in)
@@ -429,8 +567,46 @@ static void gemv_launch_type(struct cuda_backend *cb, gemv_args &a)
 	}
 }
 
+/* Q4_K rows on tensor cores when the input is bf16 or normed (not the router's f32 input) in
+ * 16-byte aligned rows of whole superblocks */
+template <int T>
+static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
+{
+	static size_t room;
+	static int per_sm;
+	if (!room) {
+		room = cu_allow_smem(cb, (const void *)k_gemv_k4<T>);
+		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv_k4<T>, GQ_WARPS * 32,
+								  gq_smem(T, 2048, T > 1 ? 4 : 8)) != cudaSuccess)
+			cudaGetLastError(), per_sm = 1;
+	}
+	if (a.xf || a.n_in % 256 ||
+	    ((uintptr_t)a.act | (uintptr_t)a.norm_x | (uintptr_t)a.norm_w | (uintptr_t)a.norm_out) & 15)
+		return false;
+	int64_t tiles = 0;
+	for (int k = 0; k < a.n_jobs; k++)
+		tiles += (a.job[k].n_out + 15) / 16;
+	int64_t slots = (int64_t)cb->n_sm * (per_sm > 0 ? per_sm : 1);
+	int rt = (int)((tiles + slots - 1) / slots), max_rt = T > 1 ? 4 : GQ_MAX_RT;
+	rt = rt > max_rt ? max_rt : rt;
+	size_t smem = gq_smem(T, a.n_in, rt);
+	if (smem > room)
+		return false;
+	int64_t blocks = 0;
+	for (int k = 0; k < a.n_jobs; k++) {
+		a.job[k].first_block = blocks;
+		blocks += ((a.job[k].n_out + 15) / 16 + rt - 1) / rt;
+	}
+	cu_launch_pdl(cb, k_gemv_k4<T>, (unsigned)blocks, GQ_WARPS * 32, smem, a, rt, (int)(blocks <= slots));
+	return true;
+}
+
 static void gemv_launch_any(struct cuda_backend *cb, int type, gemv_args &a)
 {
+	if (type == TOAST_DT_Q4_K && (a.nt == 1 ? gq_launch<1>(cb, a) : gq_launch<8>(cb, a))) {
+		cu_launched(cb, "gemv (Q4_K, tensor cores)");
+		return;
+	}
 	switch (type) {
 	case TOAST_DT_BF16: gemv_launch_type<TOAST_DT_BF16>(cb, a); break;
 	case TOAST_DT_Q4_0: gemv_launch_type<TOAST_DT_Q4_0>(cb, a); break;

@@ -190,18 +190,48 @@ __device__ __forceinline__ float moe_dot_row(const cu_wd &w, size_t e, int64_t r
 	return acc;
 }
 
-/* dst (shared memory, stored for TYPE's swizzle) = n floats of src, a float4 at a time when they
- * are whole aligned float4s (the swizzles move float4s); called by a whole block */
+/* dst (shared memory, stored for TYPE's swizzle) = n floats of src; called by a whole block,
+ * which syncs after. Whole aligned float4s go by cp.async: every copy in flight at once and no
+ * register held (a load then a store per float4 made one L2 round trip each, in a row). */
+template <int TYPE>
+__device__ __forceinline__ bool moe_stage_async(float *dst, const float *src, int n)
+{
+	if ((n & 3) || ((uintptr_t)src & 15))
+		return false;
+	for (int i = threadIdx.x; i < n / 4; i += blockDim.x)
+		cu_cp16((float4 *)dst + qk<TYPE>::swz(i), (const float4 *)src + i, true);
+	return true;
+}
+
+template <int TYPE>
+__device__ __forceinline__ void moe_stage_plain(float *dst, const float *src, int n)
+{
+	for (int i = threadIdx.x; i < n; i += blockDim.x)
+		dst[cu_qpos<TYPE>(i)] = src[i];
+}
+
 template <int TYPE>
 __device__ __forceinline__ void moe_stage(float *dst, const float *src, int n)
 {
-	if ((n & 3) == 0 && ((uintptr_t)src & 15) == 0) {
-		for (int i = threadIdx.x; i < n / 4; i += blockDim.x)
-			((float4 *)dst)[qk<TYPE>::swz(i)] = ((const float4 *)src)[i];
-		return;
+	if (!moe_stage_async<TYPE>(dst, src, n))
+		moe_stage_plain<TYPE>(dst, src, n);
+	cu_cp_commit();
+	cu_cp_wait<0>();
+}
+
+/* the act rows of slots slot0..slot0+nslot-1 (d.Fmax apart) at as + j * d.Fmax, all in flight
+ * at once (11 rows in a row were 11 L2 round trips for Qwen3's down; holding them in registers
+ * instead costs the bf16 kernel its second block an SM) */
+template <int TYPE>
+__device__ __forceinline__ void moe_stage_rows(float *as, const float *act, const moe_dims &d, int slot0, int nslot)
+{
+	for (int j = 0; j < nslot; j++) {
+		int n = slot0 + j == d.k ? d.Fs : d.F;
+		if (!moe_stage_async<TYPE>(as + j * d.Fmax, act + (size_t)j * d.Fmax, n))
+			moe_stage_plain<TYPE>(as + j * d.Fmax, act + (size_t)j * d.Fmax, n);
 	}
-	for (int i = threadIdx.x; i < n; i += blockDim.x)
-		dst[cu_qpos<TYPE>(i)] = src[i];
+	cu_cp_commit();
+	cu_cp_wait<0>();
 }
 
 /* decode: norm + router + shared gate + (last block) top-k. smem: hs [T][E] (staged for TYPE) then ne floats
@@ -398,9 +428,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		}
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
-	for (int j = 0; j < nslot; j++)
-		moe_stage<TYPE>(as + j * d.Fmax, act + ((size_t)t * (d.k + 1) + slot0 + j) * d.Fmax,
-				slot0 + j == d.k ? d.Fs : d.F);
+	moe_stage_rows<TYPE>(as, act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d, slot0, nslot);
 	__syncthreads();
 	if (i >= E)
 		return;
@@ -422,6 +450,187 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	acc = cu_warp_sum(acc);
 	if (lane == 0)
 		x[(size_t)t * E + i] += acc;
+}
+
+/* ---- Q4_K experts on tensor cores (cu_k4_mma; one token a block, the mma's column 0) ----
+ * 16 rows a block and 16 warps splitting the superblocks, one or two in flight a warp, so that
+ * the grid is one wave with every load issued early (as k_gemv_k4) */
+
+#define MK_WARPS 16
+
+/* stage nrow rows of n f32 (row j at v + j * stride; n % 256 == 0) in bf16 for cu_k4_mma, with
+ * their sub-block sums: xs[j][n], xsum[j][n / 32]; whole block. A thread's loads of two groups
+ * are issued before its shared-memory stores (a store then the next load would make one L2
+ * round trip of each: 11 of them for the MoE's down rows). */
+__device__ __forceinline__ void moe_k4_stage(const float *v, size_t stride, int nrow, int n, bf16 *xs, float *xsum)
+{
+	int n8 = n / 8, tot = nrow * n8;
+	for (int q0 = threadIdx.x; q0 < tot; q0 += 2 * blockDim.x) {
+		float f[2][8];
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int q = q0 + k * blockDim.x, j = q / n8, r = q - j * n8;
+			if (q < tot) {
+				const float4 *p = (const float4 *)(v + j * stride) + 2 * r;
+				float4 a = p[0], b = p[1];
+				f[k][0] = a.x, f[k][1] = a.y, f[k][2] = a.z, f[k][3] = a.w;
+				f[k][4] = b.x, f[k][5] = b.y, f[k][6] = b.z, f[k][7] = b.w;
+			}
+		}
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int q = q0 + k * blockDim.x, j = q / n8, r = q - j * n8;
+			if (q < tot) /* whole warps: n8 is a multiple of 32 */
+				cu_k4_stage8(f[k], xs + j * n, r, xsum + j * (n / 32) + r / 4);
+		}
+	}
+}
+
+/* the lane's C fragment, column 0 (c[0] row g, c[2] row g+8), to the warp's part[16] (summed
+ * over the warps in a fixed order: the same bits every run) */
+__device__ __forceinline__ void moe_k4_part(float *part, const float *acc, int lane)
+{
+	if ((lane & 3) == 0) {
+		part[lane >> 2] = acc[0];
+		part[(lane >> 2) + 8] = acc[2];
+	}
+}
+
+/* row r of part[warp][16] summed over warps w0..w1-1 */
+__device__ __forceinline__ float moe_k4_sum(const float *part, int r, int w0, int w1)
+{
+	float v = 0;
+	for (int w = w0; w < w1; w++)
+		v += part[w * 16 + r];
+	return v;
+}
+
+/* act[t][slot][r0..r0+15] = SiLU(gate·h) * (up·h): warps 0-7 gate, 8-15 up, each taking
+ * superblocks w % 8, w % 8 + 8, .. of n_embd; slot k is the shared expert */
+__global__ void __launch_bounds__(MK_WARPS * 32, 2)
+	k_moe_gateup_k4(moe_dims d, const float *h, cu_wd G, cu_wd U, const int32_t *sel, cu_wd SG, cu_wd SU, int slot0,
+			float *act)
+{
+	extern __shared__ __align__(16) unsigned char mk_sm[];
+	__shared__ float part[MK_WARPS * 16];
+	int slot = slot0 + blockIdx.y, t = blockIdx.z, E = d.E;
+	bool shared = slot == d.k;
+	int n = shared ? d.Fs : d.F, r0 = blockIdx.x * 16;
+	if (r0 >= n)
+		return;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, nsb = E / 256;
+	int up = warp >> 3, w8 = warp & 7;
+	bf16 *xs = (bf16 *)mk_sm;
+	float *xsum = (float *)(xs + E);
+	float4 *sc = (float4 *)(xsum + E / 32) + warp * 64;
+	if (!shared) /* the routed experts are known once the router is done; the shared one now */
+		cu_pdl_wait();
+	size_t e = shared ? 0 : (size_t)sel[(size_t)t * d.k + slot];
+	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
+	const uint8_t *ra = cu_row(wd, e, min(r0 + g, n - 1)).q, *rb = cu_row(wd, e, min(r0 + g + 8, n - 1)).q;
+	const uint8_t *rh = cu_row(wd, e, min(r0 + (lane & 15), n - 1)).q;
+	cu_k4ld L[2];
+	if (w8 < nsb)
+		L[0] = cu_k4_load(ra, rb, rh, w8, tq);
+	if (w8 + 8 < nsb)
+		L[1] = cu_k4_load(ra, rb, rh, w8 + 8, tq);
+	if (shared)
+		cu_pdl_wait();
+	moe_k4_stage(h + (size_t)t * E, 0, 1, E, xs, xsum);
+	__syncthreads();
+	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int s0 = w8; s0 < nsb; s0 += 16) {
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int sb = s0 + 8 * k;
+			if (sb >= nsb)
+				break;
+			__syncwarp();
+			cu_k4_scales(L[k], sc, lane);
+			__syncwarp();
+			cu_k4_mma<1>(acc, L[k], sc, xs + sb * 256, xsum + sb * 8, NULL, 1.0f, g, tq);
+			if (sb + 16 < nsb)
+				L[k] = cu_k4_load(ra, rb, rh, sb + 16, tq);
+		}
+	}
+	cu_pdl_trigger();
+	moe_k4_part(part + 16 * warp, acc, lane);
+	__syncthreads();
+	if (threadIdx.x < 16 && r0 + threadIdx.x < n) /* gate: warps 0-7, up: 8-15 */
+		act[((size_t)t * (d.k + 1) + slot) * d.Fmax + r0 + threadIdx.x] =
+			cu_silu(moe_k4_sum(part, threadIdx.x, 0, 8)) * moe_k4_sum(part, threadIdx.x, 8, 16);
+}
+
+static size_t moe_k4_gateup_smem(const moe_dims &d)
+{
+	return (size_t)d.E * 2 + d.E / 32 * 4 + MK_WARPS * 64 * 16;
+}
+
+/* x[t][r0..r0+15] += sum over slots slot0.. of weight * down_slot · act[t][slot]: the block's
+ * warps take the (slot, superblock) pairs in turn, two in flight */
+__global__ void __launch_bounds__(MK_WARPS * 32, 2)
+	k_moe_down_k4(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, cu_wd SD, int slot0, int nslot,
+		      const float *sgate, const float *act)
+{
+	extern __shared__ __align__(16) unsigned char mk_sm[];
+	__shared__ int32_t eid[MOE_MAX_K + 1];
+	__shared__ float wts[MOE_MAX_K + 1];
+	__shared__ float part[MK_WARPS * 16];
+	int t = blockIdx.y, E = d.E, F = d.F, r0 = blockIdx.x * 16;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+	int nsb = F / 256, units = nslot * nsb;
+	bf16 *xs = (bf16 *)mk_sm;
+	float *xsum = (float *)(xs + nslot * F);
+	float4 *sc = (float4 *)(xsum + nslot * (F / 32)) + warp * 64;
+	/* the experts are known before the wait (see k_moe_down) */
+	for (int j = threadIdx.x; j < nslot; j += blockDim.x) {
+		int s = slot0 + j;
+		bool shared = s == d.k;
+		eid[j] = shared ? 0 : __ldcg(sel + (size_t)t * d.k + s);
+		wts[j] = shared ? (sgate ? __ldcg(sgate + t) : 1.0f) : __ldcg(wt + (size_t)t * d.k + s);
+	}
+	__syncthreads();
+	int ra = min(r0 + g, E - 1), rb = min(r0 + g + 8, E - 1), rh = min(r0 + (lane & 15), E - 1);
+	auto load = [&](int u) {
+		int j = u / nsb;
+		cu_wd wd = slot0 + j == d.k ? SD : D;
+		size_t e = (size_t)eid[j];
+		return cu_k4_load(cu_row(wd, e, ra).q, cu_row(wd, e, rb).q, cu_row(wd, e, rh).q, u - j * nsb, tq);
+	};
+	cu_k4ld L[2];
+	if (warp < units)
+		L[0] = load(warp);
+	if (warp + MK_WARPS < units)
+		L[1] = load(warp + MK_WARPS);
+	cu_pdl_wait();
+	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
+	moe_k4_stage(act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d.Fmax, nslot, F, xs, xsum);
+	__syncthreads();
+	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int u0 = warp; u0 < units; u0 += 2 * MK_WARPS) {
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int u = u0 + k * MK_WARPS;
+			if (u >= units)
+				break;
+			int j = u / nsb, sb = u - j * nsb;
+			__syncwarp();
+			cu_k4_scales(L[k], sc, lane);
+			__syncwarp();
+			cu_k4_mma<1>(acc, L[k], sc, xs + j * F + sb * 256, xsum + j * (F / 32) + sb * 8, NULL, wts[j], g, tq);
+			if (u + 2 * MK_WARPS < units)
+				L[k] = load(u + 2 * MK_WARPS);
+		}
+	}
+	moe_k4_part(part + 16 * warp, acc, lane);
+	__syncthreads();
+	if (threadIdx.x < 16 && r0 + threadIdx.x < E)
+		x[(size_t)t * E + r0 + threadIdx.x] += moe_k4_sum(part, threadIdx.x, 0, MK_WARPS);
+}
+
+static size_t moe_k4_down_smem(const moe_dims &d, int nslot)
+{
+	return (size_t)nslot * d.F * 2 + (size_t)nslot * (d.F / 32) * 4 + MK_WARPS * 64 * 16;
 }
 
 /* ---- kernel types: a kernel compiled per weight type (the fast ones), any other type through
@@ -1021,16 +1230,27 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	cu_wd SD = d.Fs ? cu_wd_weight(a->sh_down) : D;
 	int tr = moe_ktype2(G.type, U.type), ts = d.Fs ? moe_ktype2(SG.type, SU.type) : tr;
 	moe_ff_args fa = {d, h, a->x, sel, wt, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD};
-	if (tr == ts) {
-		moe_gateup(cb, tr, fa, 0, d.k + (d.Fs ? 1 : 0), hsm);
+	int nslot = d.k + (d.Fs ? 1 : 0);
+	if (tr == TOAST_DT_Q4_K && ts == tr && d.E % 256 == 0 && moe_k4_gateup_smem(d) <= 48 * 1024) {
+		dim3 grid((unsigned)(d.Fmax + 15) / 16, nslot, d.T);
+		cu_launch_pdl(cb, k_moe_gateup_k4, grid, MK_WARPS * 32, moe_k4_gateup_smem(d), d, (const float *)h, G, U,
+			      (const int32_t *)sel, SG, SU, 0, act);
+	} else if (tr == ts) {
+		moe_gateup(cb, tr, fa, 0, nslot, hsm);
 	} else {
 		moe_gateup(cb, tr, fa, 0, d.k, hsm);
 		moe_gateup(cb, ts, fa, d.k, 1, hsm);
 	}
 	cu_launched(cb, "moe gate/up");
 	int td = moe_ktype(D.type), tsd = d.Fs ? moe_ktype(SD.type) : td;
-	if (td == tsd && (!d.Fs || d.Fs == d.F)) {
-		moe_down(cb, td, fa, 0, d.k + (d.Fs ? 1 : 0), asm_);
+	if (td == TOAST_DT_Q4_K && tsd == td && (!d.Fs || d.Fs == d.F) && d.F % 256 == 0 &&
+	    moe_k4_down_smem(d, nslot) <= 48 * 1024) {
+		dim3 grid((unsigned)(d.E + 15) / 16, d.T);
+		cu_launch_pdl(cb, k_moe_down_k4, grid, MK_WARPS * 32, moe_k4_down_smem(d, nslot), d, a->x, D,
+			      (const int32_t *)sel, (const float *)wt, SD, 0, nslot, (const float *)(a->sh_gate_inp ? sgate : NULL),
+			      (const float *)act);
+	} else if (td == tsd && (!d.Fs || d.Fs == d.F)) {
+		moe_down(cb, td, fa, 0, nslot, asm_);
 	} else {
 		moe_down(cb, td, fa, 0, d.k, asm_);
 		moe_down(cb, tsd, fa, d.k, 1, asm_);
