@@ -656,14 +656,29 @@ __device__ __forceinline__ void cu_stage_norm(const float *x, const float *w, in
 					      float *row, float *red, float *out, bf16 *outb)
 {
 	if ((n & 3) == 0 && (((uintptr_t)x | (uintptr_t)w | (uintptr_t)out) & 15) == 0 && ((uintptr_t)outb & 3) == 0) {
-		float r = cu_rms4(x, n, eps, red), p1 = plus_one ? 1.0f : 0.0f;
+		float p1 = plus_one ? 1.0f : 0.0f;
 		int n4 = (int)(n >> 2);
-		for (int i0 = threadIdx.x; i0 < n4; i0 += 2 * blockDim.x) {
-			float4 y[2]; /* both loads before the stores: one L2 round trip, not two */
+		/* at most two float4s a thread: x and w read once, the norm taken from registers (every
+		 * thread makes the one pass: the block sum needs them all) */
+		bool one = n4 <= 2 * (int)blockDim.x;
+		float r = one ? 0.0f : cu_rms4(x, n, eps, red);
+		for (int i0 = threadIdx.x; i0 < n4 || (one && i0 == (int)threadIdx.x); i0 += 2 * blockDim.x) {
+			float4 y[2], g[2]; /* both loads before the stores: one L2 round trip, not two */
+			float ss = 0;
+#pragma unroll
+			for (int k = 0; k < 2; k++)
+				if (i0 + k * (int)blockDim.x < n4) {
+					y[k] = ((const float4 *)x)[i0 + k * blockDim.x];
+					g[k] = ((const float4 *)w)[i0 + k * blockDim.x];
+					ss += y[k].x * y[k].x + y[k].y * y[k].y + y[k].z * y[k].z + y[k].w * y[k].w;
+				}
+			if (one)
+				r = rsqrtf(cu_block_sum(ss, red) / n + eps);
 #pragma unroll
 			for (int k = 0; k < 2; k++)
 				if (i0 + k * (int)blockDim.x < n4)
-					y[k] = cu_norm4(x, w, i0 + k * blockDim.x, r, p1);
+					y[k] = make_float4(y[k].x * r * (p1 + g[k].x), y[k].y * r * (p1 + g[k].y),
+							   y[k].z * r * (p1 + g[k].z), y[k].w * r * (p1 + g[k].w));
 #pragma unroll
 			for (int k = 0; k < 2; k++) {
 				int i = i0 + k * blockDim.x;

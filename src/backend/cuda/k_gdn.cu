@@ -149,6 +149,7 @@ __global__ void k_gdn_prep(gdn_dims g, float *conv, const float *b, const float 
  * smem: q[dk], k[dk], v[dv], o[dv].
  */
 #define GDN_DEC_THREADS 512
+#define GDN_DEC_TAPS 4 /* a conv of this many taps (Qwen3-Next's) is loaded before the wait */
 /* DPL > 0: dk == 32 * DPL and dv <= 16 * RPW, the state rows of a warp live in registers */
 template <int DPL, int RPW>
 __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
@@ -173,19 +174,60 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 			for (int k = 0; k < DPL; k++)
 				Sr[i][k] = j < dv ? S[((size_t)h * dv + j) * dk + lane + 32 * k] : 0.0f;
 		}
+	/* so are the weights: the conv taps of the thread's first channel, the gates' constants */
+	auto chan = [&](int cl) {
+		return cl < dk ? kh * dk + cl : cl < 2 * dk ? g.key_dim + kh * dk + cl - dk : 2 * g.key_dim + h * dv + cl - 2 * dk;
+	};
+	float tap[GDN_DEC_TAPS];
+	bool taps = K == GDN_DEC_TAPS && tid < 2 * dk + dv;
+	if (taps)
+#pragma unroll
+		for (int j = 0; j < GDN_DEC_TAPS; j++)
+			tap[j] = cu_ldw(cw, cwt, (size_t)chan(tid) * GDN_DEC_TAPS + j);
+	float dtbv = 0, An = 0;
+	if (tid == 0) {
+		dtbv = dtb[h];
+		An = a_neg_exp ? A[h] : -expf(A[h]);
+	}
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* a block per value head: one wave */
+	/* what the previous kernel wrote, all loads issued together: the gates' inputs, the output
+	 * gate of the thread's value channel, then (below) the conv inputs */
+	float bv = 0, av = 0, zpre = 0;
+	if (tid == 0) {
+		if (g.ba_grouped) {
+			const float *rw = b + (size_t)(h / g.r) * 2 * g.r;
+			bv = rw[h % g.r];
+			av = rw[g.r + h % g.r];
+		} else {
+			bv = b[h];
+			av = a[h];
+		}
+	}
+	auto zval = [&](int j) {
+		return g.grouped ? qkv[(size_t)(h / g.r) * (2 * g.dk + 2 * g.r * g.dv) + 2 * g.dk + g.r * g.dv + (h % g.r) * g.dv + j]
+				 : z[(size_t)h * dv + j];
+	};
+	if (tid < dv)
+		zpre = zval(tid);
 	int pos = step[0];
 	size_t slot = (size_t)(K - 1) * g.conv_dim;
 	const float *st = conv_state + (pos & 1) * slot;
 	float *sn = conv_state + ((pos + 1) & 1) * slot;
 	bool own_qk = gdn_first_of_kh(g, h);
 	for (int cl = tid; cl < 2 * dk + dv; cl += blockDim.x) {
-		int c = cl < dk ? kh * dk + cl : cl < 2 * dk ? g.key_dim + kh * dk + cl - dk : 2 * g.key_dim + h * dv + cl - 2 * dk;
-		float x = qkv[gdn_chan(g, c)];
-		float acc = cu_ldw(cw, cwt, (size_t)c * K + K - 1) * x;
-		for (int j = 0; j < K - 1; j++)
-			acc += cu_ldw(cw, cwt, (size_t)c * K + j) * st[(size_t)j * g.conv_dim + c];
+		int c = chan(cl);
+		float x = qkv[gdn_chan(g, c)], acc;
+		if (taps && cl == tid) {
+			acc = tap[GDN_DEC_TAPS - 1] * x;
+#pragma unroll
+			for (int j = 0; j < GDN_DEC_TAPS - 1; j++)
+				acc += tap[j] * st[(size_t)j * g.conv_dim + c];
+		} else {
+			acc = cu_ldw(cw, cwt, (size_t)c * K + K - 1) * x;
+			for (int j = 0; j < K - 1; j++)
+				acc += cu_ldw(cw, cwt, (size_t)c * K + j) * st[(size_t)j * g.conv_dim + c];
+		}
 		sm[cl] = cu_silu(acc);
 		if (cl >= 2 * dk || own_qk) {
 			for (int j = 0; j < K - 2; j++)
@@ -203,19 +245,10 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	sk = cu_block_sum(sk, red);
 	float fq = rsqrtf(sq + 1e-6f) * rsqrtf((float)dk), fk = rsqrtf(sk + 1e-6f);
 	if (tid == 0) {
-		float bv, av;
-		if (g.ba_grouped) {
-			const float *rw = b + (size_t)(h / g.r) * 2 * g.r;
-			bv = rw[h % g.r];
-			av = rw[g.r + h % g.r];
-		} else {
-			bv = b[h];
-			av = a[h];
-		}
-		float xx = av + dtb[h];
+		float xx = av + dtbv;
 		float sp = xx > 20.0f ? xx : log1pf(expf(xx));
 		gate_beta = 1.0f / (1.0f + expf(-bv));
-		gate_alpha = expf((a_neg_exp ? A[h] : -expf(A[h])) * sp);
+		gate_alpha = expf(An * sp);
 	}
 	__syncthreads();
 	for (int i = tid; i < dk; i += blockDim.x) {
@@ -297,13 +330,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	ss = cu_block_sum(ss, red);
 	float rr = rsqrtf(ss / dv + eps);
 	for (int j = tid; j < dv; j += blockDim.x) {
-		float zv;
-		if (g.grouped) {
-			int G = 2 * g.dk + 2 * g.r * g.dv;
-			zv = qkv[(size_t)(h / g.r) * G + 2 * g.dk + g.r * g.dv + (h % g.r) * g.dv + j];
-		} else {
-			zv = z[(size_t)h * dv + j];
-		}
+		float zv = j == tid ? zpre : zval(j);
 		out[(size_t)h * dv + j] = __float2bfloat16(os[j] * rr * nw[j] * cu_silu(zv));
 	}
 }

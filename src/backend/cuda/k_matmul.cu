@@ -220,40 +220,72 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 3) k_gemv_k4(gemv_args a, int r
 		L[1] = load(1);
 	cu_pdl_wait();
 	/* the input rows: RMSNorm(norm_x) or act, in bf16, 8 elements a thread */
-	float rs[T];
-#pragma unroll
-	for (int c = 0; c < T; c++)
-		rs[c] = a.norm_x && c < a.nt ? cu_rms4(a.norm_x + c * n_in, n_in, a.eps, red) : 0.0f;
 	float p1 = a.plus_one ? 1.0f : 0.0f;
 	int n8 = (int)(n_in / 8), tot = T * n8;
-	for (int i0 = threadIdx.x; i0 < tot; i0 += 2 * blockDim.x) {
-		float v[2][8] = {}; /* two groups' loads before either's stores */
-#pragma unroll
-		for (int k = 0; k < 2; k++) {
-			int i = i0 + k * blockDim.x, c = i / n8, q = i - c * n8;
-			if (i >= tot || c >= a.nt)
-				continue;
-			if (a.act) {
-				cu_bf16x8(((const uint4 *)(a.act + c * n_in))[q], v[k]);
-			} else {
-				float4 y0 = cu_norm4(a.norm_x + c * n_in, a.norm_w, 2 * q, rs[c], p1);
-				float4 y1 = cu_norm4(a.norm_x + c * n_in, a.norm_w, 2 * q + 1, rs[c], p1);
-				v[k][0] = y0.x, v[k][1] = y0.y, v[k][2] = y0.z, v[k][3] = y0.w;
-				v[k][4] = y1.x, v[k][5] = y1.y, v[k][6] = y1.z, v[k][7] = y1.w;
-			}
+	/* group i (8 elements of column i / n8): raw x (and the norm's w) or act, then staged */
+	auto load_in = [&](int i, float *v, float *w) {
+		int c = i / n8, q = i - c * n8;
+		if (c >= a.nt)
+			return;
+		if (a.act) {
+			cu_bf16x8(((const uint4 *)(a.act + c * n_in))[q], v);
+			return;
 		}
+		const float4 *x4 = (const float4 *)(a.norm_x + c * n_in) + 2 * q, *w4 = (const float4 *)a.norm_w + 2 * q;
+		float4 x0 = x4[0], x1 = x4[1], w0 = w4[0], w1 = w4[1];
+		v[0] = x0.x, v[1] = x0.y, v[2] = x0.z, v[3] = x0.w, v[4] = x1.x, v[5] = x1.y, v[6] = x1.z, v[7] = x1.w;
+		w[0] = w0.x, w[1] = w0.y, w[2] = w0.z, w[3] = w0.w, w[4] = w1.x, w[5] = w1.y, w[6] = w1.z, w[7] = w1.w;
+	};
+	auto stage_in = [&](int i, float *v, const float *w, float r) {
+		int c = i / n8, q = i - c * n8;
+		if (a.norm_x && c < a.nt) {
 #pragma unroll
-		for (int k = 0; k < 2; k++) {
-			int i = i0 + k * blockDim.x, c = i / n8, q = i - c * n8;
-			if (i >= tot) /* whole warps: n8 is a multiple of 32 */
-				continue;
-			if (a.norm_x && a.norm_out && blockIdx.x == 0 && c < a.nt) {
+			for (int e = 0; e < 8; e++)
+				v[e] = v[e] * r * (p1 + w[e]);
+			if (a.norm_out && blockIdx.x == 0) {
 				__nv_bfloat162 *o = (__nv_bfloat162 *)(a.norm_out + c * n_in + 8 * q);
 #pragma unroll
 				for (int e = 0; e < 4; e++)
-					o[e] = __floats2bfloat162_rn(v[k][2 * e], v[k][2 * e + 1]);
+					o[e] = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
 			}
-			cu_k4_stage8(v[k], xs + c * xstride, q, xsum + c * nsub + q / 4);
+		}
+		cu_k4_stage8(v, xs + c * xstride, q, xsum + c * nsub + q / 4); /* whole warps: n8 % 32 == 0 */
+	};
+	if (T == 1 && tot <= 2 * (int)blockDim.x) {
+		/* one token, two groups a thread at most: x and w read once, the norm from registers */
+		float v[2][8] = {}, w[2][8], ss = 0;
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int i = threadIdx.x + k * blockDim.x;
+			if (i < tot) {
+				load_in(i, v[k], w[k]);
+#pragma unroll
+				for (int e = 0; e < 8; e++)
+					ss += v[k][e] * v[k][e];
+			}
+		}
+		float r = a.norm_x ? rsqrtf(cu_block_sum(ss, red) / n_in + a.eps) : 0.0f;
+#pragma unroll
+		for (int k = 0; k < 2; k++)
+			if (threadIdx.x + k * blockDim.x < tot)
+				stage_in(threadIdx.x + k * blockDim.x, v[k], w[k], r);
+	} else {
+		float rs[T];
+#pragma unroll
+		for (int c = 0; c < T; c++)
+			rs[c] = a.norm_x && c < a.nt ? cu_rms4(a.norm_x + c * n_in, n_in, a.eps, red) : 0.0f;
+		for (int i0 = threadIdx.x; i0 < tot; i0 += 2 * blockDim.x) {
+			float v[2][8] = {}, w[2][8]; /* two groups' loads before either's stores */
+#pragma unroll
+			for (int k = 0; k < 2; k++)
+				if (i0 + k * (int)blockDim.x < tot)
+					load_in(i0 + k * blockDim.x, v[k], w[k]);
+#pragma unroll
+			for (int k = 0; k < 2; k++) {
+				int i = i0 + k * blockDim.x;
+				if (i < tot)
+					stage_in(i, v[k], w[k], rs[i / n8]);
+			}
 		}
 	}
 	__syncthreads();
