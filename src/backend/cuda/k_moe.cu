@@ -529,29 +529,21 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 2)
 	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
 	const uint8_t *ra = cu_row(wd, e, min(r0 + g, n - 1)).q, *rb = cu_row(wd, e, min(r0 + g + 8, n - 1)).q;
 	const uint8_t *rh = cu_row(wd, e, min(r0 + (lane & 15), n - 1)).q;
-	cu_k4ld L[2];
+	cu_k4ld L; /* one superblock in flight: n_embd 2048 is one a warp */
 	if (w8 < nsb)
-		L[0] = cu_k4_load(ra, rb, rh, w8, tq);
-	if (w8 + 8 < nsb)
-		L[1] = cu_k4_load(ra, rb, rh, w8 + 8, tq);
+		L = cu_k4_load(ra, rb, rh, w8, tq);
 	if (shared)
 		cu_pdl_wait();
 	moe_k4_stage(h + (size_t)t * E, 0, 1, E, xs, xsum);
 	__syncthreads();
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-	for (int s0 = w8; s0 < nsb; s0 += 16) {
-#pragma unroll
-		for (int k = 0; k < 2; k++) {
-			int sb = s0 + 8 * k;
-			if (sb >= nsb)
-				break;
-			__syncwarp();
-			cu_k4_scales(L[k], sc, lane);
-			__syncwarp();
-			cu_k4_mma<1>(acc, L[k], sc, xs + sb * 256, xsum + sb * 8, NULL, 1.0f, g, tq);
-			if (sb + 16 < nsb)
-				L[k] = cu_k4_load(ra, rb, rh, sb + 16, tq);
-		}
+	for (int sb = w8; sb < nsb; sb += 8) {
+		__syncwarp();
+		cu_k4_scales(L, sc, lane);
+		__syncwarp();
+		cu_k4_mma<1>(acc, L, sc, xs + sb * 256, xsum + sb * 8, NULL, 1.0f, g, tq);
+		if (sb + 8 < nsb)
+			L = cu_k4_load(ra, rb, rh, sb + 8, tq);
 	}
 	cu_pdl_trigger();
 	moe_k4_part(part + 16 * warp, acc, lane);
