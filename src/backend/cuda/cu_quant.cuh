@@ -772,8 +772,8 @@ __device__ __forceinline__ void cu_k4_scales(const cu_k4ld &L, float4 *sc, int l
  * the whole (the MoE's routing weight). COLS 1: only column 0 is wanted.
  */
 template <int COLS>
-__device__ __forceinline__ void cu_k4_mma(float *acc, const cu_k4ld &L, const float4 *sc, const bf16 *x, const float *xs0,
-					  const float *xs1, float wt, int g, int t)
+__device__ __forceinline__ void cu_k4_mma(float *acc, const cu_k4ld &L, const float4 *sc, const bf16 *x,
+					  const float *xs0, const float *xs1, float wt, int g, int t)
 {
 	uint32_t magic = CU_K4_MAGIC;
 	asm("" : "+r"(magic)); /* a register, not an immediate */

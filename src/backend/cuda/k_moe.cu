@@ -190,22 +190,18 @@ __device__ __forceinline__ float moe_dot_row(const cu_wd &w, size_t e, int64_t r
 	return acc;
 }
 
-/* dst (shared memory, stored for TYPE's swizzle) = n floats of src; called by a whole block,
- * which syncs after. Whole aligned float4s go by cp.async: every copy in flight at once and no
- * register held (a load then a store per float4 made one L2 round trip each, in a row). */
+/* dst (shared memory, stored for TYPE's swizzle) = n floats of src, issued by a whole block:
+ * whole aligned float4s by cp.async (every copy in flight at once and no register held; a load
+ * then a store per float4 made one L2 round trip each, in a row), else element by element. The
+ * caller waits for its copies (cu_cp_commit, cu_cp_wait<0>) and syncs. */
 template <int TYPE>
-__device__ __forceinline__ bool moe_stage_async(float *dst, const float *src, int n)
+__device__ __forceinline__ void moe_stage_issue(float *dst, const float *src, int n)
 {
-	if ((n & 3) || ((uintptr_t)src & 15))
-		return false;
-	for (int i = threadIdx.x; i < n / 4; i += blockDim.x)
-		cu_cp16((float4 *)dst + qk<TYPE>::swz(i), (const float4 *)src + i, true);
-	return true;
-}
-
-template <int TYPE>
-__device__ __forceinline__ void moe_stage_plain(float *dst, const float *src, int n)
-{
+	if ((n & 3) == 0 && ((uintptr_t)src & 15) == 0) {
+		for (int i = threadIdx.x; i < n / 4; i += blockDim.x)
+			cu_cp16((float4 *)dst + qk<TYPE>::swz(i), (const float4 *)src + i, true);
+		return;
+	}
 	for (int i = threadIdx.x; i < n; i += blockDim.x)
 		dst[cu_qpos<TYPE>(i)] = src[i];
 }
@@ -213,23 +209,19 @@ __device__ __forceinline__ void moe_stage_plain(float *dst, const float *src, in
 template <int TYPE>
 __device__ __forceinline__ void moe_stage(float *dst, const float *src, int n)
 {
-	if (!moe_stage_async<TYPE>(dst, src, n))
-		moe_stage_plain<TYPE>(dst, src, n);
+	moe_stage_issue<TYPE>(dst, src, n);
 	cu_cp_commit();
 	cu_cp_wait<0>();
 }
 
 /* the act rows of slots slot0..slot0+nslot-1 (d.Fmax apart) at as + j * d.Fmax, all in flight
- * at once (11 rows in a row were 11 L2 round trips for Qwen3's down; holding them in registers
- * instead costs the bf16 kernel its second block an SM) */
+ * at once (one after another they were 11 L2 round trips for Qwen3's down; holding them in
+ * registers instead cost the bf16 kernel its second block an SM) */
 template <int TYPE>
 __device__ __forceinline__ void moe_stage_rows(float *as, const float *act, const moe_dims &d, int slot0, int nslot)
 {
-	for (int j = 0; j < nslot; j++) {
-		int n = slot0 + j == d.k ? d.Fs : d.F;
-		if (!moe_stage_async<TYPE>(as + j * d.Fmax, act + (size_t)j * d.Fmax, n))
-			moe_stage_plain<TYPE>(as + j * d.Fmax, act + (size_t)j * d.Fmax, n);
-	}
+	for (int j = 0; j < nslot; j++)
+		moe_stage_issue<TYPE>(as + j * d.Fmax, act + (size_t)j * d.Fmax, slot0 + j == d.k ? d.Fs : d.F);
 	cu_cp_commit();
 	cu_cp_wait<0>();
 }
@@ -453,8 +445,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 }
 
 /* ---- Q4_K experts on tensor cores (cu_k4_mma; one token a block, the mma's column 0) ----
- * 16 rows a block and 16 warps splitting the superblocks, one or two in flight a warp, so that
- * the grid is one wave with every load issued early (as k_gemv_k4) */
+ * 16 rows a block, 16 warps splitting the superblocks (gate/up: one in flight a warp; down: two),
+ * every load issued before the block stages its input */
 
 #define MK_WARPS 16
 
@@ -1239,7 +1231,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	    moe_k4_down_smem(d, nslot) <= 48 * 1024) {
 		dim3 grid((unsigned)(d.E + 15) / 16, d.T);
 		cu_launch_pdl(cb, k_moe_down_k4, grid, MK_WARPS * 32, moe_k4_down_smem(d, nslot), d, a->x, D,
-			      (const int32_t *)sel, (const float *)wt, SD, 0, nslot, (const float *)(a->sh_gate_inp ? sgate : NULL),
+			      (const int32_t *)sel, (const float *)wt, SD, 0, nslot, (const float *)fa.sgate,
 			      (const float *)act);
 	} else if (td == tsd && (!d.Fs || d.Fs == d.F)) {
 		moe_down(cb, td, fa, 0, nslot, asm_);
