@@ -422,8 +422,11 @@ static void test_attention(struct ctx *c, int n_head, int n_head_kv, int hd, int
 		int32_t *ids = calloc((size_t)n, sizeof(int32_t));
 		be->ops->begin_step(be, ids, n, done); /* the step carries pos to a backend that records steps */
 		free(ids);
+		/* the span the keys fit in, in whole 256s (decode: that many splits of 256), or the cache */
+		int span = (done + n + 255) / 256 * 256;
 		struct toast_attn_args a = {dq, dk, dv, qk_norm ? &qn.w : NULL, qk_norm ? &kn.w : NULL, true, 1e-6f,
-					    n_head, n_head_kv, hd, n_rot, 10000.0f, TOAST_DT_BF16, gated, kc, vc, n_ctx, done, n, dout};
+					    n_head, n_head_kv, hd, n_rot, 10000.0f, TOAST_DT_BF16, gated, kc, vc, n_ctx, done, n, dout,
+					    span < n_ctx ? span : 0};
 		be->ops->attention(be, &a);
 		float *o = get(be, dout, (size_t)n * n_head * hd, true);
 		memcpy(out + (size_t)done * n_head * hd, o, (size_t)n * n_head * hd * sizeof(float));
@@ -1224,7 +1227,7 @@ static void perf_backend(struct toast_backend *be)
 		int pos = n_ctx - 1;
 		be->ops->begin_step(be, &id0, 1, pos);
 		struct toast_attn_args aa = {q, k, v, &qn, &kn, true, 1e-6f, 16, 2, hd, 64, 1e7f, TOAST_DT_BF16, true,
-					     kc, vc, n_ctx, pos, 1, o};
+					     kc, vc, n_ctx, pos, 1, o, 0};
 		void *actx[2] = {be, &aa};
 		char name[64];
 		snprintf(name, sizeof(name), "attention decode at %d", n_ctx);
@@ -1245,7 +1248,7 @@ static void perf_backend(struct toast_backend *be)
 		struct toast_weight qn = synth(be, "perf.qn", 1, hd), kn = synth(be, "perf.kn", 1, hd);
 		be->ops->begin_step(be, ids, TP, pre[i]);
 		struct toast_attn_args aa = {q, k, v, &qn, &kn, true, 1e-6f, 16, 2, hd, 64, 1e7f, TOAST_DT_BF16, true,
-					     kc, vc, n_ctx, pre[i], TP, o};
+					     kc, vc, n_ctx, pre[i], TP, o, 0};
 		void *actx[2] = {be, &aa};
 		char name[64];
 		snprintf(name, sizeof(name), "attention prefill 4096 at %d", pre[i]);

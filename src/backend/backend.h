@@ -141,6 +141,9 @@ struct toast_attn_args {
 	void *k_cache, *v_cache;            /* act [n_ctx][n_head_kv*head_dim] */
 	int n_ctx, pos, T;
 	void *out;                          /* act [T][n_head*head_dim] */
+	int span;                           /* 0, or a bound pos + T <= span <= n_ctx that a recorded
+					       decode step is keyed on (the CUDA backend sizes its
+					       key splits by it, not by n_ctx) */
 };
 
 /*

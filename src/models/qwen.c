@@ -880,6 +880,17 @@ static struct toast_mm_in fwd_act(const void *act)
 	return (struct toast_mm_in){.act = act};
 }
 
+/* the keys a step may see, rounded up to a power of two from 1024 (at most n_ctx): attention
+ * sizes its decode work by it, and a recorded decode step is keyed on it, so one recording
+ * serves until the context doubles */
+static int fwd_span(const struct toast_state *s, int end)
+{
+	int span = 1024;
+	while (span < end && span < s->n_ctx)
+		span *= 2;
+	return span < s->n_ctx ? span : s->n_ctx;
+}
+
 static void fwd_attention(const struct toast_model *m, const struct toast_layer *l, struct toast_state *s,
 			  struct toast_work *w, int il, int T, int pos)
 {
@@ -896,7 +907,7 @@ static void fwd_attention(const struct toast_model *m, const struct toast_layer 
 		.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .n_rot = hp->n_rot,
 		.rope_theta = hp->rope_theta, .rope_freq_type = hp->rope_freq_type, .gated = hp->attn_gated,
 		.k_cache = s->k_cache[il], .v_cache = s->v_cache[il], .n_ctx = s->n_ctx, .pos = pos, .T = T,
-		.out = w->o,
+		.span = fwd_span(s, pos + T), .out = w->o,
 	};
 	be->ops->attention(be, &a);
 	struct toast_mm_in oin = fwd_act(w->o);
@@ -984,7 +995,8 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 	be->ops->begin_step(be, ids, T, pos);
 	/* a decode step can be replayed from a recording: same state, same buffers, T == 1 */
 	bool record = T == 1 && !all_logits && !hook && be->ops->graph_begin;
-	if (record && be->ops->graph_begin(be, s->id)) /* replayed: the next read waits for it */
+	uint64_t key = (uint64_t)s->id << 32 | (uint32_t)fwd_span(s, pos + T);
+	if (record && be->ops->graph_begin(be, key)) /* replayed: the next read waits for it */
 		return be->ops->status ? be->ops->status(be, err) : be->ops->sync(be, err);
 	be->ops->embed(be, w->x, &m->tok_embd, T);
 	if (hook)
@@ -1011,7 +1023,7 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 	if (rc == TOAST_OK && all_rows) /* the last token's row where decode's would be */
 		be->ops->copy(be, w->logits, w->logits_all + (size_t)(T - 1) * hp->n_vocab, (size_t)hp->n_vocab * sizeof(float));
 	if (record)
-		be->ops->graph_end(be, s->id);
+		be->ops->graph_end(be, key);
 	if (rc == TOAST_OK)
 		rc = be->ops->sync(be, err);
 	return rc;
