@@ -176,7 +176,9 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		}
 	/* so are the weights: the conv taps of the thread's first channel, the gates' constants */
 	auto chan = [&](int cl) {
-		return cl < dk ? kh * dk + cl : cl < 2 * dk ? g.key_dim + kh * dk + cl - dk : 2 * g.key_dim + h * dv + cl - 2 * dk;
+		return cl < dk       ? kh * dk + cl
+		       : cl < 2 * dk ? g.key_dim + kh * dk + cl - dk
+				     : 2 * g.key_dim + h * dv + cl - 2 * dk;
 	};
 	float tap[GDN_DEC_TAPS];
 	bool taps = K == GDN_DEC_TAPS && tid < 2 * dk + dv;
@@ -204,9 +206,9 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 			av = a[h];
 		}
 	}
-	auto zval = [&](int j) {
-		return g.grouped ? qkv[(size_t)(h / g.r) * (2 * g.dk + 2 * g.r * g.dv) + 2 * g.dk + g.r * g.dv + (h % g.r) * g.dv + j]
-				 : z[(size_t)h * dv + j];
+	auto zval = [&](int j) { /* grouped: z lies in the qkvz rows of the key head */
+		size_t G = 2 * g.dk + 2 * g.r * g.dv;
+		return g.grouped ? qkv[(h / g.r) * G + 2 * g.dk + g.r * g.dv + (h % g.r) * g.dv + j] : z[(size_t)h * dv + j];
 	};
 	if (tid < dv)
 		zpre = zval(tid);
