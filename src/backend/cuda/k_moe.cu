@@ -383,6 +383,20 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 
 #define MOE_DOWN_SLOTS 12 /* slots whose loads a warp issues together */
 
+/* the experts and weights of token t's slots slot0..slot0+nslot-1 into eid, wts (shared
+ * memory; slot k is the shared expert, weighted by its gate); whole block, the caller syncs.
+ * Read past L1: the down kernels read them before their dependent-launch wait (see k_moe_down). */
+__device__ __forceinline__ void moe_down_slots(const moe_dims &d, int t, const int32_t *sel, const float *wt,
+					       const float *sgate, int slot0, int nslot, int32_t *eid, float *wts)
+{
+	for (int j = threadIdx.x; j < nslot; j += blockDim.x) {
+		int s = slot0 + j;
+		bool shared = s == d.k;
+		eid[j] = shared ? 0 : __ldcg(sel + (size_t)t * d.k + s);
+		wts[j] = shared ? (sgate ? __ldcg(sgate + t) : 1.0f) : __ldcg(wt + (size_t)t * d.k + s);
+	}
+}
+
 /* x[t][i] += sum over slots slot0..slot0+nslot-1 of weight * down_slot[i] · act[t][slot], one
  * row i per warp (act rows staged for TYPE). CPR > 0: every slot's row is CPR chunks and
  * nslot <= MOE_DOWN_SLOTS: the chunks of all slots are spread over the lanes and loaded first. */
@@ -398,12 +412,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	/* the experts are known before the wait: this kernel starts only once the gate/up kernel
 	 * (or a down kernel before it) has passed its own wait, so the router has finished; its
 	 * outputs are read past L1. The rows' loads then fly while gate/up ends. */
-	for (int j = threadIdx.x; j < nslot; j += blockDim.x) {
-		int s = slot0 + j;
-		bool shared = s == d.k;
-		eid[j] = shared ? 0 : __ldcg(sel + (size_t)t * d.k + s);
-		wts[j] = shared ? (sgate ? __ldcg(sgate + t) : 1.0f) : __ldcg(wt + (size_t)t * d.k + s);
-	}
+	moe_down_slots(d, t, sel, wt, sgate, slot0, nslot, eid, wts);
 	__syncthreads();
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int i = blockIdx.x * MOE_WARPS + warp;
@@ -567,12 +576,7 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 2)
 	float *xsum = (float *)(xs + nslot * F);
 	float4 *sc = (float4 *)(xsum + nslot * (F / 32)) + warp * 64;
 	/* the experts are known before the wait (see k_moe_down) */
-	for (int j = threadIdx.x; j < nslot; j += blockDim.x) {
-		int s = slot0 + j;
-		bool shared = s == d.k;
-		eid[j] = shared ? 0 : __ldcg(sel + (size_t)t * d.k + s);
-		wts[j] = shared ? (sgate ? __ldcg(sgate + t) : 1.0f) : __ldcg(wt + (size_t)t * d.k + s);
-	}
+	moe_down_slots(d, t, sel, wt, sgate, slot0, nslot, eid, wts);
 	__syncthreads();
 	int ra = min(r0 + g, E - 1), rb = min(r0 + g + 8, E - 1), rh = min(r0 + (lane & 15), E - 1);
 	auto load = [&](int u) {
