@@ -47,11 +47,14 @@ if [ "$MODE" = ab ]; then
 	grep -E "failed" "$OUT/test_ops.log" | head -20
 	timeout 240 $B/test_ops --perf >"$OUT/ops-perf.log" 2>&1
 	grep -hE "^(gemv|moe) " "$OUT/ops-perf.log"
-	for r in 1 2; do
-		for v in toasted-old toasted; do
+	for r in $(seq ${AB_ROUNDS:-2}); do
+		# AB_ENVS: a comma-separated list of environment settings the new binary also runs under
+		IFS=, read -ra envs <<<"${AB_ENVS:-}"
+		for v in toasted-old toasted "${envs[@]/#/toasted }"; do
 			IFS=, read -ra models <<<"${AB_MODELS:---type q4_k,--type mlx4,--layers 12}"
+			read -r bin ev <<<"$v"
 			for t in "${models[@]}"; do
-				timeout 200 $B/$v bench --synthetic qwen3-next-80b-a3b $t --backend cuda --prompt 1 --ctx 0,68000 \
+				timeout 200 env $ev $B/$bin bench --synthetic qwen3-next-80b-a3b $t --backend cuda --prompt 1 --ctx 0,68000 \
 					--decode 64 >"$OUT/ab.tmp" 2>&1
 				summary+=("round $r $v $t: $(awk '/^[0-9]+ +[0-9.]+ +[0-9.]+/ {printf "ctx%s %s tok/s (%sx floor)  ", $1, $2, $6}' "$OUT/ab.tmp")")
 			done
@@ -61,7 +64,7 @@ if [ "$MODE" = ab ]; then
 	TOASTED_CUDA_PROFILE=1 timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --type q4_k --backend cuda \
 		--prompt 1 --ctx 0 --decode 20 >"$OUT/profile-q4k.txt" 2>&1
 	grep -A30 "cuda profile" "$OUT/profile-q4k.txt"
-	command -v ncu >/dev/null && timeout 300 bash bench/ncu-decode.sh q4_k
+	[ "${AB_NCU:-1}" = 1 ] && command -v ncu >/dev/null && timeout 300 bash bench/ncu-decode.sh q4_k
 	echo
 	echo "==== summary ===="
 	printf '%s\n' "${summary[@]}"

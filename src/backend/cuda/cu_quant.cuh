@@ -5,11 +5,12 @@
  * Device layout of one matrix (or one expert of a set; experts lie at a fixed stride), all
  * planes 256-byte aligned, the same bytes as the file (format/quant.h), only regrouped:
  *   - BF16: [n_out][n_in] bf16 (f32/f16 matrices are converted at upload);
- *   - Q4_K, Q5_K: the GGUF blocks as they are (144 and 176 bytes: 16-byte aligned);
- *   - Q4_0, Q4_1, Q8_0, Q6_K (blocks of 18, 20, 34, 210 bytes, not 16-byte aligned): each block
- *     split into its quants and the rest: a quant plane [n_out][nb][qb] (qb = 16, 16, 32, 192:
- *     Q6_K's ql then qh), then a meta plane [n_out][nb][bs - qb] (d; d,m; d; scales[16],d),
- *     so quants load as aligned 16-byte vectors;
+ *   - Q5_K: the GGUF blocks as they are (176 bytes: 16-byte aligned);
+ *   - Q4_0, Q4_1, Q8_0, Q4_K, Q6_K (blocks of 18, 20, 34, 144, 210 bytes): each block split into
+ *     its quants and the rest: a quant plane [n_out][nb][qb] (qb = 16, 16, 32, 128, 192: Q6_K's
+ *     ql then qh), then a meta plane [n_out][nb][bs - qb] (d; d,m; d; d,dmin,scales[12];
+ *     scales[16],d), so quants load as aligned 16-byte vectors (Q4_K: a superblock's codes are
+ *     one 128-byte line, and the four lanes that read a 32-byte run of it read one sector);
  *   - MLX4/MLX8: the packed words [n_out][n_in*bits/8 bytes], then scales, then biases
  *     [n_out][n_in/group] in the checkpoint's type (bf16, f16 or f32).
  *
@@ -43,7 +44,7 @@ __host__ __device__ static inline cu_qgeo cu_qgeo_of(int type)
 	case TOAST_DT_Q4_0: return {32, 18, 2, 16};
 	case TOAST_DT_Q4_1: return {32, 20, 4, 16};
 	case TOAST_DT_Q8_0: return {32, 34, 2, 32};
-	case TOAST_DT_Q4_K: return {256, 144, 0, 144};
+	case TOAST_DT_Q4_K: return {256, 144, 16, 128};
 	case TOAST_DT_Q5_K: return {256, 176, 0, 176};
 	case TOAST_DT_Q6_K: return {256, 210, 0, 192};
 	case TOAST_DT_MLX4: return {8, 4, 0, 4};
@@ -251,17 +252,19 @@ __device__ __forceinline__ cu_dq8_raw cu_dq8_load(const cu_wd &w, size_t e, int6
 		x.c = __ldg((const unsigned short *)(p.m + 2 * b));
 		break;
 	}
-	case TOAST_DT_Q4_K:
+	case TOAST_DT_Q4_K: {
+		int64_t b = k >> 8;
+		x.a = cu_ld16(p.m + 16 * b);
+		x.b = cu_ld8(p.q + 128 * b + 32 * ((k >> 6) & 3) + (k & 31));
+		break;
+	}
 	case TOAST_DT_Q5_K: {
-		bool q5 = t == TOAST_DT_Q5_K;
-		const uint8_t *blk = p.q + (k >> 8) * (q5 ? 176 : 144);
+		const uint8_t *blk = p.q + (k >> 8) * 176;
 		int j = (int)(k >> 5) & 7, l = (int)(k & 31);
 		x.a = cu_ld16(blk);
-		x.b = cu_ld8(blk + (q5 ? 48 : 16) + 32 * (j >> 1) + l);
-		if (q5) {
-			uint2 qh = cu_ld8(blk + 16 + l);
-			x.c = qh.x, x.d = qh.y;
-		}
+		x.b = cu_ld8(blk + 48 + 32 * (j >> 1) + l);
+		uint2 qh = cu_ld8(blk + 16 + l);
+		x.c = qh.x, x.d = qh.y;
 		break;
 	}
 	case TOAST_DT_Q6_K: {
@@ -423,8 +426,7 @@ struct qk<TOAST_DT_Q4_K> {
 	}
 	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c)
 	{
-		const uint8_t *blk = w.q + (c >> 3) * 144;
-		return {cu_ld16(blk + 16 + 16 * (c & 7)), cu_ld16(blk)};
+		return {cu_ld16(w.q + (c >> 3) * 128 + 16 * (c & 7)), cu_ld16(w.m + (c >> 3) * 16)};
 	}
 	static __device__ __forceinline__ info prep(const chunk &k, int c) { return cu_k4_info(k.h, c); }
 	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &in, int, int i)
@@ -740,20 +742,22 @@ struct cu_k4ld {
 	uint4 h;
 };
 
-/* issue the loads of superblock sb of rows ra, rb (the lane's g, g+8) and rh (its header row) */
+/* issue the loads of superblock sb of rows ra, rb (the lane's g, g+8: quant plane) and rh (its
+ * header row: meta plane) */
 __device__ __forceinline__ cu_k4ld cu_k4_load(const uint8_t *ra, const uint8_t *rb, const uint8_t *rh, int sb, int t)
 {
 	cu_k4ld L;
 #pragma unroll
 	for (int p = 0; p < 4; p++) {
-		L.a[p] = cu_ld8(ra + sb * 144 + 16 + 32 * p + 8 * t);
-		L.b[p] = cu_ld8(rb + sb * 144 + 16 + 32 * p + 8 * t);
+		L.a[p] = cu_ld8(ra + sb * 128 + 32 * p + 8 * t);
+		L.b[p] = cu_ld8(rb + sb * 128 + 32 * p + 8 * t);
 	}
-	L.h = cu_ld16(rh + sb * 144);
+	L.h = cu_ld16(rh + sb * 16);
 	return L;
 }
 
-/* the warp's scales of one superblock into sc[16][4] (row, pair: dA, oA, dB, oB): lane l
+/* the warp's scales of one superblock into sc[4][16] (pair, row: dA, oA, dB, oB; a pair's rows
+ * contiguous, so that the stores and the 8 rows a load reads take no bank twice): lane l
  * decodes row l % 16, pairs 2 (l / 16) and 2 (l / 16) + 1; the caller syncs the warp */
 __device__ __forceinline__ void cu_k4_scales(const cu_k4ld &L, float4 *sc, int lane)
 {
@@ -761,7 +765,7 @@ __device__ __forceinline__ void cu_k4_scales(const cu_k4ld &L, float4 *sc, int l
 	for (int q = 0; q < 2; q++) {
 		int p = 2 * (lane >> 4) + q;
 		cu_k4info in = cu_k4_info(L.h, 2 * p);
-		sc[(lane & 15) * 4 + p] = make_float4(in.dA, in.oA, in.dB, in.oB);
+		sc[p * 16 + (lane & 15)] = make_float4(in.dA, in.oA, in.dB, in.oB);
 	}
 }
 
@@ -779,17 +783,17 @@ __device__ __forceinline__ void cu_k4_mma(float *acc, const cu_k4ld &L, const fl
 	asm("" : "+r"(magic)); /* a register, not an immediate */
 #pragma unroll
 	for (int p = 0; p < 4; p++) {
-		float4 sa = sc[g * 4 + p], sb = sc[(g + 8) * 4 + p];
+		float4 sa = sc[p * 16 + g], sb = sc[p * 16 + g + 8];
 #pragma unroll
 		for (int h = 0; h < 2; h++) { /* sub-block 2p + h: the low, then the high nibbles */
 			float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+			uint4 bx = *(const uint4 *)(x + 32 * (2 * p + h) + 8 * t); /* both k-steps' B */
 #pragma unroll
 			for (int w = 0; w < 2; w++) {
 				uint32_t wa = w ? L.a[p].y : L.a[p].x, wb = w ? L.b[p].y : L.b[p].x;
 				unsigned fa[4] = {cu_k4_two(wa >> (4 * h), magic), cu_k4_two(wb >> (4 * h), magic),
 						  cu_k4_two(wa >> (4 * h + 8), magic), cu_k4_two(wb >> (4 * h + 8), magic)};
-				uint2 bx = *(const uint2 *)(x + 32 * (2 * p + h) + 8 * t + 4 * w);
-				cu_mma_bf16(c, fa, bx.x, bx.y);
+				cu_mma_bf16(c, fa, w ? bx.z : bx.x, w ? bx.w : bx.y);
 			}
 			int s = 2 * p + h;
 			float da = (h ? sa.z : sa.x) * wt, oa = (h ? sa.w : sa.y) * wt;

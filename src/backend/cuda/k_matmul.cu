@@ -173,10 +173,11 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
  * of each tile, two in flight (the first two loaded before the wait); the tiles' partial sums
  * meet in shared memory at the end. The input is staged once a block in bf16 (the activation
  * type: the values the prefill GEMMs take) with its sub-block sums. T: 1, or 8 (columns nt..7
- * zeros).
+ * zeros). Two blocks an SM: at three (80 registers) the two superblocks in flight spilled, and
+ * the spills' local traffic shared the L1 with the loads that bound this kernel.
  */
 #define GQ_WARPS 8
-#define GQ_MAX_RT 32 /* tiles a block (T = 1; T = 8: 4) */
+#define GQ_MAX_RT 48 /* tiles a block (T = 1; T = 8: 4) */
 
 /* shared memory: input rows [T][n_in + pad] bf16, sub-block sums [T][n_in / 32], scales
  * [GQ_WARPS][16][4] float4, partial sums [rt][GQ_WARPS][16][T] */
@@ -187,7 +188,7 @@ static size_t gq_smem(int T, int64_t n_in, int rt)
 }
 
 template <int T>
-__global__ void __launch_bounds__(GQ_WARPS * 32, 3) k_gemv_k4(gemv_args a, int rt, int one_wave)
+__global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int rt, int one_wave)
 {
 	extern __shared__ __align__(16) unsigned char gq_sm[];
 	__shared__ float red[32];
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 3) k_gemv_k4(gemv_args a, int r
 		int64_t r0 = (tile0 + i / m) * 16;
 		const uint8_t *ra = cu_row(jb.W, 0, min(r0 + g, jb.n_out - 1)).q;
 		const uint8_t *rb = cu_row(jb.W, 0, min(r0 + g + 8, jb.n_out - 1)).q;
-		const uint8_t *rh = cu_row(jb.W, 0, min(r0 + (lane & 15), jb.n_out - 1)).q;
+		const uint8_t *rh = cu_row(jb.W, 0, min(r0 + (lane & 15), jb.n_out - 1)).m;
 		return cu_k4_load(ra, rb, rh, warp + GQ_WARPS * (i % m), t);
 	};
 	cu_k4ld L[2];

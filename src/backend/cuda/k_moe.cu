@@ -529,7 +529,7 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 2)
 	size_t e = shared ? 0 : (size_t)sel[(size_t)t * d.k + slot];
 	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
 	const uint8_t *ra = cu_row(wd, e, min(r0 + g, n - 1)).q, *rb = cu_row(wd, e, min(r0 + g + 8, n - 1)).q;
-	const uint8_t *rh = cu_row(wd, e, min(r0 + (lane & 15), n - 1)).q;
+	const uint8_t *rh = cu_row(wd, e, min(r0 + (lane & 15), n - 1)).m;
 	cu_k4ld L; /* one superblock in flight: n_embd 2048 is one a warp */
 	if (w8 < nsb)
 		L = cu_k4_load(ra, rb, rh, w8, tq);
@@ -561,7 +561,7 @@ static size_t moe_k4_gateup_smem(const moe_dims &d)
 
 /* x[t][r0..r0+15] += sum over slots slot0.. of weight * down_slot · act[t][slot]: the block's
  * warps take the (slot, superblock) pairs in turn, two in flight */
-__global__ void __launch_bounds__(MK_WARPS * 32, 2)
+__global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	k_moe_down_k4(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, cu_wd SD, int slot0, int nslot,
 		      const float *sgate, const float *act)
 {
@@ -583,7 +583,7 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 2)
 		int j = u / nsb;
 		cu_wd wd = slot0 + j == d.k ? SD : D;
 		size_t e = (size_t)eid[j];
-		return cu_k4_load(cu_row(wd, e, ra).q, cu_row(wd, e, rb).q, cu_row(wd, e, rh).q, u - j * nsb, tq);
+		return cu_k4_load(cu_row(wd, e, ra).q, cu_row(wd, e, rb).q, cu_row(wd, e, rh).m, u - j * nsb, tq);
 	};
 	cu_k4ld L[2];
 	if (warp < units)
