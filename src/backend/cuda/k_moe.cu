@@ -454,10 +454,14 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 }
 
 /* ---- Q4_K experts on tensor cores (cu_k4_mma; one token a block, the mma's column 0) ----
- * 16 rows a block, 16 warps splitting the superblocks (gate/up: one in flight a warp; down: two),
- * every load issued before the block stages its input */
+ * 16 rows a block, the warps splitting the superblocks two in flight a warp, every load issued
+ * before the block stages its input. Gate/up: 8 warps (4 gate, 4 up) and three blocks an SM, so
+ * that the 352 blocks of Qwen3-Next's decode (32 row tiles x 11 experts) are one wave: with 16
+ * warps and two blocks an SM a third of them waited for a second round of loads. Down: 16
+ * warps, one block an SM (the grid is the 128 row tiles). */
 
 #define MK_WARPS 16
+#define GU_WARPS 8
 
 /* stage nrow rows of n f32 (row j at v + j * stride; n % 256 == 0) in bf16 for cu_k4_mma, with
  * their sub-block sums: xs[j][n], xsum[j][n / 32]; whole block. A thread's loads of two groups
@@ -506,21 +510,21 @@ __device__ __forceinline__ float moe_k4_sum(const float *part, int r, int w0, in
 	return v;
 }
 
-/* act[t][slot][r0..r0+15] = SiLU(gate·h) * (up·h): warps 0-7 gate, 8-15 up, each taking
- * superblocks w % 8, w % 8 + 8, .. of n_embd; slot k is the shared expert */
-__global__ void __launch_bounds__(MK_WARPS * 32, 2)
+/* act[t][slot][r0..r0+15] = SiLU(gate·h) * (up·h): warps 0-3 gate, 4-7 up, each taking
+ * superblocks w % 4, w % 4 + 4, .. of n_embd; slot k is the shared expert */
+__global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	k_moe_gateup_k4(moe_dims d, const float *h, cu_wd G, cu_wd U, const int32_t *sel, cu_wd SG, cu_wd SU, int slot0,
 			float *act)
 {
 	extern __shared__ __align__(16) unsigned char mk_sm[];
-	__shared__ float part[MK_WARPS * 16];
+	__shared__ float part[GU_WARPS * 16];
 	int slot = slot0 + blockIdx.y, t = blockIdx.z, E = d.E;
 	bool shared = slot == d.k;
 	int n = shared ? d.Fs : d.F, r0 = blockIdx.x * 16;
 	if (r0 >= n)
 		return;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, nsb = E / 256;
-	int up = warp >> 3, w8 = warp & 7;
+	int up = warp >> 2, w4 = warp & 3;
 	bf16 *xs = (bf16 *)mk_sm;
 	float *xsum = (float *)(xs + E);
 	float4 *sc = (float4 *)(xsum + E / 32) + warp * 64;
@@ -530,33 +534,41 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 2)
 	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
 	const uint8_t *ra = cu_row(wd, e, min(r0 + g, n - 1)).q, *rb = cu_row(wd, e, min(r0 + g + 8, n - 1)).q;
 	const uint8_t *rh = cu_row(wd, e, min(r0 + (lane & 15), n - 1)).m;
-	cu_k4ld L; /* one superblock in flight: n_embd 2048 is one a warp */
-	if (w8 < nsb)
-		L = cu_k4_load(ra, rb, rh, w8, tq);
+	cu_k4ld L[2]; /* two superblocks in flight: n_embd 2048 is two a warp */
+	if (w4 < nsb)
+		L[0] = cu_k4_load(ra, rb, rh, w4, tq);
+	if (w4 + 4 < nsb)
+		L[1] = cu_k4_load(ra, rb, rh, w4 + 4, tq);
 	if (shared)
 		cu_pdl_wait();
 	moe_k4_stage(h + (size_t)t * E, 0, 1, E, xs, xsum);
 	__syncthreads();
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-	for (int sb = w8; sb < nsb; sb += 8) {
-		__syncwarp();
-		cu_k4_scales(L, sc, lane);
-		__syncwarp();
-		cu_k4_mma<1>(acc, L, sc, xs + sb * 256, xsum + sb * 8, NULL, 1.0f, g, tq);
-		if (sb + 8 < nsb)
-			L = cu_k4_load(ra, rb, rh, sb + 8, tq);
+	for (int sb0 = w4; sb0 < nsb; sb0 += 8) {
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int sb = sb0 + 4 * k;
+			if (sb >= nsb)
+				break;
+			__syncwarp();
+			cu_k4_scales(L[k], sc, lane);
+			__syncwarp();
+			cu_k4_mma<1>(acc, L[k], sc, xs + sb * 256, xsum + sb * 8, NULL, 1.0f, g, tq);
+			if (sb + 8 < nsb)
+				L[k] = cu_k4_load(ra, rb, rh, sb + 8, tq);
+		}
 	}
 	cu_pdl_trigger();
 	moe_k4_part(part + 16 * warp, acc, lane);
 	__syncthreads();
-	if (threadIdx.x < 16 && r0 + threadIdx.x < n) /* gate: warps 0-7, up: 8-15 */
+	if (threadIdx.x < 16 && r0 + threadIdx.x < n) /* gate: warps 0-3, up: 4-7 */
 		act[((size_t)t * (d.k + 1) + slot) * d.Fmax + r0 + threadIdx.x] =
-			cu_silu(moe_k4_sum(part, threadIdx.x, 0, 8)) * moe_k4_sum(part, threadIdx.x, 8, 16);
+			cu_silu(moe_k4_sum(part, threadIdx.x, 0, 4)) * moe_k4_sum(part, threadIdx.x, 4, 8);
 }
 
 static size_t moe_k4_gateup_smem(const moe_dims &d)
 {
-	return (size_t)d.E * 2 + d.E / 32 * 4 + MK_WARPS * 64 * 16;
+	return (size_t)d.E * 2 + d.E / 32 * 4 + GU_WARPS * 64 * 16;
 }
 
 /* x[t][r0..r0+15] += sum over slots slot0.. of weight * down_slot · act[t][slot]: the block's
@@ -1221,7 +1233,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	int nslot = d.k + (d.Fs ? 1 : 0);
 	if (tr == TOAST_DT_Q4_K && ts == tr && d.E % 256 == 0 && moe_k4_gateup_smem(d) <= 48 * 1024) {
 		dim3 grid((unsigned)(d.Fmax + 15) / 16, nslot, d.T);
-		cu_launch_pdl(cb, k_moe_gateup_k4, grid, MK_WARPS * 32, moe_k4_gateup_smem(d), d, (const float *)h, G, U,
+		cu_launch_pdl(cb, k_moe_gateup_k4, grid, GU_WARPS * 32, moe_k4_gateup_smem(d), d, (const float *)h, G, U,
 			      (const int32_t *)sel, SG, SU, 0, act);
 	} else if (tr == ts) {
 		moe_gateup(cb, tr, fa, 0, nslot, hsm);
