@@ -217,8 +217,9 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
  * O += P·V on mma.m16n8k16 (bf16 in, f32 accumulate), the online softmax in f32 registers in
  * base 2 (Q is staged as bf16 pre-scaled by log2(e)/sqrt(hd)). Q, K and V tiles live in shared
  * memory in 16-byte chunks XOR-swizzled by row (ldmatrix without bank conflicts); K and V
- * arrive by cp.async, the next tile's K while this one's softmax and P·V run, the next V while
- * the next S runs. Keys past the split are zero-filled (V too: 0 x garbage would be NaN). With
+ * arrive by cp.async: in prefill the next tile's K while this one's softmax and P·V run, the
+ * next V while the next S runs; in decode (nothing to compute while the bytes come) through a
+ * ring of am_stages() tiles, all but one in flight. Keys past the split are zero-filled (V too: 0 x garbage would be NaN). With
  * KW > 1 the warps of a row group merge their softmax states through shared memory at the end.
  * The partials go to k_attn_combine like k_attn_tile's, with m in natural-log units.
  */
@@ -240,11 +241,19 @@ __device__ __forceinline__ void am_load_kv(bf16 *dst, const bf16 *src, int kvd, 
 	}
 }
 
-/* shared memory of k_attn_mma<D, KW>: Q rows, a K tile and a V tile (bf16), which the final
- * merge of KW > 1 reuses as KW x 16 x (D + 2) floats */
+/* decode (KW > 1): the K and V tiles come through a ring of this many stages, all but one in
+ * flight while the warps work on the oldest: one K and one V tile in flight a block (four
+ * warps, two blocks an SM) streamed a 68K cache at 69% of the DRAM peak */
+__host__ __device__ static constexpr int am_stages(int KW)
+{
+	return KW > 1 ? 3 : 1;
+}
+
+/* shared memory of k_attn_mma<D, KW>: Q rows, then a K tile and a V tile (bf16) a stage, which
+ * the final merge of KW > 1 reuses as KW x 16 x (D + 2) floats */
 __host__ __device__ static constexpr size_t am_smem(int D, int KW)
 {
-	return (size_t)(64 / KW + 2 * AM_KEYS) * D * 2;
+	return (size_t)(64 / KW + 2 * AM_KEYS * am_stages(KW)) * D * 2;
 }
 
 template <int D, int KW>
@@ -253,6 +262,7 @@ __global__ void __launch_bounds__(128, 2)
 		   const int32_t *step)
 {
 	constexpr int ROWS = 64 / KW, NT = 8 / KW, KS = 4 / KW; /* rows a block; n-tiles of S and k-steps of P·V a warp */
+	constexpr int NS = am_stages(KW); /* KW > 1: a ring of NS (K, V) tile pairs */
 	static_assert(KW == 1 || KW == 4, "one row group, or four");
 	static_assert(KW == 1 || am_smem(D, KW) >= (size_t)KW * 16 * (D + 2) * 4, "merge space");
 	extern __shared__ __align__(16) bf16 am[];
@@ -275,10 +285,21 @@ __global__ void __launch_bounds__(128, 2)
 		}
 		return;
 	}
-	am_load_kv<D>(Ks, kc, kvd, kvh, j0, j1);
-	cu_cp_commit();
-	am_load_kv<D>(Vs, vc, kvd, kvh, j0, j1);
-	cu_cp_commit();
+	if constexpr (KW == 1) {
+		am_load_kv<D>(Ks, kc, kvd, kvh, j0, j1);
+		cu_cp_commit();
+		am_load_kv<D>(Vs, vc, kvd, kvh, j0, j1);
+		cu_cp_commit();
+	} else { /* the ring's first NS - 1 tiles, a commit group each */
+#pragma unroll
+		for (int i = 0; i < NS - 1; i++) {
+			if (j0 + i * AM_KEYS < j1) {
+				am_load_kv<D>(Ks + i * 2 * AM_KEYS * D, kc, kvd, kvh, j0 + i * AM_KEYS, j1);
+				am_load_kv<D>(Ks + i * 2 * AM_KEYS * D + AM_KEYS * D, vc, kvd, kvh, j0 + i * AM_KEYS, j1);
+			}
+			cu_cp_commit();
+		}
+	}
 	const float qscale = rsqrtf((float)D) * 1.4426950408889634f;
 	for (int i = threadIdx.x; i < ROWS * (D / 8); i += 128) {
 		int row = i / (D / 8), ch = i % (D / 8), gr = r0 + row;
@@ -298,11 +319,9 @@ __global__ void __launch_bounds__(128, 2)
 #pragma unroll
 	for (int i = 0; i < D / 8; i++)
 		o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0;
-	for (int jt = j0; jt < j1; jt += AM_KEYS) {
-		bool more = jt + AM_KEYS < j1;
-		cu_cp_wait<1>(); /* this tile's K (its V may still fly) */
-		__syncthreads();
-		float s[NT][4];
+	float s[NT][4];
+	/* S = Q·Kᵀ for the warp's keys of the tile at K */
+	auto scores = [&](const bf16 *K) {
 #pragma unroll
 		for (int i = 0; i < NT; i++)
 			s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0;
@@ -313,16 +332,15 @@ __global__ void __launch_bounds__(128, 2)
 #pragma unroll
 			for (int nt = 0; nt < NT / 2; nt++) {
 				unsigned b[4];
-				cu_ldsm4<false>(b, Ks + am_swz<D>(kofs + nt * 16 + (lane & 7) + ((lane >> 4) << 3),
-								  2 * ks + ((lane >> 3) & 1)));
+				cu_ldsm4<false>(b, K + am_swz<D>(kofs + nt * 16 + (lane & 7) + ((lane >> 4) << 3),
+								 2 * ks + ((lane >> 3) & 1)));
 				cu_mma_bf16(s[2 * nt], a, b[0], b[1]);
 				cu_mma_bf16(s[2 * nt + 1], a, b[2], b[3]);
 			}
 		}
-		__syncthreads(); /* every warp is done with K: the next tile's K may land */
-		if (more)
-			am_load_kv<D>(Ks, kc, kvd, kvh, jt + AM_KEYS, j1);
-		cu_cp_commit(); /* (an empty group at the end keeps the counting simple) */
+	};
+	/* the online softmax over the tile of keys jt..: s becomes P, o and l are rescaled */
+	auto softmax = [&](int jt) {
 		float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
 		for (int nt = 0; nt < NT; nt++)
@@ -356,8 +374,9 @@ __global__ void __launch_bounds__(128, 2)
 			o[i][0] *= corr[0], o[i][1] *= corr[0];
 			o[i][2] *= corr[1], o[i][3] *= corr[1];
 		}
-		cu_cp_wait<1>(); /* this tile's V (the next K may still fly) */
-		__syncthreads();
+	};
+	/* O += P·V for the warp's keys of the tile at V */
+	auto pv = [&](const bf16 *V) {
 #pragma unroll
 		for (int kk = 0; kk < KS; kk++) {
 			unsigned pa[4] = {cu_pack_bf16(s[2 * kk][0], s[2 * kk][1]), cu_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
@@ -366,16 +385,47 @@ __global__ void __launch_bounds__(128, 2)
 #pragma unroll
 			for (int dt = 0; dt < D / 16; dt++) {
 				unsigned b[4];
-				cu_ldsm4<true>(b, Vs + am_swz<D>(kofs + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
-								 2 * dt + (lane >> 4)));
+				cu_ldsm4<true>(b, V + am_swz<D>(kofs + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
+								2 * dt + (lane >> 4)));
 				cu_mma_bf16(o[2 * dt], pa, b[0], b[1]);
 				cu_mma_bf16(o[2 * dt + 1], pa, b[2], b[3]);
 			}
 		}
-		__syncthreads(); /* every warp is done with V */
-		if (more)
-			am_load_kv<D>(Vs, vc, kvd, kvh, jt + AM_KEYS, j1);
-		cu_cp_commit();
+	};
+	if constexpr (KW == 1) {
+		for (int jt = j0; jt < j1; jt += AM_KEYS) {
+			bool more = jt + AM_KEYS < j1;
+			cu_cp_wait<1>(); /* this tile's K (its V may still fly) */
+			__syncthreads();
+			scores(Ks);
+			__syncthreads(); /* every warp is done with K: the next tile's K may land */
+			if (more)
+				am_load_kv<D>(Ks, kc, kvd, kvh, jt + AM_KEYS, j1);
+			cu_cp_commit(); /* (an empty group at the end keeps the counting simple) */
+			softmax(jt);
+			cu_cp_wait<1>(); /* this tile's V (the next K may still fly) */
+			__syncthreads();
+			pv(Vs);
+			__syncthreads(); /* every warp is done with V */
+			if (more)
+				am_load_kv<D>(Vs, vc, kvd, kvh, jt + AM_KEYS, j1);
+			cu_cp_commit();
+		}
+	} else {
+		for (int i = 0, jt = j0; jt < j1; i++, jt += AM_KEYS) {
+			cu_cp_wait<NS - 2>(); /* tile i has landed (the NS - 2 after it may still fly) */
+			__syncthreads();      /* ... for every thread; and every warp is done with tile i - 1 */
+			int jn = jt + (NS - 1) * AM_KEYS, sn = (i + NS - 1) % NS;
+			if (jn < j1) { /* tile i + NS - 1 into the stage tile i - 1 left */
+				am_load_kv<D>(Ks + sn * 2 * AM_KEYS * D, kc, kvd, kvh, jn, j1);
+				am_load_kv<D>(Ks + sn * 2 * AM_KEYS * D + AM_KEYS * D, vc, kvd, kvh, jn, j1);
+			}
+			cu_cp_commit();
+			const bf16 *Kt = Ks + (i % NS) * 2 * AM_KEYS * D;
+			scores(Kt);
+			softmax(jt);
+			pv(Kt + AM_KEYS * D);
+		}
 	}
 	cu_pdl_trigger();
 #pragma unroll
@@ -540,6 +590,21 @@ static void attn_mma_kw(struct cuda_backend *cb, const struct toast_attn_args *a
 		attn_mma_d<D, 1>(cb, a, qf, part, n_split);
 }
 
+/* blocks of the decode kernel an SM (its ring of tiles takes most of the shared memory at
+ * head_dim 256) */
+template <int D>
+static int attn_mma_per_sm(struct cuda_backend *cb)
+{
+	static int per_sm;
+	if (!per_sm) {
+		cu_allow_smem(cb, (const void *)k_attn_mma<D, 4>);
+		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_attn_mma<D, 4>, 128, am_smem(D, 4)) != cudaSuccess ||
+		    per_sm < 1)
+			cudaGetLastError(), per_sm = 1;
+	}
+	return per_sm;
+}
+
 /* head_dim 64, 128 or 256 goes to the tensor cores (decode: up to 16 query heads a KV head) */
 static bool attn_mma_fits(const struct toast_attn_args *a)
 {
@@ -554,15 +619,18 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 		cu_fail_msg(cb, "attention: head_dim %d is not supported (max %d)", hd, ATTN_MAX_DPL * 32);
 		return;
 	}
-	/* splits: enough blocks to fill the GPU. Decode: fixed by the span (or the cache size), never
-	 * by pos, so a recorded step stays valid as the context grows up to it; at short context a
-	 * small span launches few splits (at 68K of cache and pos 0, 132 empty splits and their
-	 * combine cost the Q4_K step 8%). Prefill on tensor cores: two blocks an SM, when the rows
-	 * alone give fewer, and at least 128 keys a split (a short prompt after a long history) */
+	/* splits: enough blocks to fill the GPU. Decode: as many as are resident at once, fixed by
+	 * the span (or the cache size), never by pos, so a recorded step stays valid as the context
+	 * grows up to it; at short context a small span launches few splits (at 68K of cache and pos
+	 * 0, 132 empty splits and their combine cost the Q4_K step 8%). Prefill on tensor cores: two
+	 * blocks an SM, when the rows alone give fewer, and at least 128 keys a split (a short prompt
+	 * after a long history) */
 	int n_split = 1;
 	if (T == 1) {
 		n_split = (a->span > 0 ? a->span : a->n_ctx) / 256;
-		int cap = (2 * cb->n_sm + a->n_head_kv - 1) / a->n_head_kv;
+		int per_sm = !attn_mma_fits(a) ? 2 : hd == 64 ? attn_mma_per_sm<64>(cb) : hd == 128 ? attn_mma_per_sm<128>(cb)
+											      : attn_mma_per_sm<256>(cb);
+		int cap = (per_sm * cb->n_sm + a->n_head_kv - 1) / a->n_head_kv;
 		n_split = n_split < 1 ? 1 : n_split > cap ? cap : n_split;
 	} else if (attn_mma_fits(a)) {
 		int blocks = (int)cu_blocks((size_t)T * n_rep, 64) * a->n_head_kv, by_keys = (a->pos + T) / 128;
