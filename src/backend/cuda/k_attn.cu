@@ -504,17 +504,19 @@ __global__ void k_attn_combine(const float *part, const float *q, bf16 *out, int
 		return;
 	const float *p = part + ((((size_t)t * n_kv + kvh) * n_split) * n_rep + r) * (hd + 2);
 	size_t stride = (size_t)n_rep * (hd + 2);
+	/* the loads of 8 splits at a time in flight (a split without keys has m = -inf and an o
+	 * never written: selected away, not multiplied by 0) */
 	float mt = -INFINITY;
+#pragma unroll 8
 	for (int s = 0; s < n_split; s++)
 		mt = fmaxf(mt, p[s * stride + hd]);
 	float num = 0, den = 0;
+#pragma unroll 8
 	for (int s = 0; s < n_split; s++) {
-		float ms = p[s * stride + hd];
-		if (ms == -INFINITY)
-			continue;
+		float ms = p[s * stride + hd], v = p[s * stride + d], ls = p[s * stride + hd + 1];
 		float f = __expf(ms - mt);
-		num += f * p[s * stride + d];
-		den += f * p[s * stride + hd + 1];
+		num += ms == -INFINITY ? 0.0f : f * v;
+		den += ms == -INFINITY ? 0.0f : f * ls;
 	}
 	float o = num / den;
 	if (gated)
