@@ -493,31 +493,47 @@ __global__ void __launch_bounds__(128, 2)
 	}
 }
 
+/* one (token, head) a block: the splits' m and l staged first, then groups of hd threads each
+ * take every blockDim.x / hw-th split's o (a decode's 66 splits in a few rounds of loads, not 66
+ * in a row); a split without keys has m = -inf and an o never written: selected away, not
+ * multiplied by 0. Shared memory: f [n_split], l [n_split], m [n_split], the groups' sums [ng][hw]. */
 __global__ void k_attn_combine(const float *part, const float *q, bf16 *out, int n_head, int n_kv, int hd, int n_split,
 			       int gated)
 {
+	extern __shared__ float ac[];
 	cu_pdl_wait();
 	cu_pdl_trigger();
-	int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+	int t = blockIdx.x, h = blockIdx.y, hw = (hd + 31) / 32 * 32, ng = blockDim.x / hw;
+	int grp = threadIdx.x / hw, d = threadIdx.x % hw;
 	int n_rep = n_head / n_kv, kvh = h / n_rep, r = h % n_rep;
-	if (d >= hd)
-		return;
 	const float *p = part + ((((size_t)t * n_kv + kvh) * n_split) * n_rep + r) * (hd + 2);
 	size_t stride = (size_t)n_rep * (hd + 2);
-	/* the loads of 8 splits at a time in flight (a split without keys has m = -inf and an o
-	 * never written: selected away, not multiplied by 0) */
+	float *fs = ac, *ls = fs + n_split, *ms = ls + n_split, *sum = ms + n_split;
+	for (int s = threadIdx.x; s < n_split; s += blockDim.x)
+		ms[s] = p[s * stride + hd], ls[s] = p[s * stride + hd + 1];
+	__syncthreads();
 	float mt = -INFINITY;
-#pragma unroll 8
 	for (int s = 0; s < n_split; s++)
-		mt = fmaxf(mt, p[s * stride + hd]);
-	float num = 0, den = 0;
+		mt = fmaxf(mt, ms[s]);
+	for (int s = threadIdx.x; s < n_split; s += blockDim.x)
+		fs[s] = ms[s] == -INFINITY ? 0.0f : __expf(ms[s] - mt);
+	__syncthreads();
+	float num = 0;
+	if (d < hd)
 #pragma unroll 8
-	for (int s = 0; s < n_split; s++) {
-		float ms = p[s * stride + hd], v = p[s * stride + d], ls = p[s * stride + hd + 1];
-		float f = __expf(ms - mt);
-		num += ms == -INFINITY ? 0.0f : f * v;
-		den += ms == -INFINITY ? 0.0f : f * ls;
-	}
+		for (int s = grp; s < n_split; s += ng) {
+			float v = p[s * stride + d];
+			num += ms[s] == -INFINITY ? 0.0f : fs[s] * v;
+		}
+	sum[grp * hw + d] = num;
+	__syncthreads();
+	if (grp > 0 || d >= hd)
+		return;
+	float den = 0;
+	for (int s = 0; s < n_split; s++)
+		den += fs[s] * ls[s];
+	for (int g = 1; g < ng; g++)
+		num += sum[g * hw + d];
 	float o = num / den;
 	if (gated)
 		o *= cu_sigmoid(q[((size_t)t * n_head + h) * 2 * hd + hd + d]);
@@ -664,7 +680,8 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	if (cb->failed)
 		return;
 	dim3 cg(T, a->n_head);
-	cu_launch_ex(cb, T == 1, k_attn_combine, cg, threads, 0, part, a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd, n_split,
-		  a->gated);
+	int ng = n_split < 4 ? n_split : 4;
+	cu_launch_ex(cb, T == 1, k_attn_combine, cg, ng * threads, (3 * n_split + ng * threads) * sizeof(float), part, a->q,
+		  (bf16 *)a->out, a->n_head, a->n_head_kv, hd, n_split, a->gated);
 	cu_launched(cb, "attention combine");
 }
