@@ -218,9 +218,9 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
  * base 2 (Q is staged as bf16 pre-scaled by log2(e)/sqrt(hd)). Q, K and V tiles live in shared
  * memory in 16-byte chunks XOR-swizzled by row (ldmatrix without bank conflicts); K and V
  * arrive by cp.async: in prefill the next tile's K while this one's softmax and P·V run, the
- * next V while the next S runs; in decode (nothing to compute while the bytes come) through a
- * ring of am_stages() tiles, all but one in flight. Keys past the split are zero-filled (V too: 0 x garbage would be NaN). With
- * KW > 1 the warps of a row group merge their softmax states through shared memory at the end.
+ * next V while the next S runs; in decode through a ring of am_stages() tiles, all but one in
+ * flight. Keys past the split are zero-filled (V too: 0 x garbage would be NaN). With KW > 1
+ * the warps of a row group merge their softmax states through shared memory at the end.
  * The partials go to k_attn_combine like k_attn_tile's, with m in natural-log units.
  */
 #define AM_KEYS 64
@@ -242,8 +242,9 @@ __device__ __forceinline__ void am_load_kv(bf16 *dst, const bf16 *src, int kvd, 
 }
 
 /* decode (KW > 1): the K and V tiles come through a ring of this many stages, all but one in
- * flight while the warps work on the oldest: one K and one V tile in flight a block (four
- * warps, two blocks an SM) streamed a 68K cache at 69% of the DRAM peak */
+ * flight while the warps work on the oldest; at head_dim 256 that is one block an SM, so the
+ * decode has half the splits (and the combine half the work) of two blocks with one K and one V
+ * tile in flight each, which streamed a 68K cache as fast (68% of the DRAM peak) */
 __host__ __device__ static constexpr int am_stages(int KW)
 {
 	return KW > 1 ? 3 : 1;
