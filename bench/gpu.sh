@@ -35,10 +35,12 @@ if [ "$MODE" = cache ]; then
 	printf '%s\n' "${summary[@]}"
 	exit 0
 fi
-# ab: a kernel change against the binary before it (carry/gpu/ab/toasted.xz, put there by hand):
-# test_ops, the op timings, then decode of the 48-layer Q4_K and MLX4 models and the bf16 slice
-# by both binaries in turn (same machine, two rounds; AB_MODELS="--type q4_k" for fewer: a comma-separated list), and
-# Nsight Compute on one DeltaNet layer
+# ab: a kernel change against the binary before it (carry/gpu/ab/toasted.xz, put there by hand;
+# the bundle's test_cache.xz must go to keep the carry under 64 MiB): test_ops, the op timings,
+# then decode of the 48-layer Q4_K and MLX4 models and the bf16 slice by both binaries in turn
+# (same machine; AB_MODELS="--type q4_k,--layers 12": a comma-separated list; AB_ROUNDS, default
+# 2; AB_ENVS="VAR=1,VAR=2": settings the new binary also runs under), and Nsight Compute on one
+# DeltaNet layer (AB_NCU=0: not)
 if [ "$MODE" = ab ]; then
 	python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' carry/gpu/ab/toasted.xz >$B/toasted-old
 	chmod +x $B/toasted-old
