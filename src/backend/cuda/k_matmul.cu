@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 #define GQ_MAX_RT 48 /* tiles a block (T = 1; T = 8: 4) */
 
 /* shared memory: input rows [T][n_in + pad] bf16, sub-block sums [T][n_in / 32], scales
- * [GQ_WARPS][16][4] float4, partial sums [rt][GQ_WARPS][16][T] */
+ * [GQ_WARPS][4][16] float4, partial sums [rt][GQ_WARPS][16][T] */
 static size_t gq_smem(int T, int64_t n_in, int rt)
 {
 	return (size_t)T * ((size_t)n_in + (T > 1 ? 32 : 0)) * 2 + (size_t)T * (n_in / 32) * 4 + GQ_WARPS * 64 * 16 +
