@@ -401,11 +401,13 @@ static void ref_rope(double *x, int n_rot, int pos, double theta)
 	}
 }
 
+/* span_min > 0: the span is at least that (a recorded decode step early in a long context: more
+ * splits than keys, some of them empty) */
 static void test_attention(struct ctx *c, int n_head, int n_head_kv, int hd, int n_rot, bool gated, bool qk_norm,
-			   int T1, int T2)
+			   int T1, int T2, int span_min)
 {
 	struct toast_backend *be = c->be;
-	int T = T1 + T2, kvd = n_head_kv * hd, qs = gated ? 2 * hd : hd, n_ctx = T + 3;
+	int T = T1 + T2, kvd = n_head_kv * hd, qs = gated ? 2 * hd : hd, n_ctx = T + 3 + span_min;
 	float *q = rand_vec((size_t)T * n_head * qs, 2), *k = rand_vec((size_t)T * kvd, 2), *v = rand_vec((size_t)T * kvd, 1);
 	struct hw qn = mkw(TOAST_DT_BF16, 1, hd, 0.3, 0), kn = mkw(TOAST_DT_BF16, 1, hd, 0.3, 0);
 	prep(be, &qn), prep(be, &kn);
@@ -425,6 +427,7 @@ static void test_attention(struct ctx *c, int n_head, int n_head_kv, int hd, int
 		free(ids);
 		/* the span the keys fit in, in whole 256s (decode: that many splits of 256), or the cache */
 		int span = (done + n + 255) / 256 * 256;
+		span = span < span_min ? span_min : span;
 		struct toast_attn_args a = {dq, dk, dv, qk_norm ? &qn.w : NULL, qk_norm ? &kn.w : NULL, true, 1e-6f,
 					    n_head, n_head_kv, hd, n_rot, 10000.0f, TOAST_DT_BF16, gated, kc, vc, n_ctx, done, n, dout,
 					    span < n_ctx ? span : 0};
@@ -880,22 +883,26 @@ static void test_backend(struct ctx *c)
 	test_matmul(c, TOAST_DT_BF16, 9, o2, 2, 136, TOAST_MM_F32, true, true);
 	test_matmul(c, TOAST_DT_BF16, 64, o5, 1, 4097, TOAST_MM_F32, true, true);
 	test_swiglu(c, 3, 31);
-	test_attention(c, 4, 2, 64, 16, true, true, 5, 0);
-	test_attention(c, 4, 2, 64, 16, true, true, 5, 1);
-	test_attention(c, 3, 1, 32, 32, false, true, 1, 7);
-	test_attention(c, 2, 2, 24, 8, false, false, 9, 33);
-	test_attention(c, 16, 2, 256, 64, true, true, 7, 1);
+	test_attention(c, 4, 2, 64, 16, true, true, 5, 0, 0);
+	test_attention(c, 4, 2, 64, 16, true, true, 5, 1, 0);
+	test_attention(c, 3, 1, 32, 32, false, true, 1, 7, 0);
+	test_attention(c, 2, 2, 24, 8, false, false, 9, 33, 0);
+	test_attention(c, 16, 2, 256, 64, true, true, 7, 1, 0);
 	/* prefill on tensor cores: several row blocks and key tiles, partial ones, a second chunk
 	 * after the first; rows that do not fill a block evenly (3 heads a KV head); a short chunk
 	 * after a long history (split keys) */
-	test_attention(c, 16, 2, 256, 64, true, true, 150, 77);
-	test_attention(c, 6, 2, 128, 32, false, true, 100, 40);
-	test_attention(c, 2, 2, 128, 128, true, false, 65, 64);
-	test_attention(c, 4, 2, 64, 64, true, true, 700, 20);
+	test_attention(c, 16, 2, 256, 64, true, true, 150, 77, 0);
+	test_attention(c, 6, 2, 128, 32, false, true, 100, 40, 0);
+	test_attention(c, 2, 2, 128, 128, true, false, 65, 64, 0);
+	test_attention(c, 4, 2, 64, 64, true, true, 700, 20, 0);
 	/* decode on tensor cores after a long prompt (several key tiles and splits), 16 query
 	 * heads a KV head (the most it takes) */
-	test_attention(c, 4, 2, 64, 64, true, true, 700, 1);
-	test_attention(c, 16, 1, 128, 128, true, true, 300, 1);
+	test_attention(c, 4, 2, 64, 64, true, true, 700, 1, 0);
+	test_attention(c, 16, 1, 128, 128, true, true, 300, 1, 0);
+	/* decode: more splits than the combine has groups (5 of ~261 keys: the ring of tiles goes
+	 * round), and a span of 2048 at position 5 (8 splits, 2 without keys) */
+	test_attention(c, 2, 1, 256, 64, true, true, 1300, 1, 0);
+	test_attention(c, 16, 2, 256, 64, true, true, 5, 1, 2048);
 	struct gdn_shape flat = {2, 4, 32, 48, 4, false, false}, grouped = {2, 4, 32, 48, 4, true, false};
 	struct gdn_shape odd = {3, 3, 7, 5, 3, false, false}, big = {2, 6, 128, 128, 4, true, false};
 	int p1[] = {1, 1, 1}, p2[] = {12}, p3[] = {5, 1, 70}, p4[] = {64, 64, 1, 3}, p5[] = {131};
