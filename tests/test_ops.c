@@ -899,9 +899,11 @@ static void test_backend(struct ctx *c)
 	 * heads a KV head (the most it takes) */
 	test_attention(c, 4, 2, 64, 64, true, true, 700, 1, 0);
 	test_attention(c, 16, 1, 128, 128, true, true, 300, 1, 0);
-	/* decode: more splits than the combine has groups (5 of ~261 keys: the ring of tiles goes
-	 * round), and a span of 2048 at position 5 (8 splits, 2 without keys) */
-	test_attention(c, 2, 1, 256, 64, true, true, 1300, 1, 0);
+	/* decode: the ring of key tiles going round at head_dim 256 (5 tiles in one split); more
+	 * splits than the combine has groups (a span of 2048: 8 splits of 76 keys); and 8 splits at
+	 * position 5 (2 without keys) */
+	test_attention(c, 2, 1, 256, 64, true, true, 260, 1, 0);
+	test_attention(c, 4, 2, 64, 64, true, true, 600, 1, 2048);
 	test_attention(c, 16, 2, 256, 64, true, true, 5, 1, 2048);
 	struct gdn_shape flat = {2, 4, 32, 48, 4, false, false}, grouped = {2, 4, 32, 48, 4, true, false};
 	struct gdn_shape odd = {3, 3, 7, 5, 3, false, false}, big = {2, 6, 128, 128, 4, true, false};
