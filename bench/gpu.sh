@@ -50,7 +50,6 @@ if [ "$MODE" = ab ]; then
 	timeout 240 $B/test_ops --perf >"$OUT/ops-perf.log" 2>&1
 	grep -hE "^(gemv|moe) " "$OUT/ops-perf.log"
 	for r in $(seq ${AB_ROUNDS:-2}); do
-		# AB_ENVS: a comma-separated list of environment settings the new binary also runs under
 		IFS=, read -ra envs <<<"${AB_ENVS:-}"
 		for v in toasted-old toasted "${envs[@]/#/toasted }"; do
 			IFS=, read -ra models <<<"${AB_MODELS:---type q4_k,--type mlx4,--layers 12}"

@@ -286,20 +286,26 @@ __global__ void __launch_bounds__(128, 2)
 		}
 		return;
 	}
+	/* decode: tile i (keys j0 + 64 i ..), if the split has it, into stage i % NS, a commit group
+	 * each (an empty one past the end keeps the counting simple) */
+	auto ring_load = [&](int i) {
+		int jt = j0 + i * AM_KEYS;
+		bf16 *st = Ks + (i % NS) * 2 * AM_KEYS * D;
+		if (jt < j1) {
+			am_load_kv<D>(st, kc, kvd, kvh, jt, j1);
+			am_load_kv<D>(st + AM_KEYS * D, vc, kvd, kvh, jt, j1);
+		}
+		cu_cp_commit();
+	};
 	if constexpr (KW == 1) {
 		am_load_kv<D>(Ks, kc, kvd, kvh, j0, j1);
 		cu_cp_commit();
 		am_load_kv<D>(Vs, vc, kvd, kvh, j0, j1);
 		cu_cp_commit();
-	} else { /* the ring's first NS - 1 tiles, a commit group each */
+	} else { /* the ring's first NS - 1 tiles */
 #pragma unroll
-		for (int i = 0; i < NS - 1; i++) {
-			if (j0 + i * AM_KEYS < j1) {
-				am_load_kv<D>(Ks + i * 2 * AM_KEYS * D, kc, kvd, kvh, j0 + i * AM_KEYS, j1);
-				am_load_kv<D>(Ks + i * 2 * AM_KEYS * D + AM_KEYS * D, vc, kvd, kvh, j0 + i * AM_KEYS, j1);
-			}
-			cu_cp_commit();
-		}
+		for (int i = 0; i < NS - 1; i++)
+			ring_load(i);
 	}
 	const float qscale = rsqrtf((float)D) * 1.4426950408889634f;
 	for (int i = threadIdx.x; i < ROWS * (D / 8); i += 128) {
@@ -416,12 +422,7 @@ __global__ void __launch_bounds__(128, 2)
 		for (int i = 0, jt = j0; jt < j1; i++, jt += AM_KEYS) {
 			cu_cp_wait<NS - 2>(); /* tile i has landed (the NS - 2 after it may still fly) */
 			__syncthreads();      /* ... for every thread; and every warp is done with tile i - 1 */
-			int jn = jt + (NS - 1) * AM_KEYS, sn = (i + NS - 1) % NS;
-			if (jn < j1) { /* tile i + NS - 1 into the stage tile i - 1 left */
-				am_load_kv<D>(Ks + sn * 2 * AM_KEYS * D, kc, kvd, kvh, jn, j1);
-				am_load_kv<D>(Ks + sn * 2 * AM_KEYS * D + AM_KEYS * D, vc, kvd, kvh, jn, j1);
-			}
-			cu_cp_commit();
+			ring_load(i + NS - 1); /* into the stage tile i - 1 left */
 			const bf16 *Kt = Ks + (i % NS) * 2 * AM_KEYS * D;
 			scores(Kt);
 			softmax(jt);
