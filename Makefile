@@ -111,6 +111,19 @@ $(BUILD)/testdata/.stamp: $(shell find tests/data -type f 2>/dev/null) tools/unp
 
 bench: $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
+# what a chain of dependent GEMVs costs on a GPU, by way of running it (bench/decode_probe.cu)
+# and when each kernel of a recorded step runs (bench/cupti_trace.c, bench/trace-decode.sh)
+ifeq ($(CUDA),1)
+bench: $(BUILD)/bench/decode_probe $(BUILD)/bench/libcupti_trace.so
+$(BUILD)/bench/decode_probe: bench/decode_probe.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -o $@ $<
+$(BUILD)/bench/libcupti_trace.so: bench/cupti_trace.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Wno-unused-parameter -shared -fPIC -I$(CUDA_HOME)/include -o $@ $< \
+		-L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcupti
+endif
+
 test: all $(TEST_BINS) testdata model
 	BUILD=$(BUILD) sh tests/run.sh
 

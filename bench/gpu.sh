@@ -2,7 +2,8 @@
 # One GPU session's work in one call: correctness of every CUDA op and model against the CPU
 # oracle, then timing. Run on the device machine from the repository root, with carry/gpu
 # (made here by tools/gpu-bundle.sh) carried. Full logs go to $OUT; a short table is printed last.
-# Usage: bench/gpu.sh [quick|full|perf|cache|quant]   (cache: only the session cache's checks and benchmark)
+# Usage: bench/gpu.sh [quick|full|perf|cache|quant|ab|probe]   (cache: only the session cache's checks and benchmark)
+#   probe: bench/decode_probe.cu, what a chain of dependent GEMVs costs by way of running it
 #   quant: quantised weights (issue 7): test_ops (every op, every weight type, against the
 #   reference), the op timings with 4-bit weights, and the whole Qwen3-Next-80B-A3B (48 layers)
 #   at Q4_K and MLX 4-bit: prefill 128/4096/17408, decode at 0 and 68000 of context, per-kernel
@@ -20,6 +21,12 @@ mkdir -p "$OUT"
 cat "$OUT/env.log"
 sh tools/unpack-testdata.sh tests/data build/testdata >/dev/null || echo "unpack failed"
 summary=()
+if [ "$MODE" = probe ]; then
+	for args in "2048" "512" "2048 3"; do # (3 weight sets of 8 MB: the weights stay in L2)
+		timeout 120 $B/decode_probe 256 $args | tee -a "$OUT/probe.log"
+	done
+	exit 0
+fi
 # the session cache: restores and files bit for bit on the GPU, then time to first token with a
 # hit and a miss at 1K, 8K and 20K tokens of history (Qwen3-Next shape, 12 of 48 layers)
 if [ "$MODE" = cache ]; then
@@ -36,19 +43,22 @@ if [ "$MODE" = cache ]; then
 	exit 0
 fi
 # ab: a kernel change against the binary before it (carry/gpu/ab/toasted.xz, put there by hand;
-# the bundle's test_cache.xz must go to keep the carry under 64 MiB): test_ops, the op timings,
-# then decode of the 48-layer Q4_K and MLX4 models and the bf16 slice by both binaries in turn
-# (same machine; AB_MODELS="--type q4_k,--layers 12": a comma-separated list; AB_ROUNDS, default
-# 2; AB_ENVS="VAR=1,VAR=2": settings the new binary also runs under), and Nsight Compute on one
-# DeltaNet layer (AB_NCU=0: not)
+# the bundle's test_cache.xz must go to keep the carry under 64 MiB): test_ops, then decode of
+# the 48-layer Q4_K and MLX4 models and the bf16 slice by both binaries in turn (same machine;
+# AB_MODELS="--type q4_k,--layers 12": a comma-separated list; AB_ROUNDS, default 2;
+# AB_ENVS="VAR=1,VAR=2": settings the new binary also runs under), then the new binary's
+# decode timeline (bench/trace-decode.sh). AB_PERF=1: the op timings too; AB_NCU=1: Nsight
+# Compute on one DeltaNet layer.
 if [ "$MODE" = ab ]; then
 	python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' carry/gpu/ab/toasted.xz >$B/toasted-old
 	chmod +x $B/toasted-old
 	timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
 	summary+=("test_ops: rc=$? $(grep -c 'failed' "$OUT/test_ops.log") failures, $(tail -1 "$OUT/test_ops.log")")
 	grep -E "failed" "$OUT/test_ops.log" | head -20
-	timeout 240 $B/test_ops --perf >"$OUT/ops-perf.log" 2>&1
-	grep -hE "^(gemv|moe) " "$OUT/ops-perf.log"
+	if [ "${AB_PERF:-0}" = 1 ]; then
+		timeout 240 $B/test_ops --perf >"$OUT/ops-perf.log" 2>&1
+		grep -hE "^(gemv|moe) " "$OUT/ops-perf.log"
+	fi
 	for r in $(seq ${AB_ROUNDS:-2}); do
 		IFS=, read -ra envs <<<"${AB_ENVS:-}"
 		for v in toasted-old toasted "${envs[@]/#/toasted }"; do
@@ -62,10 +72,9 @@ if [ "$MODE" = ab ]; then
 		done
 	done
 	rm -f "$OUT/ab.tmp"
-	TOASTED_CUDA_PROFILE=1 timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --type q4_k --backend cuda \
-		--prompt 1 --ctx 0 --decode 20 >"$OUT/profile-q4k.txt" 2>&1
-	grep -A30 "cuda profile" "$OUT/profile-q4k.txt"
-	[ "${AB_NCU:-1}" = 1 ] && command -v ncu >/dev/null && timeout 300 bash bench/ncu-decode.sh q4_k
+	timeout 300 bash bench/trace-decode.sh --type q4_k --ctx 0 >"$OUT/trace.log" 2>&1
+	cat "$OUT/trace.log"
+	[ "${AB_NCU:-0}" = 1 ] && command -v ncu >/dev/null && timeout 300 bash bench/ncu-decode.sh q4_k
 	echo
 	echo "==== summary ===="
 	printf '%s\n' "${summary[@]}"

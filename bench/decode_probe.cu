@@ -1,0 +1,465 @@
+/*
+ * decode_probe.cu - what a chain of dependent GEMVs costs on the GPU at hand, the shape of a
+ * decode step: phase p reads the vector that phase p-1 wrote and streams its own weights
+ * (distinct for every phase, so they come from DRAM, as a step's do). Each way of running the
+ * chain is timed as a CUDA graph's replays, median of several:
+ *
+ *   launch   empty kernels (no weights, no vector): what a kernel boundary costs
+ *   after    a kernel a phase; weights loaded after the dependency wait
+ *   regs     a kernel a phase; weights loaded into registers before the wait
+ *   regs2    the same with registers for two blocks an SM (the next kernel fits beside)
+ *   smem     a kernel a phase; weights bulk-copied (TMA) into shared memory before the wait
+ *   smemrows the same by a bulk copy a row
+ *   l2       a kernel a phase; weights after the wait, the next phase's asked into L2 first
+ *   persist  one kernel for all phases, a grid barrier between them, the next phase's weights
+ *            bulk-copied into shared memory while this one computes
+ *   persist0 the same with no weights: what a grid barrier costs
+ *
+ * each kernel-a-phase way plainly (one after the other) and with programmatic dependent
+ * launch (the next kernel's blocks start while this one runs). Every way must leave the same
+ * final vector (checked), and the copy bandwidth is measured in the same run.
+ *
+ * Usage: decode_probe [PHASES [ROWS [SETS]]]   (ROWS weight rows of 2048 bf16 a phase; default
+ * 256 phases of 2048 rows: 8 MB a phase, 2 GB a pass, as a 4-bit Qwen3-Next step reads; SETS:
+ * distinct weight sets, phase p reading set p % SETS, default PHASES: a few sets stay in L2)
+ */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_IN 2048
+#define THREADS 256
+#define WARPS (THREADS / 32)
+#define MAX_ROWS_BLOCK 16 /* rows a block (2 a warp): 64 KB of weights */
+#define CHUNKS (N_IN / 8 / 32) /* 16-byte chunks of a row a lane holds */
+
+typedef __nv_bfloat16 bf16;
+
+#define CHECK(x)                                                                                   \
+	do {                                                                                       \
+		cudaError_t e_ = (x);                                                              \
+		if (e_ != cudaSuccess) {                                                           \
+			fprintf(stderr, "decode_probe: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
+			exit(1);                                                                   \
+		}                                                                                  \
+	} while (0)
+
+struct probe {
+	const bf16 *w;  /* [phases][rows][N_IN] */
+	float *v;       /* [phases + 1][N_IN]: v[p + 1] = tanh(W_p v[p]) (cyclic when rows < N_IN) */
+	int rows, phases, rows_block;
+	int sets; /* phase p reads weight set p % sets (sets < phases: the weights stay in L2) */
+	unsigned *count; /* grid barrier (persistent ways) */
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void *p)
+{
+	return (unsigned)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void pdl_wait()
+{
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+__device__ __forceinline__ void pdl_trigger()
+{
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+/* one thread: bytes (a multiple of 16) from global src to shared dst, counted on bar */
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, unsigned bytes, uint64_t *bar)
+{
+	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+		     : "memory");
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+			     smem_u32(dst)),
+		     "l"(src), "r"(bytes), "r"(smem_u32(bar))
+		     : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+	unsigned ok = 0;
+	while (!ok)
+		asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+			     : "=r"(ok)
+			     : "r"(smem_u32(bar)), "r"(parity)
+			     : "memory");
+}
+
+__device__ __forceinline__ void prefetch_l2(const void *src, unsigned bytes)
+{
+	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+/* 8 bf16 · 8 floats of x (shared memory) */
+__device__ __forceinline__ float dot8(uint4 u, const float *x)
+{
+	const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+	float4 a = ((const float4 *)x)[0], b = ((const float4 *)x)[1];
+	float2 p = __bfloat1622float2(h[0]), q = __bfloat1622float2(h[1]), r = __bfloat1622float2(h[2]),
+	       s = __bfloat1622float2(h[3]);
+	return p.x * a.x + p.y * a.y + q.x * a.z + q.y * a.w + r.x * b.x + r.y * b.y + s.x * b.z + s.y * b.w;
+}
+
+__device__ __forceinline__ void stage_v(const probe &P, int p, float *xs)
+{
+	const float4 *src = (const float4 *)(P.v + (size_t)p * N_IN);
+	for (int i = threadIdx.x; i < N_IN / 4; i += THREADS)
+		((float4 *)xs)[i] = __ldcg(src + i);
+	__syncthreads();
+}
+
+__device__ __forceinline__ void store_row(const probe &P, int p, int r, float acc)
+{
+	acc = warp_sum(acc);
+	if ((threadIdx.x & 31) == 0)
+		for (int i = r; i < N_IN; i += P.rows) /* rows < N_IN: the vector repeats */
+			P.v[(size_t)(p + 1) * N_IN + i] = tanhf(acc);
+}
+
+/* row r (local to the block) of phase p: from registers k, or from global/shared memory row */
+__device__ __forceinline__ float row_dot_regs(const uint4 *k, const float *xs)
+{
+	int lane = threadIdx.x & 31;
+	float acc = 0;
+#pragma unroll
+	for (int c = 0; c < CHUNKS; c++)
+		acc += dot8(k[c], xs + 8 * (lane + 32 * c));
+	return acc;
+}
+
+__device__ __forceinline__ void row_load(uint4 *k, const bf16 *row)
+{
+	int lane = threadIdx.x & 31;
+#pragma unroll
+	for (int c = 0; c < CHUNKS; c++)
+		k[c] = __ldcs((const uint4 *)row + lane + 32 * c);
+}
+
+__device__ __forceinline__ const bf16 *block_rows(const probe &P, int p, int *n)
+{
+	int r0 = blockIdx.x * P.rows_block;
+	*n = max(0, min(P.rows_block, P.rows - r0));
+	return P.w + ((size_t)(p % P.sets) * P.rows + r0) * N_IN;
+}
+
+enum { W_AFTER, W_REGS, W_SMEM, W_SMEM_ROWS, W_L2 };
+
+/* one phase as one kernel; MIN_BLOCKS: blocks an SM the registers must allow (2: the next
+ * phase's kernel fits beside this one) */
+template <int MODE, int MIN_BLOCKS>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) k_phase(probe P, int p)
+{
+	extern __shared__ __align__(16) unsigned char sm[];
+	float *xs = (float *)sm;
+	uint4 *ws = (uint4 *)(sm + N_IN * 4);
+	__shared__ uint64_t bar;
+	int n, warp = threadIdx.x >> 5;
+	const bf16 *w = block_rows(P, p, &n);
+	uint4 k[2][CHUNKS];
+	pdl_trigger();
+	if (MODE == W_REGS)
+#pragma unroll
+		for (int j = 0; j < 2; j++)
+			if (2 * warp + j < n)
+				row_load(k[j], w + (size_t)(2 * warp + j) * N_IN);
+	if (MODE == W_SMEM && threadIdx.x == 0 && n) {
+		mbar_init(&bar);
+		bulk_load(ws, w, n * N_IN * 2, &bar);
+	}
+	if (MODE == W_SMEM_ROWS) { /* a bulk copy a row, issued by one lane of each warp */
+		if (threadIdx.x == 0)
+			mbar_init(&bar);
+		__syncthreads();
+		if (threadIdx.x == 0)
+			asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&bar)),
+				     "r"(n * N_IN * 2)
+				     : "memory");
+		__syncthreads();
+		if ((threadIdx.x & 31) == 0)
+			for (int r = 2 * warp; r < 2 * warp + 2 && r < n; r++)
+				asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+						     smem_u32(ws + r * (N_IN / 8))),
+					     "l"(w + (size_t)r * N_IN), "r"(N_IN * 2), "r"(smem_u32(&bar))
+					     : "memory");
+	}
+	if (MODE == W_L2 && threadIdx.x == 0 && p + 1 < P.phases) {
+		int n1;
+		const bf16 *w1 = block_rows(P, p + 1, &n1);
+		if (n1)
+			prefetch_l2(w1, n1 * N_IN * 2);
+	}
+	pdl_wait();
+	stage_v(P, p, xs);
+	if ((MODE == W_SMEM || MODE == W_SMEM_ROWS) && n)
+		mbar_wait(&bar, 0);
+#pragma unroll
+	for (int j = 0; j < 2; j++) {
+		int r = 2 * warp + j;
+		if (r >= n)
+			continue;
+		if (MODE == W_AFTER || MODE == W_L2)
+			row_load(k[j], w + (size_t)r * N_IN);
+		if (MODE == W_SMEM || MODE == W_SMEM_ROWS)
+#pragma unroll
+			for (int c = 0; c < CHUNKS; c++)
+				k[j][c] = ws[r * (N_IN / 8) + (threadIdx.x & 31) + 32 * c];
+		store_row(P, p, blockIdx.x * P.rows_block + r, row_dot_regs(k[j], xs));
+	}
+}
+
+__global__ void k_empty(probe P, int p)
+{
+	pdl_trigger();
+	pdl_wait();
+}
+
+/* every phase in one kernel, one block an SM; WEIGHTS: the next phase's slice bulk-copied into
+ * the other of two shared buffers while this phase computes */
+template <bool WEIGHTS>
+__global__ void __launch_bounds__(THREADS, 1) k_persist(probe P)
+{
+	extern __shared__ __align__(16) unsigned char sm[];
+	float *xs = (float *)sm;
+#define WS(b) ((uint4 *)(sm + N_IN * 4 + (size_t)(b) * MAX_ROWS_BLOCK * N_IN * 2))
+	__shared__ uint64_t bar[2];
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n;
+	block_rows(P, 0, &n);
+	if (WEIGHTS && threadIdx.x == 0 && n) {
+		mbar_init(&bar[0]);
+		mbar_init(&bar[1]);
+		bulk_load(WS(0), block_rows(P, 0, &n), n * N_IN * 2, &bar[0]);
+	}
+	for (int p = 0; p < P.phases; p++) {
+		/* buffer (p + 1) & 1 was last read in phase p - 1, before that phase's final barrier */
+		if (WEIGHTS && threadIdx.x == 0 && n && p + 1 < P.phases)
+			bulk_load(WS((p + 1) & 1), block_rows(P, p + 1, &n), n * N_IN * 2, &bar[(p + 1) & 1]);
+		if (p > 0) { /* every block has written phase p - 1 */
+			if (threadIdx.x == 0) {
+				unsigned want = (unsigned)p * gridDim.x, got;
+				do
+					asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(got) : "l"(P.count) : "memory");
+				while (got < want);
+			}
+			__syncthreads();
+		}
+		stage_v(P, p, xs);
+		if (WEIGHTS && n)
+			mbar_wait(&bar[p & 1], (p >> 1) & 1);
+#pragma unroll
+		for (int j = 0; WEIGHTS && j < 2; j++) {
+			int r = 2 * warp + j;
+			if (r >= n)
+				continue;
+			float acc = 0;
+#pragma unroll
+			for (int c = 0; c < CHUNKS; c++)
+				acc += dot8(WS(p & 1)[r * (N_IN / 8) + lane + 32 * c], xs + 8 * (lane + 32 * c));
+			store_row(P, p, blockIdx.x * P.rows_block + r, acc);
+		}
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			__threadfence();
+			asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(P.count) : "memory");
+		}
+	}
+}
+
+__global__ void k_fill(bf16 *w, size_t n, float scale)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull;
+		h ^= h >> 29;
+		h *= 0xBF58476D1CE4E5B9ull;
+		h ^= h >> 32;
+		w[i] = __float2bfloat16(((float)(h & 0xffffff) / 8388608.0f - 1.0f) * scale);
+	}
+}
+
+static int n_sm;
+
+static float time_graph(cudaGraphExec_t g, cudaStream_t s, int reps)
+{
+	cudaEvent_t a, b;
+	CHECK(cudaEventCreate(&a));
+	CHECK(cudaEventCreate(&b));
+	CHECK(cudaGraphLaunch(g, s)); /* warm-up */
+	CHECK(cudaStreamSynchronize(s));
+	float t[32], best;
+	for (int i = 0; i < reps; i++) {
+		CHECK(cudaEventRecord(a, s));
+		CHECK(cudaGraphLaunch(g, s));
+		CHECK(cudaEventRecord(b, s));
+		CHECK(cudaEventSynchronize(b));
+		CHECK(cudaEventElapsedTime(&t[i], a, b));
+	}
+	for (int i = 1; i < reps; i++) /* sort for the median */
+		for (int j = i; j > 0 && t[j] < t[j - 1]; j--)
+			best = t[j], t[j] = t[j - 1], t[j - 1] = best;
+	cudaEventDestroy(a);
+	cudaEventDestroy(b);
+	return t[reps / 2];
+}
+
+template <typename K>
+static void launch(cudaStream_t s, K kernel, int grid, size_t smem, bool pdl, probe P, int p)
+{
+	cudaLaunchAttribute attr;
+	attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	attr.val.programmaticStreamSerializationAllowed = 1;
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = grid;
+	cfg.blockDim = THREADS;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = s;
+	cfg.attrs = &attr;
+	cfg.numAttrs = pdl ? 1 : 0;
+	CHECK(cudaLaunchKernelEx(&cfg, kernel, P, p));
+}
+
+int main(int argc, char **argv)
+{
+	int phases = argc > 1 ? atoi(argv[1]) : 256, rows = argc > 2 ? atoi(argv[2]) : 2048;
+	int sets = argc > 3 ? atoi(argv[3]) : phases;
+	cudaDeviceProp prop;
+	CHECK(cudaGetDeviceProperties(&prop, 0));
+	n_sm = prop.multiProcessorCount;
+	if (phases < 2 || phases > 4096 || rows < 1 || rows > n_sm * MAX_ROWS_BLOCK || sets < 1 || sets > phases) {
+		fprintf(stderr, "decode_probe: PHASES 2..4096, ROWS 1..%d, SETS 1..PHASES\n", n_sm * MAX_ROWS_BLOCK);
+		return 2;
+	}
+	cudaStream_t s;
+	CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	probe P = {};
+	P.rows = rows;
+	P.phases = phases;
+	P.sets = sets;
+	P.rows_block = (rows + n_sm - 1) / n_sm;
+	P.rows_block = (P.rows_block + 1) & ~1; /* whole warps' pairs */
+	int grid = (rows + P.rows_block - 1) / P.rows_block;
+	size_t wn = (size_t)sets * rows * N_IN;
+	bf16 *w;
+	CHECK(cudaMalloc(&w, wn * 2));
+	CHECK(cudaMalloc(&P.v, (size_t)(phases + 1) * N_IN * 4));
+	CHECK(cudaMalloc(&P.count, 4));
+	k_fill<<<4 * n_sm, 256, 0, s>>>(w, wn, 1.7f / sqrtf((float)N_IN));
+	P.w = w;
+	float *v0 = (float *)malloc(N_IN * 4), *ref = (float *)malloc(N_IN * 4), *got = (float *)malloc(N_IN * 4);
+	for (int i = 0; i < N_IN; i++)
+		v0[i] = sinf(0.37f * i);
+
+	/* copy bandwidth: read + written bytes of a 1 GB device copy */
+	size_t cb = 1ull << 30;
+	void *ca, *cb2;
+	CHECK(cudaMalloc(&ca, cb));
+	CHECK(cudaMalloc(&cb2, cb));
+	cudaGraph_t gr;
+	cudaGraphExec_t ge;
+	CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+	CHECK(cudaMemcpyAsync(cb2, ca, cb, cudaMemcpyDeviceToDevice, s));
+	CHECK(cudaStreamEndCapture(s, &gr));
+	CHECK(cudaGraphInstantiate(&ge, gr, 0));
+	float ms = time_graph(ge, s, 9);
+	double bw = 2.0 * cb / (ms * 1e-3);
+	cudaGraphExecDestroy(ge);
+	cudaGraphDestroy(gr);
+	cudaFree(ca);
+	cudaFree(cb2);
+
+	size_t smem_phase = N_IN * 4 + (size_t)P.rows_block * N_IN * 2;
+	size_t smem_persist = N_IN * 4 + 2 * (size_t)MAX_ROWS_BLOCK * N_IN * 2;
+	CHECK(cudaFuncSetAttribute(k_phase<W_SMEM, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_phase));
+	CHECK(cudaFuncSetAttribute(k_phase<W_SMEM_ROWS, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_phase));
+	CHECK(cudaFuncSetAttribute(k_persist<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_persist));
+	CHECK(cudaFuncSetAttribute(k_persist<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_persist));
+
+	printf("%s, %d SMs; copy bandwidth %.2f TB/s; %d phases of %d x %d bf16 (%.2f MB a phase, %d blocks of %d rows), "
+	       "%d weight sets (%.0f MB)\n",
+	       prop.name, n_sm, bw / 1e12, phases, rows, N_IN, rows * N_IN * 2 / 1e6, grid, P.rows_block, sets, wn * 2 / 1e6);
+	printf("%-10s %-5s %10s %12s %10s %s\n", "way", "pdl", "us/phase", "GB/s", "x floor", "check");
+	double floor_us = rows * N_IN * 2.0 / bw * 1e6;
+	struct {
+		const char *name;
+		int kind; /* 0 empty, 1 phase kernels, 2 persistent */
+		void (*k)(probe, int);
+		void (*kp)(probe);
+		size_t smem;
+	} ways[] = {
+		{"launch", 0, k_empty, NULL, 0},
+		{"after", 1, k_phase<W_AFTER, 1>, NULL, N_IN * 4},
+		{"regs", 1, k_phase<W_REGS, 1>, NULL, N_IN * 4},
+		{"regs2", 1, k_phase<W_REGS, 2>, NULL, N_IN * 4},
+		{"smem", 1, k_phase<W_SMEM, 1>, NULL, smem_phase},
+		{"smemrows", 1, k_phase<W_SMEM_ROWS, 1>, NULL, smem_phase},
+		{"l2", 1, k_phase<W_L2, 1>, NULL, N_IN * 4},
+		{"persist", 2, NULL, k_persist<true>, smem_persist},
+		{"persist0", 2, NULL, k_persist<false>, smem_persist},
+	};
+	int bad = 0;
+	bool have_ref = false;
+	for (size_t wi = 0; wi < sizeof(ways) / sizeof(ways[0]); wi++) {
+		for (int pdl = 0; pdl < (ways[wi].kind == 2 ? 1 : 2); pdl++) {
+			CHECK(cudaMemcpyAsync(P.v, v0, N_IN * 4, cudaMemcpyHostToDevice, s));
+			CHECK(cudaMemsetAsync(P.v + N_IN, 0, (size_t)phases * N_IN * 4, s));
+			CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+			if (ways[wi].kind == 2) {
+				CHECK(cudaMemsetAsync(P.count, 0, 4, s));
+				ways[wi].kp<<<grid, THREADS, ways[wi].smem, s>>>(P);
+				CHECK(cudaGetLastError());
+			} else {
+				for (int p = 0; p < phases; p++)
+					launch(s, ways[wi].k, ways[wi].kind ? grid : n_sm, ways[wi].smem, pdl, P, p);
+			}
+			CHECK(cudaStreamEndCapture(s, &gr));
+			CHECK(cudaGraphInstantiate(&ge, gr, 0));
+			float t = time_graph(ge, s, 15);
+			CHECK(cudaMemcpy(got, P.v + (size_t)phases * N_IN, N_IN * 4, cudaMemcpyDeviceToHost));
+			const char *check = "-";
+			if (ways[wi].kind == 1 || ways[wi].kp == k_persist<true>) {
+				if (!have_ref) {
+					memcpy(ref, got, N_IN * 4);
+					have_ref = true;
+				}
+				double e = 0;
+				for (int i = 0; i < N_IN; i++)
+					e = fmax(e, fabs((double)got[i] - ref[i]));
+				check = e <= 1e-5 ? "same" : "DIFFERS";
+				bad += e > 1e-5;
+			}
+			double us = t * 1e3 / phases;
+			printf("%-10s %-5s %10.2f %12.0f %10.2f %s\n", ways[wi].name, ways[wi].kind == 2 ? "-" : pdl ? "yes" : "no",
+			       us, ways[wi].kind == 0 || ways[wi].kp == k_persist<false> ? 0.0 : rows * N_IN * 2.0 / us / 1e3,
+			       ways[wi].kind == 0 || ways[wi].kp == k_persist<false> ? 0.0 : us / floor_us, check);
+			cudaGraphExecDestroy(ge);
+			cudaGraphDestroy(gr);
+		}
+	}
+	printf("floor a phase (bytes / copy bandwidth): %.2f us\n", floor_us);
+	cudaFree(w);
+	cudaFree(P.v);
+	cudaFree(P.count);
+	free(v0);
+	free(ref);
+	free(got);
+	return bad ? 1 : 0;
+}
