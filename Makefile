@@ -34,9 +34,11 @@ ifeq ($(CUDA),1)
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CU_SRCS    := $(wildcard src/backend/cuda/*.cu)
 CU_OBJS    := $(CU_SRCS:%.cu=$(BUILD)/%.o)
-NVCCFLAGS  ?= -O3 -g -lineinfo -std=c++17 -Iinclude -Isrc \
-	      -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=sm_90 \
-	      -gencode=arch=compute_90,code=compute_90 -Xcompiler -fPIC -MMD -MP
+# Hopper machine code (sm_90a: wgmma and the rest; sm_90) and PTX for later GPUs;
+# tools/gpu-bundle.sh builds the benchmark binaries with sm_90a alone (half the bytes)
+CUDA_ARCH  ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=sm_90 \
+	      -gencode=arch=compute_90,code=compute_90
+NVCCFLAGS  ?= -O3 -g -lineinfo -std=c++17 -Iinclude -Isrc $(CUDA_ARCH) -Xcompiler -fPIC -MMD -MP
 CPPFLAGS   += -DTOAST_HAVE_CUDA -I$(CUDA_HOME)/include
 LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
 LIB_OBJS   += $(CU_OBJS)

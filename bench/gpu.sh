@@ -42,16 +42,21 @@ if [ "$MODE" = cache ]; then
 	printf '%s\n' "${summary[@]}"
 	exit 0
 fi
-# ab: a kernel change against the binary before it (carry/gpu/ab/toasted.xz, put there by hand;
-# the bundle's test_cache.xz must go to keep the carry under 64 MiB): test_ops, then decode of
-# the 48-layer Q4_K and MLX4 models and the bf16 slice by both binaries in turn (same machine;
-# AB_MODELS="--type q4_k,--layers 12": a comma-separated list; AB_ROUNDS, default 2;
-# AB_ENVS="VAR=1,VAR=2": settings the new binary also runs under), then the new binary's
-# decode timeline (bench/trace-decode.sh). AB_PERF=1: the op timings too; AB_NCU=1: Nsight
-# Compute on one DeltaNet layer.
+# ab: a kernel change against the binaries before it (carry/gpu/ab/NAME.xz, put there by hand,
+# e.g. toasted-old.xz; the bundle's test_cache.xz must go to keep the carry under 64 MiB):
+# test_ops, then decode of the 48-layer Q4_K and MLX4 models and the bf16 slice by every binary
+# in turn (same machine; AB_MODELS="--type q4_k,--layers 12": a comma-separated list;
+# AB_ROUNDS, default 2; AB_ENVS="VAR=1,VAR=2": settings the new binary also runs under), then
+# the decode timeline of each (bench/trace-decode.sh). AB_PERF=1: the op timings too;
+# AB_NCU=1: Nsight Compute on one DeltaNet layer.
 if [ "$MODE" = ab ]; then
-	python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' carry/gpu/ab/toasted.xz >$B/toasted-old
-	chmod +x $B/toasted-old
+	olds=()
+	for f in carry/gpu/ab/*.xz; do
+		n=$(basename "$f" .xz)
+		python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f" >$B/$n
+		chmod +x $B/$n
+		olds+=("$n")
+	done
 	timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
 	summary+=("test_ops: rc=$? $(grep -c 'failed' "$OUT/test_ops.log") failures, $(tail -1 "$OUT/test_ops.log")")
 	grep -E "failed" "$OUT/test_ops.log" | head -20
@@ -61,7 +66,7 @@ if [ "$MODE" = ab ]; then
 	fi
 	for r in $(seq ${AB_ROUNDS:-2}); do
 		IFS=, read -ra envs <<<"${AB_ENVS:-}"
-		for v in toasted-old toasted "${envs[@]/#/toasted }"; do
+		for v in "${olds[@]}" toasted "${envs[@]/#/toasted }"; do
 			IFS=, read -ra models <<<"${AB_MODELS:---type q4_k,--type mlx4,--layers 12}"
 			read -r bin ev <<<"$v"
 			for t in "${models[@]}"; do
@@ -72,8 +77,13 @@ if [ "$MODE" = ab ]; then
 		done
 	done
 	rm -f "$OUT/ab.tmp"
-	timeout 300 bash bench/trace-decode.sh --type q4_k --ctx 0 >"$OUT/trace.log" 2>&1
-	cat "$OUT/trace.log"
+	for v in "${olds[@]}" toasted; do
+		BIN=$B/$v timeout 300 bash bench/trace-decode.sh --type q4_k --ctx ${AB_TRACE_CTX:-0} >"$OUT/trace-$v.log" 2>&1
+		mv "$OUT/trace-positions.txt" "$OUT/trace-positions-$v.txt"
+		rm -f "$OUT/trace.csv.xz"
+		echo "== trace of $v"
+		grep -A12 "^graph" "$OUT/trace-$v.log"
+	done
 	[ "${AB_NCU:-0}" = 1 ] && command -v ncu >/dev/null && timeout 300 bash bench/ncu-decode.sh q4_k
 	echo
 	echo "==== summary ===="
