@@ -91,10 +91,25 @@ __device__ void moe_topk_block(const moe_dims &d, const float *logits, float *s,
 	__syncthreads();
 }
 
-/* the same by one warp with the logits in registers (ne <= 32 * MOE_WARP_TOPK): each lane
- * keeps the best of its own values, so a round is one warp argmax and one lane's rescan */
+/* an order-preserving key of a logit (unsigned compare = float compare, -0 = +0, NaN lowest) */
+__device__ __forceinline__ unsigned moe_key(float f)
+{
+	unsigned u = __float_as_uint(f + 0.0f);
+	return f != f ? 0u : (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+
+__device__ __forceinline__ float moe_unkey(unsigned k)
+{
+	return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k);
+}
+
+/* the same by one warp with the logits in registers (ne <= 32 * MOE_WARP_TOPK, k <= 64): each
+ * lane keeps the best of its own values, so a round is two warp reductions (redux.sync: the
+ * largest key, then the lowest index holding it) and the winner lane's rescan; lane j % 32
+ * keeps pick j, and the weights are computed once the rounds are done (a round of shuffles and
+ * a division per pick took 5 us of every MoE layer's critical path) */
 #define MOE_WARP_TOPK 16
-__device__ void moe_topk_warp(const moe_dims &d, const float *logits, int32_t *sel, float *wt)
+__device__ __forceinline__ void moe_topk_warp(const moe_dims &d, const float *logits, int32_t *sel, float *wt)
 {
 	int lane = threadIdx.x & 31;
 	float v[MOE_WARP_TOPK];
@@ -120,19 +135,18 @@ __device__ void moe_topk_warp(const moe_dims &d, const float *logits, int32_t *s
 			lb = v[i];
 			li = lane + 32 * i;
 		}
-	float tot = 0;
+	float pv0 = 0, pv1 = 0;
+	int pi0 = 0, pi1 = 0;
 	for (int j = 0; j < d.k; j++) {
-		float bv = lb;
-		int bi = li;
-		for (int o = 16; o > 0; o >>= 1) {
-			float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-			int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-			if (ov > bv || (ov == bv && oi < bi)) {
-				bv = ov;
-				bi = oi;
-			}
+		unsigned key = moe_key(lb), best = __reduce_max_sync(0xffffffffu, key);
+		int bi = (int)__reduce_min_sync(0xffffffffu, key == best ? (unsigned)li : 0xffffffffu);
+		if (lane == (j & 31)) {
+			if (j < 32)
+				pv0 = moe_unkey(best), pi0 = bi;
+			else
+				pv1 = moe_unkey(best), pi1 = bi;
 		}
-		if ((bi & 31) == lane) { /* the winner's lane drops it and finds its next best */
+		if (li == bi) { /* the winner's lane drops it and finds its next best */
 #pragma unroll
 			for (int i = 0; i < MOE_WARP_TOPK; i++)
 				if (bi == lane + 32 * i)
@@ -146,15 +160,17 @@ __device__ void moe_topk_warp(const moe_dims &d, const float *logits, int32_t *s
 					li = lane + 32 * i;
 				}
 		}
-		float p = __expf(bv - mx) / sum;
-		tot += p;
-		if (lane == 0) {
-			sel[j] = bi;
-			wt[j] = p;
-		}
 	}
-	if (d.norm_topk && lane < d.k)
-		wt[lane] /= tot;
+	float p0 = lane < d.k ? __expf(pv0 - mx) / sum : 0.0f, p1 = lane + 32 < d.k ? __expf(pv1 - mx) / sum : 0.0f;
+	float tot = cu_warp_sum(p0 + p1);
+	if (lane < d.k) {
+		sel[lane] = pi0;
+		wt[lane] = d.norm_topk ? p0 / tot : p0;
+	}
+	if (lane + 32 < d.k) {
+		sel[lane + 32] = pi1;
+		wt[lane + 32] = d.norm_topk ? p1 / tot : p1;
+	}
 }
 
 /* h · sh_gate_inp for one token, by the whole block */
