@@ -8,6 +8,7 @@
  *   after    a kernel a phase; weights loaded after the dependency wait
  *   regs     a kernel a phase; weights loaded into registers before the wait
  *   regs2    the same with registers for two blocks an SM (the next kernel fits beside)
+ *   regstma  regs, the vector staged by a bulk copy (TMA) instead of the threads' loads
  *   smem     a kernel a phase; weights bulk-copied (TMA) into shared memory before the wait
  *   smemrows the same by a bulk copy a row
  *   l2       a kernel a phase; weights after the wait, the next phase's asked into L2 first
@@ -163,7 +164,7 @@ __device__ __forceinline__ const bf16 *block_rows(const probe &P, int p, int *n)
 	return P.w + ((size_t)(p % P.sets) * P.rows + r0) * N_IN;
 }
 
-enum { W_AFTER, W_REGS, W_SMEM, W_SMEM_ROWS, W_L2 };
+enum { W_AFTER, W_REGS, W_SMEM, W_SMEM_ROWS, W_L2, W_REGS_TMA };
 
 /* one phase as one kernel; MIN_BLOCKS: blocks an SM the registers must allow (2: the next
  * phase's kernel fits beside this one) */
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) k_phase(probe P, int p)
 	const bf16 *w = block_rows(P, p, &n);
 	uint4 k[2][CHUNKS];
 	pdl_trigger();
-	if (MODE == W_REGS)
+	if (MODE == W_REGS || MODE == W_REGS_TMA)
 #pragma unroll
 		for (int j = 0; j < 2; j++)
 			if (2 * warp + j < n)
@@ -209,8 +210,19 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) k_phase(probe P, int p)
 		if (n1)
 			prefetch_l2(w1, n1 * N_IN * 2);
 	}
+	if (MODE == W_REGS_TMA) {
+		if (threadIdx.x == 0)
+			mbar_init(&bar);
+		__syncthreads();
+	}
 	pdl_wait();
-	stage_v(P, p, xs);
+	if (MODE == W_REGS_TMA) { /* the vector by the copy engine: not queued behind the weights' loads */
+		if (threadIdx.x == 0)
+			bulk_load(xs, P.v + (size_t)p * N_IN, N_IN * 4, &bar);
+		mbar_wait(&bar, 0);
+	} else {
+		stage_v(P, p, xs);
+	}
 	if ((MODE == W_SMEM || MODE == W_SMEM_ROWS) && n)
 		mbar_wait(&bar, 0);
 #pragma unroll
@@ -409,6 +421,7 @@ int main(int argc, char **argv)
 		{"after", 1, k_phase<W_AFTER, 1>, NULL, N_IN * 4},
 		{"regs", 1, k_phase<W_REGS, 1>, NULL, N_IN * 4},
 		{"regs2", 1, k_phase<W_REGS, 2>, NULL, N_IN * 4},
+		{"regstma", 1, k_phase<W_REGS_TMA, 1>, NULL, N_IN * 4},
 		{"smem", 1, k_phase<W_SMEM, 1>, NULL, smem_phase},
 		{"smemrows", 1, k_phase<W_SMEM_ROWS, 1>, NULL, smem_phase},
 		{"l2", 1, k_phase<W_L2, 1>, NULL, N_IN * 4},
