@@ -495,59 +495,67 @@ __global__ void __launch_bounds__(128, 2)
 	}
 }
 
-/* one (token, head, 32 dims of the head) a block, a warp per group of splits (group g takes
- * splits g, g + AC_GROUPS, ..): the o values a thread needs and the splits' m and l are loaded
- * together, AC_BATCH splits a thread in flight (a 66-split decode: one round of loads; with a
- * block per head, 16 blocks read a decode's partials a few splits at a time and the combine took
- * 9.6 us of the step's critical path at 68K of context, 3.5 us at 4K). Each warp takes the
- * max of m and the denominator itself (no barrier); a split without keys has m = -inf and an o
- * never written: selected away, not multiplied by 0. Shared memory: m [n_split], l [n_split],
- * the groups' sums [AC_GROUPS][32]. */
+/* one (token, head, hw dims of the head) a block, blockDim.x / hw groups of splits (group g
+ * takes splits g, g + ng, ..): the o values a thread needs and the splits' m and l are loaded
+ * together, AC_BATCH splits a thread in flight. Decode takes hw = 32 and up to AC_GROUPS groups
+ * (a 66-split step: one round of loads spread over 128 blocks; a block per head that read the
+ * splits a few at a time took 9.6 us of the step's critical path at 68K of context); prefill,
+ * with few splits and many rows, whole heads and few groups. Each warp takes the max of m and
+ * the denominator itself (no barrier; with a few splits each thread does); a split without keys
+ * has m = -inf and an o never written: selected away, not multiplied by 0. Shared memory: m
+ * [n_split], l [n_split], the groups' sums [ng][hw]. */
 #define AC_GROUPS 16
 #define AC_BATCH 8
-__global__ void __launch_bounds__(AC_GROUPS * 32)
-	k_attn_combine(const float *part, const float *q, bf16 *out, int n_head, int n_kv, int hd, int n_split, int gated)
+__global__ void __launch_bounds__(512)
+	k_attn_combine(const float *part, const float *q, bf16 *out, int n_head, int n_kv, int hd, int n_split, int gated,
+		       int hw)
 {
 	extern __shared__ float ac[];
 	cu_pdl_wait();
 	cu_pdl_trigger();
-	int t = blockIdx.x, h = blockIdx.y, grp = threadIdx.x >> 5, lane = threadIdx.x & 31, d = blockIdx.z * 32 + lane;
+	int ng = blockDim.x / hw, t = blockIdx.x, h = blockIdx.y, grp = threadIdx.x / hw, dd = threadIdx.x % hw;
+	int d = blockIdx.z * hw + dd, lane = threadIdx.x & 31, per = ng * AC_BATCH;
+	bool few = n_split <= 8 && n_split <= per; /* (prefill) every thread reads the few m and l itself */
+	int dl = few ? 0 : lane, ds = few ? 1 : 32; /* the splits a thread sums into den: dl, dl + ds, .. */
 	int n_rep = n_head / n_kv, kvh = h / n_rep, r = h % n_rep;
 	const float *p = part + ((((size_t)t * n_kv + kvh) * n_split) * n_rep + r) * (hd + 2);
 	size_t stride = (size_t)n_rep * (hd + 2);
 	float *ms = ac, *ls = ms + n_split, *sum = ls + n_split;
 	float num = 0, mt = -INFINITY, den = 0;
-	for (int s0 = 0; s0 < n_split; s0 += AC_GROUPS * AC_BATCH) {
+	for (int s0 = 0; s0 < n_split; s0 += per) {
 		float o[AC_BATCH];
 #pragma unroll
 		for (int i = 0; i < AC_BATCH; i++) {
-			int s = s0 + grp + AC_GROUPS * i;
+			int s = s0 + grp + ng * i;
 			o[i] = s < n_split && d < hd ? p[s * stride + d] : 0.0f;
 		}
-		for (int s = s0 + threadIdx.x; s < min(n_split, s0 + AC_GROUPS * AC_BATCH); s += blockDim.x)
+		for (int s = s0 + threadIdx.x; s < min(n_split, s0 + per); s += blockDim.x)
 			ms[s] = p[s * stride + hd], ls[s] = p[s * stride + hd + 1];
 		__syncthreads();
-		if (s0 == 0) { /* the max over every split first: this batch's weights need it */
+		if (s0 == 0 && few) { /* the max over every split first: this batch's weights need it */
+			for (int s = 0; s < n_split; s++)
+				mt = fmaxf(mt, ms[s]);
+		} else if (s0 == 0) {
 			for (int s = lane; s < n_split; s += 32)
-				mt = fmaxf(mt, s < AC_GROUPS * AC_BATCH ? ms[s] : p[s * stride + hd]);
+				mt = fmaxf(mt, s < per ? ms[s] : p[s * stride + hd]);
 			mt = cu_warp_max(mt);
 		}
 #pragma unroll
 		for (int i = 0; i < AC_BATCH; i++) {
-			int s = s0 + grp + AC_GROUPS * i;
+			int s = s0 + grp + ng * i;
 			if (s < n_split && ms[s] != -INFINITY)
 				num += __expf(ms[s] - mt) * o[i];
 		}
-		for (int s = s0 + lane; s < min(n_split, s0 + AC_GROUPS * AC_BATCH); s += 32)
+		for (int s = s0 + dl; s < min(n_split, s0 + per); s += ds)
 			den += ms[s] == -INFINITY ? 0.0f : __expf(ms[s] - mt) * ls[s];
 	}
-	den = cu_warp_sum(den);
-	sum[grp * 32 + lane] = num;
+	den = few ? den : cu_warp_sum(den);
+	sum[grp * hw + dd] = num;
 	__syncthreads();
 	if (grp > 0 || d >= hd)
 		return;
-	for (int g = 1; g < AC_GROUPS; g++)
-		num += sum[g * 32 + lane];
+	for (int g = 1; g < ng; g++)
+		num += sum[g * hw + dd];
 	float v = num / den;
 	if (gated)
 		v *= cu_sigmoid(q[((size_t)t * n_head + h) * 2 * hd + hd + d]);
@@ -693,8 +701,12 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 		attn_mma_kw<256>(cb, a, qf, part, n_split);
 	if (cb->failed)
 		return;
-	dim3 cg(T, a->n_head, (hd + 31) / 32);
-	cu_launch_ex(cb, T == 1, k_attn_combine, cg, AC_GROUPS * 32, (2 * n_split + AC_GROUPS * 32) * sizeof(float), part,
-		     a->q, (bf16 *)a->out, a->n_head, a->n_head_kv, hd, n_split, a->gated);
+	/* decode: 32 dims a block, a warp a group of splits; prefill: whole heads (thousands of rows
+	 * already fill the GPU), as many groups as 512 threads hold */
+	int hw = T == 1 ? 32 : threads, ng = T == 1 ? AC_GROUPS : 512 / hw;
+	ng = ng < n_split ? ng : n_split;
+	dim3 cg(T, a->n_head, T == 1 ? (hd + 31) / 32 : 1);
+	cu_launch_ex(cb, T == 1, k_attn_combine, cg, ng * hw, (2 * n_split + ng * hw) * sizeof(float), part, a->q,
+		     (bf16 *)a->out, a->n_head, a->n_head_kv, hd, n_split, a->gated, hw);
 	cu_launched(cb, "attention combine");
 }
