@@ -380,23 +380,31 @@ int main(int argc, char **argv)
 	for (int i = 0; i < N_IN; i++)
 		v0[i] = sinf(0.37f * i);
 
-	/* copy bandwidth: read + written bytes of a 1 GB device copy */
+	/* copy bandwidth: read + written bytes of a 1 GB device copy on the stream, best of 5 (as
+	 * toasted bench measures it; a memcpy node in a graph goes to a copy engine, ~20% slower) */
 	size_t cb = 1ull << 30;
 	void *ca, *cb2;
 	CHECK(cudaMalloc(&ca, cb));
 	CHECK(cudaMalloc(&cb2, cb));
-	cudaGraph_t gr;
-	cudaGraphExec_t ge;
-	CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-	CHECK(cudaMemcpyAsync(cb2, ca, cb, cudaMemcpyDeviceToDevice, s));
-	CHECK(cudaStreamEndCapture(s, &gr));
-	CHECK(cudaGraphInstantiate(&ge, gr, 0));
-	float ms = time_graph(ge, s, 9);
-	double bw = 2.0 * cb / (ms * 1e-3);
-	cudaGraphExecDestroy(ge);
-	cudaGraphDestroy(gr);
+	cudaEvent_t e0, e1;
+	CHECK(cudaEventCreate(&e0));
+	CHECK(cudaEventCreate(&e1));
+	double bw = 0;
+	for (int i = 0; i < 6; i++) {
+		float ms = 0;
+		CHECK(cudaEventRecord(e0, s));
+		CHECK(cudaMemcpyAsync(cb2, ca, cb, cudaMemcpyDeviceToDevice, s));
+		CHECK(cudaEventRecord(e1, s));
+		CHECK(cudaEventSynchronize(e1));
+		CHECK(cudaEventElapsedTime(&ms, e0, e1));
+		bw = i > 0 && 2.0 * cb / (ms * 1e-3) > bw ? 2.0 * cb / (ms * 1e-3) : bw; /* the first touches */
+	}
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
 	cudaFree(ca);
 	cudaFree(cb2);
+	cudaGraph_t gr;
+	cudaGraphExec_t ge;
 
 	size_t smem_phase = N_IN * 4 + (size_t)P.rows_block * N_IN * 2;
 	size_t smem_persist = N_IN * 4 + 2 * (size_t)MAX_ROWS_BLOCK * N_IN * 2;
