@@ -507,6 +507,31 @@ __device__ __forceinline__ void moe_k4_stage(const float *v, size_t stride, int 
 	}
 }
 
+/* one row of n f32 (n % 256 == 0, n / 8 <= 2 * blockDim.x) staged as moe_k4_stage does, in two
+ * halves: the thread's (at most two) groups of 8 loaded into f, then stored; whole block */
+__device__ __forceinline__ void moe_k4_row_load(const float *v, int n, float (*f)[8])
+{
+#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		int q = threadIdx.x + k * blockDim.x;
+		if (q < n / 8) {
+			float4 a = ((const float4 *)v)[2 * q], b = ((const float4 *)v)[2 * q + 1];
+			f[k][0] = a.x, f[k][1] = a.y, f[k][2] = a.z, f[k][3] = a.w;
+			f[k][4] = b.x, f[k][5] = b.y, f[k][6] = b.z, f[k][7] = b.w;
+		}
+	}
+}
+
+__device__ __forceinline__ void moe_k4_row_store(float (*f)[8], int n, bf16 *xs, float *xsum)
+{
+#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		int q = threadIdx.x + k * blockDim.x;
+		if (q < n / 8) /* whole warps: n / 8 is a multiple of 32 */
+			cu_k4_stage8(f[k], xs, q, xsum + q / 4);
+	}
+}
+
 /* the lane's C fragment, column 0 (c[0] row g, c[2] row g+8), to the warp's part[16] (summed
  * over the warps in a fixed order: the same bits every run) */
 __device__ __forceinline__ void moe_k4_part(float *part, const float *acc, int lane)
@@ -544,8 +569,15 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	bf16 *xs = (bf16 *)mk_sm;
 	float *xsum = (float *)(xs + E);
 	float4 *sc = (float4 *)(xsum + E / 32) + warp * 64;
-	if (!shared) /* the routed experts are known once the router is done; the shared one now */
+	/* h in registers (n_embd <= 16 * blockDim.x): a routed block loads it together with its
+	 * expert's id, before the expert's rows, which its loads would otherwise queue behind */
+	bool early = E / 8 <= 2 * (int)blockDim.x;
+	float hv[2][8];
+	if (!shared) { /* the routed experts are known once the router is done; the shared one now */
 		cu_pdl_wait();
+		if (early)
+			moe_k4_row_load(h + (size_t)t * E, E, hv);
+	}
 	size_t e = shared ? 0 : (size_t)sel[(size_t)t * d.k + slot];
 	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
 	const uint8_t *ra = cu_row(wd, e, min(r0 + g, n - 1)).q, *rb = cu_row(wd, e, min(r0 + g + 8, n - 1)).q;
@@ -555,9 +587,15 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 		L[0] = cu_k4_load(ra, rb, rh, w4, tq);
 	if (w4 + 4 < nsb)
 		L[1] = cu_k4_load(ra, rb, rh, w4 + 4, tq);
-	if (shared)
+	if (shared) {
 		cu_pdl_wait();
-	moe_k4_stage(h + (size_t)t * E, 0, 1, E, xs, xsum);
+		if (early)
+			moe_k4_row_load(h + (size_t)t * E, E, hv);
+	}
+	if (early)
+		moe_k4_row_store(hv, E, xs, xsum);
+	else
+		moe_k4_stage(h + (size_t)t * E, 0, 1, E, xs, xsum);
 	__syncthreads();
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int sb0 = w4; sb0 < nsb; sb0 += 8) {
