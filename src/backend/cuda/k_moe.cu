@@ -480,55 +480,42 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 #define GU_WARPS 8
 
 /* stage nrow rows of n f32 (row j at v + j * stride; n % 256 == 0) in bf16 for cu_k4_mma, with
- * their sub-block sums: xs[j][n], xsum[j][n / 32]; whole block. A thread's loads of two groups
- * are issued before its shared-memory stores (a store then the next load would make one L2
- * round trip of each: 11 of them for the MoE's down rows). */
-__device__ __forceinline__ void moe_k4_stage(const float *v, size_t stride, int nrow, int n, bf16 *xs, float *xsum)
-{
-	int n8 = n / 8, tot = nrow * n8;
-	for (int q0 = threadIdx.x; q0 < tot; q0 += 2 * blockDim.x) {
-		float f[2][8];
-#pragma unroll
-		for (int k = 0; k < 2; k++) {
-			int q = q0 + k * blockDim.x, j = q / n8, r = q - j * n8;
-			if (q < tot) {
-				const float4 *p = (const float4 *)(v + j * stride) + 2 * r;
-				float4 a = p[0], b = p[1];
-				f[k][0] = a.x, f[k][1] = a.y, f[k][2] = a.z, f[k][3] = a.w;
-				f[k][4] = b.x, f[k][5] = b.y, f[k][6] = b.z, f[k][7] = b.w;
-			}
-		}
-#pragma unroll
-		for (int k = 0; k < 2; k++) {
-			int q = q0 + k * blockDim.x, j = q / n8, r = q - j * n8;
-			if (q < tot) /* whole warps: n8 is a multiple of 32 */
-				cu_k4_stage8(f[k], xs + j * n, r, xsum + j * (n / 32) + r / 4);
-		}
-	}
-}
-
-/* one row of n f32 (n % 256 == 0, n / 8 <= 2 * blockDim.x) staged as moe_k4_stage does, in two
- * halves: the thread's (at most two) groups of 8 loaded into f, then stored; whole block */
-__device__ __forceinline__ void moe_k4_row_load(const float *v, int n, float (*f)[8])
+ * their sub-block sums: xs[j][n], xsum[j][n / 32]; whole block, a round of two groups of 8 a
+ * thread (groups q0 and q0 + blockDim.x of the tot = nrow * n / 8) at a time. A thread's loads
+ * of a round are issued before its shared-memory stores (a store then the next load would make
+ * one L2 round trip of each: 11 of them for the MoE's down rows); a caller may issue a round's
+ * loads early and store them later (moe_k4_load, moe_k4_store). */
+__device__ __forceinline__ void moe_k4_load(const float *v, size_t stride, int n, int tot, int q0, float (*f)[8])
 {
 #pragma unroll
 	for (int k = 0; k < 2; k++) {
-		int q = threadIdx.x + k * blockDim.x;
-		if (q < n / 8) {
-			float4 a = ((const float4 *)v)[2 * q], b = ((const float4 *)v)[2 * q + 1];
+		int q = q0 + k * blockDim.x, j = q / (n / 8), r = q - j * (n / 8);
+		if (q < tot) {
+			const float4 *p = (const float4 *)(v + j * stride) + 2 * r;
+			float4 a = p[0], b = p[1];
 			f[k][0] = a.x, f[k][1] = a.y, f[k][2] = a.z, f[k][3] = a.w;
 			f[k][4] = b.x, f[k][5] = b.y, f[k][6] = b.z, f[k][7] = b.w;
 		}
 	}
 }
 
-__device__ __forceinline__ void moe_k4_row_store(float (*f)[8], int n, bf16 *xs, float *xsum)
+__device__ __forceinline__ void moe_k4_store(int n, int tot, int q0, float (*f)[8], bf16 *xs, float *xsum)
 {
 #pragma unroll
 	for (int k = 0; k < 2; k++) {
-		int q = threadIdx.x + k * blockDim.x;
-		if (q < n / 8) /* whole warps: n / 8 is a multiple of 32 */
-			cu_k4_stage8(f[k], xs, q, xsum + q / 4);
+		int q = q0 + k * blockDim.x, j = q / (n / 8), r = q - j * (n / 8);
+		if (q < tot) /* whole warps: n / 8 is a multiple of 32 */
+			cu_k4_stage8(f[k], xs + j * n, r, xsum + j * (n / 32) + r / 4);
+	}
+}
+
+__device__ __forceinline__ void moe_k4_stage(const float *v, size_t stride, int nrow, int n, bf16 *xs, float *xsum)
+{
+	int tot = nrow * (n / 8);
+	for (int q0 = threadIdx.x; q0 < tot; q0 += 2 * blockDim.x) {
+		float f[2][8];
+		moe_k4_load(v, stride, n, tot, q0, f);
+		moe_k4_store(n, tot, q0, f, xs, xsum);
 	}
 }
 
@@ -569,14 +556,15 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	bf16 *xs = (bf16 *)mk_sm;
 	float *xsum = (float *)(xs + E);
 	float4 *sc = (float4 *)(xsum + E / 32) + warp * 64;
-	/* h in registers (n_embd <= 16 * blockDim.x): a routed block loads it together with its
-	 * expert's id, before the expert's rows, which its loads would otherwise queue behind */
+	/* h in registers when it is one round (n_embd <= 16 * blockDim.x): a routed block loads it
+	 * together with its expert's id, before the expert's rows, which its loads would otherwise
+	 * queue behind (3.75 us of staging at Qwen3-Next's shapes) */
 	bool early = E / 8 <= 2 * (int)blockDim.x;
 	float hv[2][8];
 	if (!shared) { /* the routed experts are known once the router is done; the shared one now */
 		cu_pdl_wait();
 		if (early)
-			moe_k4_row_load(h + (size_t)t * E, E, hv);
+			moe_k4_load(h + (size_t)t * E, 0, E, E / 8, threadIdx.x, hv);
 	}
 	size_t e = shared ? 0 : (size_t)sel[(size_t)t * d.k + slot];
 	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
@@ -590,10 +578,10 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	if (shared) {
 		cu_pdl_wait();
 		if (early)
-			moe_k4_row_load(h + (size_t)t * E, E, hv);
+			moe_k4_load(h + (size_t)t * E, 0, E, E / 8, threadIdx.x, hv);
 	}
 	if (early)
-		moe_k4_row_store(hv, E, xs, xsum);
+		moe_k4_store(E, E / 8, threadIdx.x, hv, xs, xsum);
 	else
 		moe_k4_stage(h + (size_t)t * E, 0, 1, E, xs, xsum);
 	__syncthreads();
