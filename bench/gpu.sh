@@ -43,7 +43,7 @@ if [ "$MODE" = cache ]; then
 	exit 0
 fi
 # ab: a kernel change against the binaries before it (carry/gpu/ab/NAME.xz, put there by hand,
-# e.g. toasted-old.xz; the bundle's test_cache.xz must go to keep the carry under 64 MiB):
+# e.g. toasted-old.xz: an sm_90a build of the older commit, strip, xz -9e; ~4 MB each):
 # test_ops, then decode of the 48-layer Q4_K and MLX4 models and the bf16 slice by every binary
 # in turn (same machine; AB_MODELS="--type q4_k,--layers 12": a comma-separated list;
 # AB_ROUNDS, default 2; AB_ENVS="VAR=1,VAR=2": settings the new binary also runs under), then
@@ -52,6 +52,7 @@ fi
 if [ "$MODE" = ab ]; then
 	olds=()
 	for f in carry/gpu/ab/*.xz; do
+		[ -e "$f" ] || continue
 		n=$(basename "$f" .xz)
 		python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f" >$B/$n
 		chmod +x $B/$n
