@@ -24,20 +24,18 @@
  * 256 phases of 2048 rows: 8 MB a phase, 2 GB a pass, as a 4-bit Qwen3-Next step reads; SETS:
  * distinct weight sets, phase p reading set p % SETS, default PHASES: a few sets stay in L2)
  */
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "backend/cuda/cuda_common.cuh" /* the backend's launches and helpers: what is measured */
 
 #define N_IN 2048
 #define THREADS 256
 #define WARPS (THREADS / 32)
 #define MAX_ROWS_BLOCK 16 /* rows a block (2 a warp): 64 KB of weights */
 #define CHUNKS (N_IN / 8 / 32) /* 16-byte chunks of a row a lane holds */
-
-typedef __nv_bfloat16 bf16;
 
 #define CHECK(x)                                                                                   \
 	do {                                                                                       \
@@ -56,24 +54,9 @@ struct probe {
 	unsigned *count; /* grid barrier (persistent ways) */
 };
 
-__device__ __forceinline__ unsigned smem_u32(const void *p)
-{
-	return (unsigned)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void pdl_wait()
-{
-	asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
-__device__ __forceinline__ void pdl_trigger()
-{
-	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
 __device__ __forceinline__ void mbar_init(uint64_t *bar)
 {
-	asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(cu_smem_addr(bar)) : "memory");
 	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
@@ -81,11 +64,11 @@ __device__ __forceinline__ void mbar_init(uint64_t *bar)
 __device__ __forceinline__ void bulk_load(void *dst, const void *src, unsigned bytes, uint64_t *bar)
 {
 	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(cu_smem_addr(bar)), "r"(bytes)
 		     : "memory");
 	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-			     smem_u32(dst)),
-		     "l"(src), "r"(bytes), "r"(smem_u32(bar))
+			     cu_smem_addr(dst)),
+		     "l"(src), "r"(bytes), "r"(cu_smem_addr(bar))
 		     : "memory");
 }
 
@@ -95,21 +78,13 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
 	while (!ok)
 		asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
 			     : "=r"(ok)
-			     : "r"(smem_u32(bar)), "r"(parity)
+			     : "r"(cu_smem_addr(bar)), "r"(parity)
 			     : "memory");
 }
 
 __device__ __forceinline__ void prefetch_l2(const void *src, unsigned bytes)
 {
 	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
 }
 
 /* 8 bf16 · 8 floats of x (shared memory) */
@@ -132,7 +107,7 @@ __device__ __forceinline__ void stage_v(const probe &P, int p, float *xs)
 
 __device__ __forceinline__ void store_row(const probe &P, int p, int r, float acc)
 {
-	acc = warp_sum(acc);
+	acc = cu_warp_sum(acc);
 	if ((threadIdx.x & 31) == 0)
 		for (int i = r; i < N_IN; i += P.rows) /* rows < N_IN: the vector repeats */
 			P.v[(size_t)(p + 1) * N_IN + i] = tanhf(acc);
@@ -178,7 +153,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) k_phase(probe P, int p)
 	int n, warp = threadIdx.x >> 5;
 	const bf16 *w = block_rows(P, p, &n);
 	uint4 k[2][CHUNKS];
-	pdl_trigger();
+	cu_pdl_trigger();
 	if (MODE == W_REGS || MODE == W_REGS_TMA)
 #pragma unroll
 		for (int j = 0; j < 2; j++)
@@ -193,15 +168,15 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) k_phase(probe P, int p)
 			mbar_init(&bar);
 		__syncthreads();
 		if (threadIdx.x == 0)
-			asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&bar)),
+			asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(cu_smem_addr(&bar)),
 				     "r"(n * N_IN * 2)
 				     : "memory");
 		__syncthreads();
 		if ((threadIdx.x & 31) == 0)
 			for (int r = 2 * warp; r < 2 * warp + 2 && r < n; r++)
 				asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-						     smem_u32(ws + r * (N_IN / 8))),
-					     "l"(w + (size_t)r * N_IN), "r"(N_IN * 2), "r"(smem_u32(&bar))
+						     cu_smem_addr(ws + r * (N_IN / 8))),
+					     "l"(w + (size_t)r * N_IN), "r"(N_IN * 2), "r"(cu_smem_addr(&bar))
 					     : "memory");
 	}
 	if (MODE == W_L2 && threadIdx.x == 0 && p + 1 < P.phases) {
@@ -215,7 +190,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) k_phase(probe P, int p)
 			mbar_init(&bar);
 		__syncthreads();
 	}
-	pdl_wait();
+	cu_pdl_wait();
 	if (MODE == W_REGS_TMA) { /* the vector by the copy engine: not queued behind the weights' loads */
 		if (threadIdx.x == 0)
 			bulk_load(xs, P.v + (size_t)p * N_IN, N_IN * 4, &bar);
@@ -242,8 +217,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) k_phase(probe P, int p)
 
 __global__ void k_empty(probe P, int p)
 {
-	pdl_trigger();
-	pdl_wait();
+	cu_pdl_trigger();
+	cu_pdl_wait();
 }
 
 /* every phase in one kernel, one block an SM; WEIGHTS: the next phase's slice bulk-copied into
@@ -331,22 +306,6 @@ static float time_graph(cudaGraphExec_t g, cudaStream_t s, int reps)
 	cudaEventDestroy(a);
 	cudaEventDestroy(b);
 	return t[reps / 2];
-}
-
-template <typename K>
-static void launch(cudaStream_t s, K kernel, int grid, size_t smem, bool pdl, probe P, int p)
-{
-	cudaLaunchAttribute attr;
-	attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	attr.val.programmaticStreamSerializationAllowed = 1;
-	cudaLaunchConfig_t cfg = {};
-	cfg.gridDim = grid;
-	cfg.blockDim = THREADS;
-	cfg.dynamicSmemBytes = smem;
-	cfg.stream = s;
-	cfg.attrs = &attr;
-	cfg.numAttrs = pdl ? 1 : 0;
-	CHECK(cudaLaunchKernelEx(&cfg, kernel, P, p));
 }
 
 int main(int argc, char **argv)
@@ -449,7 +408,8 @@ int main(int argc, char **argv)
 				CHECK(cudaGetLastError());
 			} else {
 				for (int p = 0; p < phases; p++)
-					launch(s, ways[wi].k, ways[wi].kind ? grid : n_sm, ways[wi].smem, pdl, P, p);
+					CHECK(cu_launch_on(s, pdl, ways[wi].k, ways[wi].kind ? grid : n_sm, THREADS, ways[wi].smem,
+							   P, p));
 			}
 			CHECK(cudaStreamEndCapture(s, &gr));
 			CHECK(cudaGraphInstantiate(&ge, gr, 0));

@@ -97,7 +97,8 @@ static inline unsigned cu_blocks(size_t n, unsigned per)
 }
 
 /* ---- launches ----
- * cu_launch(cb, kernel, grid, block, smem, args...) launches on the backend's stream;
+ * cu_launch(cb, kernel, grid, block, smem, args...) launches on the backend's stream (cu_launch_on:
+ * on any stream, returning the launch's error; bench/decode_probe.cu measures these launches);
  * cu_launch_pdl with programmatic dependent launch (sm_90): the kernel may be scheduled while
  * the one before it drains, so its launch and its first weight loads overlap that kernel's
  * tail. Before cu_pdl_wait() (which returns once the previous kernel has completed and its
@@ -109,8 +110,8 @@ static inline unsigned cu_blocks(size_t n, unsigned per)
  * triggered at every kernel's start decoded 7% slower).
  */
 template <typename... KArgs, typename... Args>
-static inline void cu_launch_ex(struct cuda_backend *cb, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
-				size_t smem, Args &&...args)
+static inline cudaError_t cu_launch_on(cudaStream_t stream, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+				       size_t smem, Args &&...args)
 {
 	cudaLaunchAttribute attr;
 	attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -119,10 +120,17 @@ static inline void cu_launch_ex(struct cuda_backend *cb, bool pdl, void (*kernel
 	cfg.gridDim = grid;
 	cfg.blockDim = block;
 	cfg.dynamicSmemBytes = smem;
-	cfg.stream = cb->stream;
+	cfg.stream = stream;
 	cfg.attrs = &attr;
 	cfg.numAttrs = pdl ? 1 : 0;
-	cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+	return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
+template <typename... KArgs, typename... Args>
+static inline void cu_launch_ex(struct cuda_backend *cb, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+				size_t smem, Args &&...args)
+{
+	cu_launch_on(cb->stream, pdl, kernel, grid, block, smem, static_cast<Args &&>(args)...); /* cu_launched checks */
 }
 
 template <typename... KArgs, typename... Args>
