@@ -931,6 +931,14 @@ static void test_backend(struct ctx *c)
 	test_moe(c, 2, 64, 4, 4, 8, 8, false, true);
 	test_moe(c, 70, 128, 16, 4, 64, 64, true, true);  /* prefill-sized: the grouped path on a GPU */
 	test_moe(c, 33, 64, 8, 2, 128, 0, false, false);
+	/* decode choosing among Qwen3-Next's 512 experts (on a GPU each expert kernel chooses from
+	 * the logits: every lane's 16 of them), 500 (the last ones short), more than a warp can hold
+	 * (600: the router's last block chooses), and 10 of 64 in Q4_K */
+	test_moe(c, 3, 64, 512, 10, 16, 16, true, true);
+	test_moe(c, 1, 32, 500, 33, 8, 0, false, false);
+	test_moe(c, 2, 64, 600, 8, 16, 0, true, false);
+	struct moe_types q4k = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q4_K, TOAST_DT_Q4_K};
+	test_moe_types(c, 2, 256, 64, 10, 256, 256, true, true, &q4k);
 }
 
 /* MoE at prefill sizes (T > 8), the CUDA backend's grouped GEMMs (n_embd % 128, n_ff % 64): row

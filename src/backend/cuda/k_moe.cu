@@ -3,10 +3,11 @@
  *
  * The input is RMSNorm(x), computed in f32 and kept in f32 for the router, so expert choice
  * does not flip on rounding. Decode (T <= CU_GEMV_MAX_T): one kernel computes the norm, the
- * router logits and the shared expert's gate (a warp of its own) and, in its last block to
- * finish, softmax/top-k; one kernel runs gate/up of every chosen expert and the shared one; one
- * runs down for all of them and adds to the residual. Expert ids stay in device memory, so a recorded decode step
- * is valid whatever the router picks. Prefill (longer T, n_embd % 128 == 0, n_ff % 64 == 0):
+ * router logits and the shared expert's gate (a warp of its own); one kernel runs gate/up of
+ * every chosen expert and the shared one, each block choosing its slot's expert from the logits
+ * (moe_pick_slot; with more experts than a warp holds, the router's last block to finish chooses
+ * them all); one runs down for all of them and adds to the residual. Expert ids stay in device
+ * memory, so a recorded decode step is valid whatever the router picks. Prefill (longer T, n_embd % 128 == 0, n_ff % 64 == 0):
  * token-slots grouped by expert on the device, gate/up (with SiLU·mul) and down as grouped
  * tensor-core GEMMs (k_moe_gg); other shapes run the decode expert kernels per token.
  */
@@ -17,8 +18,11 @@
 #define MOE_MAX_K 64
 #define MOE_WARPS 8
 
+/* pick: the router leaves only its logits, and each expert kernel chooses its token's experts
+ * from them (one warp, ne <= 32 * MOE_WARP_TOPK): no block of the router waits for the others to
+ * choose once for all (a fence, a ticket and a top-k on the critical path of every MoE layer) */
 struct moe_dims {
-	int T, E, ne, k, F, Fs, Fmax, norm_topk;
+	int T, E, ne, k, F, Fs, Fmax, norm_topk, pick;
 };
 
 /* softmax over ne logits, the k largest (ties: lower index), renormalised when asked; s holds ne
@@ -103,62 +107,127 @@ __device__ __forceinline__ float moe_unkey(unsigned k)
 	return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k);
 }
 
-/* the same by one warp with the logits in registers (ne <= 32 * MOE_WARP_TOPK, k <= 64): each
- * lane keeps the best of its own values, so a round is two warp reductions (redux.sync: the
- * largest key, then the lowest index holding it) and the winner lane's rescan; lane j % 32
- * keeps pick j, and the weights are computed once the rounds are done (a round of shuffles and
- * a division per pick took 5 us of every MoE layer's critical path) */
+/*
+ * The top-k by one warp with the logits in registers (ne <= 32 * MOE_WARP_TOPK, k <= 64): lane l
+ * holds logits l, l + 32, .. (past ne: none) and keeps the largest two of those not yet taken
+ * (the first on a tie: the lower index). A round is one warp reduction (redux.sync on moe_key: the
+ * largest) and a vote, and a second reduction (the lowest index holding it) when lanes tie on
+ * it; the winner lane moves its second up, and rescans its logits only when it wins again before
+ * that (the rescan, in one lane, held the whole warp: ~125 instructions a round). Read past L1:
+ * the down kernels may choose before their dependent-launch wait. (Keys in place of the logits,
+ * converted once, made the gate/up kernel 0.6 us slower on an H200.)
+ */
 #define MOE_WARP_TOPK 16
+struct moe_warp_topk {
+	float v[MOE_WARP_TOPK];
+	unsigned taken; /* bit i: v[i] chosen, or past ne */
+	float lb, sb;   /* the best and second of the rest, at indices li, si (1 << 30: none) */
+	int li, si;
+	bool second; /* sb, si are current */
+
+	__device__ __forceinline__ void load(const moe_dims &d, const float *logits, int lane)
+	{
+#pragma unroll
+		for (int i = 0; i < MOE_WARP_TOPK; i++) {
+			int e = lane + 32 * i;
+			v[i] = e < d.ne ? __ldcg(logits + e) : -INFINITY;
+		}
+		int n = (d.ne - lane + 31) / 32;
+		taken = n >= MOE_WARP_TOPK ? 0u : ~0u << n;
+		best2(lane);
+	}
+
+	/* the largest of v but the positions in skip (fmaxf: NaN loses), and the first position
+	 * holding it (-1: none) */
+	__device__ __forceinline__ float best(unsigned skip, int *pos) const
+	{
+		float m[MOE_WARP_TOPK];
+#pragma unroll
+		for (int i = 0; i < MOE_WARP_TOPK; i++)
+			m[i] = skip >> i & 1 ? -INFINITY : v[i];
+#pragma unroll
+		for (int w = 1; w < MOE_WARP_TOPK; w *= 2)
+#pragma unroll
+			for (int i = 0; i < MOE_WARP_TOPK; i += 2 * w)
+				m[i] = fmaxf(m[i], m[i + w]);
+		unsigned hit = 0;
+#pragma unroll
+		for (int i = 0; i < MOE_WARP_TOPK; i++)
+			hit |= (v[i] == m[0] ? 1u : 0u) << i;
+		hit &= ~skip;
+		*pos = hit ? __ffs(hit) - 1 : -1;
+		return m[0];
+	}
+
+	__device__ __forceinline__ void best2(int lane)
+	{
+		int p, q;
+		lb = best(taken, &p);
+		sb = best(p < 0 ? taken : taken | 1u << p, &q);
+		li = p < 0 ? 1 << 30 : lane + 32 * p;
+		si = q < 0 ? 1 << 30 : lane + 32 * q;
+		second = true;
+	}
+
+	/* the next pick: true in the lane holding it, its index then in *idx; its logit in *val
+	 * (every lane) */
+	__device__ __forceinline__ bool round(int lane, float *val, int *idx)
+	{
+		unsigned key = moe_key(lb), top = __reduce_max_sync(0xffffffffu, key);
+		bool mine = key == top;
+		unsigned tie = __ballot_sync(0xffffffffu, mine);
+		if (tie & (tie - 1)) /* (the same in every lane) */
+			mine = (unsigned)li == __reduce_min_sync(0xffffffffu, mine ? (unsigned)li : 0xffffffffu);
+		*val = moe_unkey(top);
+		*idx = li;
+		if (mine) {
+			taken |= 1u << ((li - lane) >> 5);
+			if (second) {
+				lb = sb, li = si;
+				second = false;
+			} else {
+				best2(lane);
+			}
+		}
+		return mine;
+	}
+
+	/* the index of the pick that round() returned true for in one lane, in every lane */
+	static __device__ __forceinline__ int index(bool mine, int idx)
+	{
+		return (int)__reduce_max_sync(0xffffffffu, mine ? (unsigned)idx : 0u);
+	}
+};
+
+/* softmax over the logits, the k largest (ties: lower index), renormalised when asked: pick j
+ * in sel[j], wt[j], lane j % 32 keeping it; the weights are computed once the rounds are done (a
+ * round of shuffles and a division per pick took 5 us of every MoE layer's critical path) */
 __device__ __forceinline__ void moe_topk_warp(const moe_dims &d, const float *logits, int32_t *sel, float *wt)
 {
 	int lane = threadIdx.x & 31;
-	float v[MOE_WARP_TOPK];
-	float mx = -INFINITY;
+	moe_warp_topk w;
+	w.load(d, logits, lane);
+	float mx = -INFINITY, sum = 0;
 #pragma unroll
-	for (int i = 0; i < MOE_WARP_TOPK; i++) {
-		int e = lane + 32 * i;
-		v[i] = e < d.ne ? logits[e] : -INFINITY;
-		mx = fmaxf(mx, v[i]);
-	}
+	for (int i = 0; i < MOE_WARP_TOPK; i++)
+		mx = fmaxf(mx, w.v[i]);
 	mx = cu_warp_max(mx);
-	float sum = 0;
 #pragma unroll
 	for (int i = 0; i < MOE_WARP_TOPK; i++)
-		sum += lane + 32 * i < d.ne ? __expf(v[i] - mx) : 0.0f;
+		sum += lane + 32 * i < d.ne ? __expf(w.v[i] - mx) : 0.0f;
 	sum = cu_warp_sum(sum);
-	/* the lane's best: increasing index within the lane, so the first maximum wins */
-	float lb = -INFINITY;
-	int li = 1 << 30;
-#pragma unroll
-	for (int i = 0; i < MOE_WARP_TOPK; i++)
-		if (v[i] > lb) {
-			lb = v[i];
-			li = lane + 32 * i;
-		}
 	float pv0 = 0, pv1 = 0;
 	int pi0 = 0, pi1 = 0;
 	for (int j = 0; j < d.k; j++) {
-		unsigned key = moe_key(lb), best = __reduce_max_sync(0xffffffffu, key);
-		int bi = (int)__reduce_min_sync(0xffffffffu, key == best ? (unsigned)li : 0xffffffffu);
+		float val;
+		int ix;
+		bool mine = w.round(lane, &val, &ix);
+		int bi = min(moe_warp_topk::index(mine, ix), d.ne - 1); /* (NaN logits: some expert) */
 		if (lane == (j & 31)) {
 			if (j < 32)
-				pv0 = moe_unkey(best), pi0 = bi;
+				pv0 = val, pi0 = bi;
 			else
-				pv1 = moe_unkey(best), pi1 = bi;
-		}
-		if (li == bi) { /* the winner's lane drops it and finds its next best */
-#pragma unroll
-			for (int i = 0; i < MOE_WARP_TOPK; i++)
-				if (bi == lane + 32 * i)
-					v[i] = -INFINITY;
-			lb = -INFINITY;
-			li = 1 << 30;
-#pragma unroll
-			for (int i = 0; i < MOE_WARP_TOPK; i++)
-				if (v[i] > lb) {
-					lb = v[i];
-					li = lane + 32 * i;
-				}
+				pv1 = val, pi1 = bi;
 		}
 	}
 	float p0 = lane < d.k ? __expf(pv0 - mx) / sum : 0.0f, p1 = lane + 32 < d.k ? __expf(pv1 - mx) / sum : 0.0f;
@@ -242,7 +311,7 @@ __device__ __forceinline__ void moe_stage_rows(float *as, const float *act, cons
 	cu_cp_wait<0>();
 }
 
-/* decode: norm + router + shared gate + (last block) top-k. smem: hs [T][E] (staged for TYPE) then ne floats
+/* decode: norm + router + shared gate + (last block, unless d.pick) top-k. smem: hs [T][E] (staged for TYPE) then ne floats
  * for the top-k. CPL > 0: n_embd == 32 * CPL chunks, the router row's loads are issued before
  * the norm is computed. */
 template <int TYPE, int CPL>
@@ -296,6 +365,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 				sgate[t] = cu_sigmoid(v);
 		}
 	}
+	if (d.pick)
+		return;
 	/* the last block to finish chooses the experts */
 	__threadfence();
 	__syncthreads();
@@ -349,12 +420,81 @@ __global__ void k_moe_topk(moe_dims d, const float *h, const float *logits, cons
 	}
 }
 
+/*
+ * With d.pick the expert kernels choose token t's experts from the router's logits. A gate/up
+ * block of routed slot j needs pick j alone (j + 1 rounds of moe_warp_topk by warp 0, into
+ * *e_s); the first block of the slot also leaves it for the down kernel, which starts before its
+ * dependent-launch wait and so could not wait for it otherwise: the expert in sel[t][j], its logit
+ * in lv[t][j] and, for slot 0, the softmax's max and sum in ms[t][0..1]. The writer fences them
+ * (moe_pick_fence) once its block has staged its input, long before the block lets the down
+ * kernel be scheduled (cu_pdl_trigger): by then its weights are on their way, which the fence
+ * waits for too and the MMAs would anyway. A choice of all the picks in each of the down
+ * kernel's blocks took 3.8 us of its critical path.
+ */
+struct moe_picks {
+	int32_t *sel;
+	float *lv, *ms;
+};
+
+__device__ __forceinline__ void moe_pick_slot(const moe_dims &d, const float *logits, const moe_picks &pk, int t,
+					      int slot, int *e_s)
+{
+	if (!d.pick || threadIdx.x >= 32)
+		return;
+	int lane = threadIdx.x;
+	moe_warp_topk w;
+	w.load(d, logits + (size_t)t * d.ne, lane);
+	int ix = 0;
+	float val = 0;
+	bool mine = false;
+	for (int r = 0; r <= slot; r++)
+		mine = w.round(lane, &val, &ix);
+	int e = min(moe_warp_topk::index(mine, ix), d.ne - 1); /* (NaN logits: some expert) */
+	if (lane == 0)
+		*e_s = e;
+	if (blockIdx.x != 0)
+		return;
+	float mx = 0, sum = 0;
+	if (slot == 0) {
+		mx = -INFINITY;
+#pragma unroll
+		for (int i = 0; i < MOE_WARP_TOPK; i++)
+			mx = fmaxf(mx, w.v[i]);
+		mx = cu_warp_max(mx);
+#pragma unroll
+		for (int i = 0; i < MOE_WARP_TOPK; i++)
+			sum += lane + 32 * i < d.ne ? __expf(w.v[i] - mx) : 0.0f;
+		sum = cu_warp_sum(sum);
+	}
+	if (lane == 0) {
+		pk.sel[(size_t)t * d.k + slot] = e;
+		pk.lv[(size_t)t * d.k + slot] = val;
+		if (slot == 0)
+			pk.ms[2 * t] = mx, pk.ms[2 * t + 1] = sum;
+	}
+}
+
+__device__ __forceinline__ void moe_pick_fence(const moe_dims &d, bool shared)
+{
+	if (d.pick && !shared && blockIdx.x == 0 && threadIdx.x == 0)
+		__threadfence();
+}
+
+/* then, by the whole block: the slot's expert, chosen above or by the router */
+__device__ __forceinline__ int moe_slot_expert(const moe_dims &d, const moe_picks &pk, const int *e_s, int t, int slot)
+{
+	if (!d.pick)
+		return pk.sel[(size_t)t * d.k + slot];
+	__syncthreads();
+	return *e_s;
+}
+
 /* act[t][slot][r] = SiLU(gate·h) * (up·h), one r per warp, for slots slot0 + blockIdx.y; slot k
  * is the shared expert. CPL > 0: n_embd == 32 * CPL chunks, both rows' loads issued first. */
 template <int TYPE, int CPL>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
-	k_moe_gateup(moe_dims d, const float *h, cu_wd G, cu_wd U, const int32_t *sel, cu_wd SG, cu_wd SU, int slot0,
-		     float *act)
+	k_moe_gateup(moe_dims d, const float *h, cu_wd G, cu_wd U, const float *logits, moe_picks pk, cu_wd SG, cu_wd SU,
+		     int slot0, float *act)
 {
 	extern __shared__ float hs[];
 	int slot = slot0 + blockIdx.y, t = blockIdx.z, E = d.E;
@@ -362,9 +502,12 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	int n = shared ? d.Fs : d.F;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int r = blockIdx.x * MOE_WARPS + warp, rr = min(r, n - 1);
-	if (!shared) /* the routed experts are known once the router is done; the shared one now */
+	__shared__ int e_s;
+	if (!shared) { /* the routed experts are known once the router is done; the shared one now */
 		cu_pdl_wait();
-	size_t e = shared ? 0 : (size_t)sel[(size_t)t * d.k + slot];
+		moe_pick_slot(d, logits, pk, t, slot, &e_s);
+	}
+	size_t e = shared ? 0 : (size_t)moe_slot_expert(d, pk, &e_s, t, slot);
 	cu_wd gd = shared ? SG : G, ud = shared ? SU : U;
 	cu_wrow g = cu_row(gd, e, rr), u = cu_row(ud, e, rr);
 	typename qk<TYPE>::chunk gw[CPL > 0 ? CPL : 1], uw[CPL > 0 ? CPL : 1];
@@ -378,6 +521,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		cu_pdl_wait();
 	moe_stage<TYPE>(hs, h + (size_t)t * E, E);
 	__syncthreads();
+	moe_pick_fence(d, shared);
 	if (r >= n)
 		return;
 	float a = 0, b = 0;
@@ -400,16 +544,39 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 #define MOE_DOWN_SLOTS 12 /* slots whose loads a warp issues together */
 
 /* the experts and weights of token t's slots slot0..slot0+nslot-1 into eid, wts (shared
- * memory; slot k is the shared expert, weighted by its gate); whole block, the caller syncs.
- * Read past L1: the down kernels read them before their dependent-launch wait (see k_moe_down). */
+ * memory; slot k is the shared expert, weighted by its gate): sel and wt as the router chose
+ * them or, with d.pick, sel and the picks' logits in wt as the gate/up blocks left them, with
+ * the softmax's max and sum in ms (moe_pick_slot), the weights computed here by warp 0; whole
+ * block, the caller syncs. Read past L1: the down kernels read them before their
+ * dependent-launch wait (see k_moe_down). */
 __device__ __forceinline__ void moe_down_slots(const moe_dims &d, int t, const int32_t *sel, const float *wt,
-					       const float *sgate, int slot0, int nslot, int32_t *eid, float *wts)
+					       const float *ms, const float *sgate, int slot0, int nslot, int32_t *eid,
+					       float *wts)
 {
+	__shared__ int32_t psel[MOE_MAX_K];
+	__shared__ float pwt[MOE_MAX_K];
+	sel += (size_t)t * d.k, wt += (size_t)t * d.k;
+	if (d.pick) { /* the weights as moe_topk_warp computes them; every load in flight at once */
+		if (threadIdx.x < 32) {
+			int lane = threadIdx.x;
+			bool a = lane < d.k, b = lane + 32 < d.k;
+			int e0 = a ? __ldcg(sel + lane) : 0, e1 = b ? __ldcg(sel + lane + 32) : 0;
+			float l0 = a ? __ldcg(wt + lane) : 0.0f, l1 = b ? __ldcg(wt + lane + 32) : 0.0f;
+			float mx = __ldcg(ms + 2 * t), sum = __ldcg(ms + 2 * t + 1);
+			float p0 = a ? __expf(l0 - mx) / sum : 0.0f, p1 = b ? __expf(l1 - mx) / sum : 0.0f;
+			float tot = cu_warp_sum(p0 + p1);
+			if (a)
+				psel[lane] = e0, pwt[lane] = d.norm_topk ? p0 / tot : p0;
+			if (b)
+				psel[lane + 32] = e1, pwt[lane + 32] = d.norm_topk ? p1 / tot : p1;
+		}
+		__syncthreads();
+	}
 	for (int j = threadIdx.x; j < nslot; j += blockDim.x) {
 		int s = slot0 + j;
 		bool shared = s == d.k;
-		eid[j] = shared ? 0 : __ldcg(sel + (size_t)t * d.k + s);
-		wts[j] = shared ? (sgate ? __ldcg(sgate + t) : 1.0f) : __ldcg(wt + (size_t)t * d.k + s);
+		eid[j] = shared ? 0 : d.pick ? psel[s] : __ldcg(sel + s);
+		wts[j] = shared ? (sgate ? __ldcg(sgate + t) : 1.0f) : d.pick ? pwt[s] : __ldcg(wt + s);
 	}
 }
 
@@ -418,8 +585,8 @@ __device__ __forceinline__ void moe_down_slots(const moe_dims &d, int t, const i
  * nslot <= MOE_DOWN_SLOTS: the chunks of all slots are spread over the lanes and loaded first. */
 template <int TYPE, int CPR>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
-	k_moe_down(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, cu_wd SD, int slot0, int nslot,
-		   const float *sgate, const float *act)
+	k_moe_down(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, const float *ms, cu_wd SD,
+		   int slot0, int nslot, const float *sgate, const float *act)
 {
 	extern __shared__ float as[];
 	__shared__ int32_t eid[MOE_MAX_K + 1];
@@ -428,7 +595,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	/* the experts are known before the wait: this kernel starts only once the gate/up kernel
 	 * (or a down kernel before it) has passed its own wait, so the router has finished; its
 	 * outputs are read past L1. The rows' loads then fly while gate/up ends. */
-	moe_down_slots(d, t, sel, wt, sgate, slot0, nslot, eid, wts);
+	moe_down_slots(d, t, sel, wt, ms, sgate, slot0, nslot, eid, wts);
 	__syncthreads();
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int i = blockIdx.x * MOE_WARPS + warp;
@@ -541,8 +708,8 @@ __device__ __forceinline__ float moe_k4_sum(const float *part, int r, int w0, in
 /* act[t][slot][r0..r0+15] = SiLU(gate·h) * (up·h): warps 0-3 gate, 4-7 up, each taking
  * superblocks w % 4, w % 4 + 4, .. of n_embd; slot k is the shared expert */
 __global__ void __launch_bounds__(GU_WARPS * 32, 3)
-	k_moe_gateup_k4(moe_dims d, const float *h, cu_wd G, cu_wd U, const int32_t *sel, cu_wd SG, cu_wd SU, int slot0,
-			float *act)
+	k_moe_gateup_k4(moe_dims d, const float *h, cu_wd G, cu_wd U, const float *logits, moe_picks pk, cu_wd SG,
+			cu_wd SU, int slot0, float *act)
 {
 	extern __shared__ __align__(16) unsigned char mk_sm[];
 	__shared__ float part[GU_WARPS * 16];
@@ -561,12 +728,14 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	 * queue behind (3.75 us of staging at Qwen3-Next's shapes) */
 	bool early = E / 8 <= 2 * (int)blockDim.x;
 	float hv[2][8];
+	__shared__ int e_s;
 	if (!shared) { /* the routed experts are known once the router is done; the shared one now */
 		cu_pdl_wait();
+		moe_pick_slot(d, logits, pk, t, slot, &e_s); /* before warp 0's share of h: fewer live registers */
 		if (early)
 			moe_k4_load(h + (size_t)t * E, 0, E, E / 8, threadIdx.x, hv);
 	}
-	size_t e = shared ? 0 : (size_t)sel[(size_t)t * d.k + slot];
+	size_t e = shared ? 0 : (size_t)moe_slot_expert(d, pk, &e_s, t, slot);
 	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
 	const uint8_t *ra = cu_row(wd, e, min(r0 + g, n - 1)).q, *rb = cu_row(wd, e, min(r0 + g + 8, n - 1)).q;
 	const uint8_t *rh = cu_row(wd, e, min(r0 + (lane & 15), n - 1)).m;
@@ -585,6 +754,7 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	else
 		moe_k4_stage(h + (size_t)t * E, 0, 1, E, xs, xsum);
 	__syncthreads();
+	moe_pick_fence(d, shared);
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int sb0 = w4; sb0 < nsb; sb0 += 8) {
 #pragma unroll
@@ -616,8 +786,8 @@ static size_t moe_k4_gateup_smem(const moe_dims &d)
 /* x[t][r0..r0+15] += sum over slots slot0.. of weight * down_slot · act[t][slot]: the block's
  * warps take the (slot, superblock) pairs in turn, two in flight */
 __global__ void __launch_bounds__(MK_WARPS * 32, 1)
-	k_moe_down_k4(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, cu_wd SD, int slot0, int nslot,
-		      const float *sgate, const float *act)
+	k_moe_down_k4(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, const float *ms, cu_wd SD,
+		      int slot0, int nslot, const float *sgate, const float *act)
 {
 	extern __shared__ __align__(16) unsigned char mk_sm[];
 	__shared__ int32_t eid[MOE_MAX_K + 1];
@@ -630,7 +800,7 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	float *xsum = (float *)(xs + nslot * F);
 	float4 *sc = (float4 *)(xsum + nslot * (F / 32)) + warp * 64;
 	/* the experts are known before the wait (see k_moe_down) */
-	moe_down_slots(d, t, sel, wt, sgate, slot0, nslot, eid, wts);
+	moe_down_slots(d, t, sel, wt, ms, sgate, slot0, nslot, eid, wts);
 	__syncthreads();
 	int ra = min(r0 + g, E - 1), rb = min(r0 + g + 8, E - 1), rh = min(r0 + (lane & 15), E - 1);
 	auto load = [&](int u) {
@@ -1151,8 +1321,8 @@ struct moe_ff_args {
 	moe_dims d;
 	const float *h;
 	float *x;
-	const int32_t *sel;
-	const float *wt, *sgate;
+	moe_picks pk;
+	const float *logits, *sgate;
 	float *act;
 	cu_wd G, U, SG, SU, D, SD;
 };
@@ -1161,7 +1331,8 @@ template <int TYPE, int CPL>
 static void moe_gateup_cpl(struct cuda_backend *cb, const moe_ff_args &f, int s0, int ns, size_t smem)
 {
 	dim3 grid(cu_blocks((size_t)f.d.Fmax, MOE_WARPS), ns, f.d.T);
-	cu_launch_pdl(cb, k_moe_gateup<TYPE, CPL>, grid, MOE_WARPS * 32, smem, f.d, f.h, f.G, f.U, f.sel, f.SG, f.SU, s0, f.act);
+	cu_launch_pdl(cb, k_moe_gateup<TYPE, CPL>, grid, MOE_WARPS * 32, smem, f.d, f.h, f.G, f.U, f.logits, f.pk, f.SG, f.SU, s0,
+		      f.act);
 }
 
 template <int TYPE>
@@ -1193,7 +1364,8 @@ template <int TYPE, int CPR>
 static void moe_down_cpr(struct cuda_backend *cb, const moe_ff_args &f, int s0, int ns, size_t smem)
 {
 	dim3 grid(cu_blocks((size_t)f.d.E, MOE_WARPS), f.d.T);
-	cu_launch_pdl(cb, k_moe_down<TYPE, CPR>, grid, MOE_WARPS * 32, smem, f.d, f.x, f.D, f.sel, f.wt, f.SD, s0, ns, f.sgate,
+	cu_launch_pdl(cb, k_moe_down<TYPE, CPR>, grid, MOE_WARPS * 32, smem, f.d, f.x, f.D, (const int32_t *)f.pk.sel, (const float *)f.pk.lv,
+		      (const float *)f.pk.ms, f.SD, s0, ns, f.sgate,
 		  (const float *)f.act);
 }
 
@@ -1224,7 +1396,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	moe_dims d;
 	d.T = a->T, d.E = a->n_embd, d.ne = a->n_expert, d.k = a->n_expert_used, d.F = a->n_ff;
 	d.Fs = a->sh_gate ? a->n_ff_sh : 0, d.Fmax = ((d.F > d.Fs ? d.F : d.Fs) + 7) / 8 * 8;
-	d.norm_topk = a->norm_topk;
+	d.norm_topk = a->norm_topk, d.pick = 0;
 	if (d.k > MOE_MAX_K || d.k > d.ne) {
 		cu_fail_msg(cb, "moe: %d experts per token is not supported", d.k);
 		return;
@@ -1234,17 +1406,18 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		return;
 	}
 	size_t T = (size_t)d.T, n_h = T * d.E, n_log = T * d.ne, n_sel = T * d.k, n_act = T * (d.k + 1) * d.Fmax;
-	char *scr = (char *)cu_scratch(cb, (n_act + n_h + n_log + 2 * n_sel + T) * 4);
+	char *scr = (char *)cu_scratch(cb, (n_act + n_h + n_log + 2 * n_sel + 3 * T) * 4);
 	if (!scr)
 		return;
 	float *act = (float *)scr, *h = act + n_act, *logits = h + n_h;
 	int32_t *sel = (int32_t *)(logits + n_log);
-	float *wt = (float *)(sel + n_sel), *sgate = wt + n_sel;
+	float *wt = (float *)(sel + n_sel), *sgate = wt + n_sel, *ms = sgate + T;
 	const float *sgw = a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL;
 	size_t route_smem = (n_h + d.ne) * 4;
 	int rtype = a->router->dev_type;
 	if (d.T <= CU_GEMV_MAX_T && route_smem <= 48 * 1024 &&
 	    (rtype == TOAST_DT_BF16 || (toast_dtype_is_quant((enum toast_dtype)rtype) && d.E % 8 == 0))) {
+		d.pick = d.ne <= 32 * MOE_WARP_TOPK;
 		moe_route_args ra = {d, a->x, (const float *)a->norm_w->dev, a->eps, a->plus_one, cu_wd_weight(a->router), sgw,
 				     h, logits, sel, wt, sgate, cb->counters};
 		unsigned nb = cu_blocks((size_t)d.ne + (sgw ? 1 : 0), MOE_WARPS); /* (+ the shared gate's warp) */
@@ -1271,12 +1444,12 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	cu_wd SG = d.Fs ? cu_wd_weight(a->sh_gate) : G, SU = d.Fs ? cu_wd_weight(a->sh_up) : U;
 	cu_wd SD = d.Fs ? cu_wd_weight(a->sh_down) : D;
 	int tr = moe_ktype2(G.type, U.type), ts = d.Fs ? moe_ktype2(SG.type, SU.type) : tr;
-	moe_ff_args fa = {d, h, a->x, sel, wt, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD};
+	moe_ff_args fa = {d, h, a->x, {sel, wt, ms}, logits, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD};
 	int nslot = d.k + (d.Fs ? 1 : 0);
 	if (tr == TOAST_DT_Q4_K && ts == tr && d.E % 256 == 0 && moe_k4_gateup_smem(d) <= 48 * 1024) {
 		dim3 grid((unsigned)(d.Fmax + 15) / 16, nslot, d.T);
 		cu_launch_pdl(cb, k_moe_gateup_k4, grid, GU_WARPS * 32, moe_k4_gateup_smem(d), d, (const float *)h, G, U,
-			      (const int32_t *)sel, SG, SU, 0, act);
+			      (const float *)logits, fa.pk, SG, SU, 0, act);
 	} else if (tr == ts) {
 		moe_gateup(cb, tr, fa, 0, nslot, hsm);
 	} else {
@@ -1289,7 +1462,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	    moe_k4_down_smem(d, nslot) <= 48 * 1024) {
 		dim3 grid((unsigned)(d.E + 15) / 16, d.T);
 		cu_launch_pdl(cb, k_moe_down_k4, grid, MK_WARPS * 32, moe_k4_down_smem(d, nslot), d, a->x, D,
-			      (const int32_t *)sel, (const float *)wt, SD, 0, nslot, (const float *)fa.sgate,
+			      (const int32_t *)sel, (const float *)wt, (const float *)ms, SD, 0, nslot, (const float *)fa.sgate,
 			      (const float *)act);
 	} else if (td == tsd && (!d.Fs || d.Fs == d.F)) {
 		moe_down(cb, td, fa, 0, nslot, asm_);
