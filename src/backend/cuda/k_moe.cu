@@ -426,10 +426,10 @@ __global__ void k_moe_topk(moe_dims d, const float *h, const float *logits, cons
  * *e_s); the first block of the slot also leaves it for the down kernel, which starts before its
  * dependent-launch wait and so could not wait for it otherwise: the expert in sel[t][j], its logit
  * in lv[t][j] and, for slot 0, the softmax's max and sum in ms[t][0..1]. The writer fences them
- * (moe_pick_fence) once its block has staged its input, long before the block lets the down
- * kernel be scheduled (cu_pdl_trigger): by then its weights are on their way, which the fence
- * waits for too and the MMAs would anyway. A choice of all the picks in each of the down
- * kernel's blocks took 3.8 us of its critical path.
+ * (moe_pick_fence) before a barrier that every thread of its block passes before any of them lets
+ * the down kernel be scheduled (cu_pdl_trigger; the first thread of a block to do so does it for
+ * the block). A choice of all the picks in each of the down kernel's blocks took 3.8 us of its
+ * critical path.
  */
 struct moe_picks {
 	int32_t *sel;
@@ -520,8 +520,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	if (shared)
 		cu_pdl_wait();
 	moe_stage<TYPE>(hs, h + (size_t)t * E, E);
+	moe_pick_fence(d, shared); /* before any thread of the block passes this barrier, and so its trigger */
 	__syncthreads();
-	moe_pick_fence(d, shared);
 	if (r >= n)
 		return;
 	float a = 0, b = 0;
@@ -754,7 +754,6 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	else
 		moe_k4_stage(h + (size_t)t * E, 0, 1, E, xs, xsum);
 	__syncthreads();
-	moe_pick_fence(d, shared);
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int sb0 = w4; sb0 < nsb; sb0 += 8) {
 #pragma unroll
@@ -770,9 +769,10 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 				L[k] = cu_k4_load(ra, rb, rh, sb + 8, tq);
 		}
 	}
-	cu_pdl_trigger();
 	moe_k4_part(part + 16 * warp, acc, lane);
+	moe_pick_fence(d, shared); /* before any thread of the block passes this barrier, and so its trigger */
 	__syncthreads();
+	cu_pdl_trigger();
 	if (threadIdx.x < 16 && r0 + threadIdx.x < n) /* gate: warps 0-3, up: 4-7 */
 		act[((size_t)t * (d.k + 1) + slot) * d.Fmax + r0 + threadIdx.x] =
 			cu_silu(moe_k4_sum(part, threadIdx.x, 0, 4)) * moe_k4_sum(part, threadIdx.x, 4, 8);
