@@ -7,9 +7,10 @@
  * every chosen expert and the shared one, each block choosing its slot's expert from the logits
  * (moe_pick_slot; with more experts than a warp holds, the router's last block to finish chooses
  * them all); one runs down for all of them and adds to the residual. Expert ids stay in device
- * memory, so a recorded decode step is valid whatever the router picks. Prefill (longer T, n_embd % 128 == 0, n_ff % 64 == 0):
- * token-slots grouped by expert on the device, gate/up (with SiLU·mul) and down as grouped
- * tensor-core GEMMs (k_moe_gg); other shapes run the decode expert kernels per token.
+ * memory, so a recorded decode step is valid whatever the router picks. Prefill (longer T,
+ * n_embd % 128 == 0, n_ff % 64 == 0): token-slots grouped by expert on the device, gate/up (with
+ * SiLU·mul) and down as grouped tensor-core GEMMs (k_moe_gg); other shapes run the decode expert
+ * kernels per token.
  */
 #include "backend/cuda/cu_quant.cuh"
 
@@ -113,9 +114,9 @@ __device__ __forceinline__ float moe_unkey(unsigned k)
  * (the first on a tie: the lower index). A round is one warp reduction (redux.sync on moe_key: the
  * largest) and a vote, and a second reduction (the lowest index holding it) when lanes tie on
  * it; the winner lane moves its second up, and rescans its logits only when it wins again before
- * that (the rescan, in one lane, held the whole warp: ~125 instructions a round). Read past L1:
- * the down kernels may choose before their dependent-launch wait. (Keys in place of the logits,
- * converted once, made the gate/up kernel 0.6 us slower on an H200.)
+ * that (the rescan, in one lane, held the whole warp: ~125 instructions a round). A round still
+ * costs ~380 cycles on an H200 (docs/PERF.md). Keys in place of the logits, converted once, made
+ * the gate/up kernel 0.6 us slower.
  */
 #define MOE_WARP_TOPK 16
 struct moe_warp_topk {
@@ -311,9 +312,9 @@ __device__ __forceinline__ void moe_stage_rows(float *as, const float *act, cons
 	cu_cp_wait<0>();
 }
 
-/* decode: norm + router + shared gate + (last block, unless d.pick) top-k. smem: hs [T][E] (staged for TYPE) then ne floats
- * for the top-k. CPL > 0: n_embd == 32 * CPL chunks, the router row's loads are issued before
- * the norm is computed. */
+/* decode: norm + router + shared gate + (last block, unless d.pick) top-k. smem: hs [T][E]
+ * (staged for TYPE) then ne floats for the top-k. CPL > 0: n_embd == 32 * CPL chunks, the router
+ * row's loads are issued before the norm is computed. */
 template <int TYPE, int CPL>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_route(moe_dims d, const float *x, const float *nw, float eps, int plus_one, cu_wd R, const float *sgw,
@@ -592,9 +593,10 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	__shared__ int32_t eid[MOE_MAX_K + 1];
 	__shared__ float wts[MOE_MAX_K + 1];
 	int t = blockIdx.y, E = d.E;
-	/* the experts are known before the wait: this kernel starts only once the gate/up kernel
-	 * (or a down kernel before it) has passed its own wait, so the router has finished; its
-	 * outputs are read past L1. The rows' loads then fly while gate/up ends. */
+	/* the experts are known before the wait: this kernel starts only once every block of the
+	 * gate/up kernel (or of a down kernel before it) has passed its own wait, so the router has
+	 * finished, and has let it be scheduled, which the blocks that leave the picks (d.pick) do
+	 * after fencing them; read past L1. The rows' loads then fly while gate/up ends. */
 	moe_down_slots(d, t, sel, wt, ms, sgate, slot0, nslot, eid, wts);
 	__syncthreads();
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
