@@ -231,13 +231,28 @@ __device__ __forceinline__ int am_swz(int row, int chunk)
 	return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
+/* keys jt.. (those from j1 on: zeros) of one KV head into a tile, by the block's 128 threads:
+ * thread i takes chunk i % (D / 8) of rows i / (D / 8), .. every 128 / (D / 8) rows, its
+ * addresses a stride apart; a tile wholly before j1 (all but a split's last) without the
+ * per-row bound. (Computed from the index per chunk, the copies' addresses took ~600 of the
+ * ~2,100 instructions a decode tile cost each warp: this kernel issues, it does not wait.) */
 template <int D>
 __device__ __forceinline__ void am_load_kv(bf16 *dst, const bf16 *src, int kvd, int kvh, int jt, int j1)
 {
-	for (int i = threadIdx.x; i < AM_KEYS * (D / 8); i += 128) {
-		int row = i / (D / 8), ch = i % (D / 8), key = jt + row;
-		bool in = key < j1;
-		cu_cp16(dst + am_swz<D>(row, ch), in ? src + (size_t)key * kvd + kvh * D + ch * 8 : src, in);
+	constexpr int CPR = D / 8, RP = 128 / CPR; /* chunks a row, rows a pass */
+	int r0 = threadIdx.x / CPR, ch = threadIdx.x % CPR;
+	const bf16 *s = src + (size_t)(jt + r0) * kvd + kvh * D + ch * 8;
+	unsigned d = cu_smem_addr(dst);
+	if (jt + AM_KEYS <= j1) {
+#pragma unroll 4
+		for (int n = 0; n < AM_KEYS / RP; n++)
+			cu_cp16(d + 2 * am_swz<D>(r0 + RP * n, ch), s + (size_t)RP * n * kvd, true);
+		return;
+	}
+#pragma unroll 4
+	for (int n = 0; n < AM_KEYS / RP; n++) {
+		bool in = jt + r0 + RP * n < j1;
+		cu_cp16(d + 2 * am_swz<D>(r0 + RP * n, ch), in ? s + (size_t)RP * n * kvd : src, in);
 	}
 }
 
@@ -322,6 +337,7 @@ __global__ void __launch_bounds__(128, 2)
 	}
 	int qr0 = rg * 16 + g; /* this thread's rows: qr0 and qr0 + 8 of the block */
 	int qpos0 = pos0 + (r0 + qr0) / n_rep, qpos1 = pos0 + (r0 + qr0 + 8) / n_rep;
+	int jall = min(j1, pos0 + r0 / n_rep + 1); /* keys before this one: in the split, seen by every row */
 	float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
 #pragma unroll
 	for (int i = 0; i < D / 8; i++)
@@ -348,14 +364,20 @@ __global__ void __launch_bounds__(128, 2)
 	};
 	/* the online softmax over the tile of keys jt..: s becomes P, o and l are rescaled */
 	auto softmax = [&](int jt) {
+		/* a tile of keys that every row sees unmasked (all but the last of a split in decode):
+		 * no bounds (the rows' positions, rematerialised by division for want of registers,
+		 * took ~280 instructions a tile) */
+		bool whole = jt + AM_KEYS <= jall;
 		float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
 		for (int nt = 0; nt < NT; nt++)
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
-				int key = jt + kofs + nt * 8 + c + (i & 1);
-				bool ok = key < j1 && key <= (i < 2 ? qpos0 : qpos1);
-				s[nt][i] = ok ? s[nt][i] : -INFINITY;
+				if (!whole) {
+					int key = jt + kofs + nt * 8 + c + (i & 1);
+					bool ok = key < j1 && key <= (i < 2 ? qpos0 : qpos1);
+					s[nt][i] = ok ? s[nt][i] : -INFINITY;
+				}
 				mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
 			}
 		float corr[2], base[2];
@@ -376,11 +398,14 @@ __global__ void __launch_bounds__(128, 2)
 				s[nt][i] = exp2f(s[nt][i] - base[i >> 1]);
 				l[i >> 1] += s[nt][i];
 			}
+		/* o rescaled only when a row's maximum moved (rarely, far into a long context: the
+		 * same bits, D / 2 multiplications a thread fewer) */
+		if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f))
 #pragma unroll
-		for (int i = 0; i < D / 8; i++) {
-			o[i][0] *= corr[0], o[i][1] *= corr[0];
-			o[i][2] *= corr[1], o[i][3] *= corr[1];
-		}
+			for (int i = 0; i < D / 8; i++) {
+				o[i][0] *= corr[0], o[i][1] *= corr[0];
+				o[i][2] *= corr[1], o[i][3] *= corr[1];
+			}
 	};
 	/* O += P·V for the warp's keys of the tile at V */
 	auto pv = [&](const bf16 *V) {
