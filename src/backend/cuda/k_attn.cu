@@ -234,8 +234,9 @@ __device__ __forceinline__ int am_swz(int row, int chunk)
 /* keys jt.. (those from j1 on: zeros) of one KV head into a tile, by the block's 128 threads:
  * thread i takes chunk i % (D / 8) of rows i / (D / 8), .. every 128 / (D / 8) rows, its
  * addresses a stride apart; a tile wholly before j1 (all but a split's last) without the
- * per-row bound. (Computed from the index per chunk, the copies' addresses took ~600 of the
- * ~2,100 instructions a decode tile cost each warp: this kernel issues, it does not wait.) */
+ * per-row bound. (Computed from the index per chunk, the copies' addresses were ~600 of the
+ * ~2,100 instructions each warp issued for a decode tile, and issuing bound the kernel at one
+ * warp a scheduler: docs/PERF.md.) */
 template <int D>
 __device__ __forceinline__ void am_load_kv(bf16 *dst, const bf16 *src, int kvd, int kvh, int jt, int j1)
 {
