@@ -193,12 +193,41 @@ struct moe_warp_topk {
 		return mine;
 	}
 
+	/* the softmax's max and sum over all the logits, in every lane */
+	__device__ __forceinline__ void softmax(const moe_dims &d, int lane, float *mx, float *sum) const
+	{
+		float m = -INFINITY, z = 0;
+#pragma unroll
+		for (int i = 0; i < MOE_WARP_TOPK; i++)
+			m = fmaxf(m, v[i]);
+		m = cu_warp_max(m);
+#pragma unroll
+		for (int i = 0; i < MOE_WARP_TOPK; i++)
+			z += lane + 32 * i < d.ne ? __expf(v[i] - m) : 0.0f;
+		*mx = m, *sum = cu_warp_sum(z);
+	}
+
 	/* the index of the pick that round() returned true for in one lane, in every lane */
 	static __device__ __forceinline__ int index(bool mine, int idx)
 	{
 		return (int)__reduce_max_sync(0xffffffffu, mine ? (unsigned)idx : 0u);
 	}
 };
+
+/* picks j = lane and lane + 32 (experts e0, e1, logits l0, l1) and their weights into sel[j],
+ * wt[j], by a warp: softmax weights (mx, sum over all the logits), renormalised over the k picks
+ * when asked */
+__device__ __forceinline__ void moe_pick_weights(const moe_dims &d, int lane, int e0, int e1, float l0, float l1,
+						 float mx, float sum, int32_t *sel, float *wt)
+{
+	bool a = lane < d.k, b = lane + 32 < d.k;
+	float p0 = a ? __expf(l0 - mx) / sum : 0.0f, p1 = b ? __expf(l1 - mx) / sum : 0.0f;
+	float tot = cu_warp_sum(p0 + p1);
+	if (a)
+		sel[lane] = e0, wt[lane] = d.norm_topk ? p0 / tot : p0;
+	if (b)
+		sel[lane + 32] = e1, wt[lane + 32] = d.norm_topk ? p1 / tot : p1;
+}
 
 /* softmax over the logits, the k largest (ties: lower index), renormalised when asked: pick j
  * in sel[j], wt[j], lane j % 32 keeping it; the weights are computed once the rounds are done (a
@@ -208,15 +237,8 @@ __device__ __forceinline__ void moe_topk_warp(const moe_dims &d, const float *lo
 	int lane = threadIdx.x & 31;
 	moe_warp_topk w;
 	w.load(d, logits, lane);
-	float mx = -INFINITY, sum = 0;
-#pragma unroll
-	for (int i = 0; i < MOE_WARP_TOPK; i++)
-		mx = fmaxf(mx, w.v[i]);
-	mx = cu_warp_max(mx);
-#pragma unroll
-	for (int i = 0; i < MOE_WARP_TOPK; i++)
-		sum += lane + 32 * i < d.ne ? __expf(w.v[i] - mx) : 0.0f;
-	sum = cu_warp_sum(sum);
+	float mx, sum;
+	w.softmax(d, lane, &mx, &sum);
 	float pv0 = 0, pv1 = 0;
 	int pi0 = 0, pi1 = 0;
 	for (int j = 0; j < d.k; j++) {
@@ -231,16 +253,7 @@ __device__ __forceinline__ void moe_topk_warp(const moe_dims &d, const float *lo
 				pv1 = val, pi1 = bi;
 		}
 	}
-	float p0 = lane < d.k ? __expf(pv0 - mx) / sum : 0.0f, p1 = lane + 32 < d.k ? __expf(pv1 - mx) / sum : 0.0f;
-	float tot = cu_warp_sum(p0 + p1);
-	if (lane < d.k) {
-		sel[lane] = pi0;
-		wt[lane] = d.norm_topk ? p0 / tot : p0;
-	}
-	if (lane + 32 < d.k) {
-		sel[lane + 32] = pi1;
-		wt[lane + 32] = d.norm_topk ? p1 / tot : p1;
-	}
+	moe_pick_weights(d, lane, pi0, pi1, pv0, pv1, mx, sum, sel, wt);
 }
 
 /* h · sh_gate_inp for one token, by the whole block */
@@ -456,17 +469,8 @@ __device__ __forceinline__ void moe_pick_slot(const moe_dims &d, const float *lo
 	if (blockIdx.x != 0)
 		return;
 	float mx = 0, sum = 0;
-	if (slot == 0) {
-		mx = -INFINITY;
-#pragma unroll
-		for (int i = 0; i < MOE_WARP_TOPK; i++)
-			mx = fmaxf(mx, w.v[i]);
-		mx = cu_warp_max(mx);
-#pragma unroll
-		for (int i = 0; i < MOE_WARP_TOPK; i++)
-			sum += lane + 32 * i < d.ne ? __expf(w.v[i] - mx) : 0.0f;
-		sum = cu_warp_sum(sum);
-	}
+	if (slot == 0)
+		w.softmax(d, lane, &mx, &sum);
 	if (lane == 0) {
 		pk.sel[(size_t)t * d.k + slot] = e;
 		pk.lv[(size_t)t * d.k + slot] = val;
@@ -563,13 +567,7 @@ __device__ __forceinline__ void moe_down_slots(const moe_dims &d, int t, const i
 			bool a = lane < d.k, b = lane + 32 < d.k;
 			int e0 = a ? __ldcg(sel + lane) : 0, e1 = b ? __ldcg(sel + lane + 32) : 0;
 			float l0 = a ? __ldcg(wt + lane) : 0.0f, l1 = b ? __ldcg(wt + lane + 32) : 0.0f;
-			float mx = __ldcg(ms + 2 * t), sum = __ldcg(ms + 2 * t + 1);
-			float p0 = a ? __expf(l0 - mx) / sum : 0.0f, p1 = b ? __expf(l1 - mx) / sum : 0.0f;
-			float tot = cu_warp_sum(p0 + p1);
-			if (a)
-				psel[lane] = e0, pwt[lane] = d.norm_topk ? p0 / tot : p0;
-			if (b)
-				psel[lane + 32] = e1, pwt[lane + 32] = d.norm_topk ? p1 / tot : p1;
+			moe_pick_weights(d, lane, e0, e1, l0, l1, __ldcg(ms + 2 * t), __ldcg(ms + 2 * t + 1), psel, pwt);
 		}
 		__syncthreads();
 	}
