@@ -723,18 +723,19 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	bf16 *xs = (bf16 *)mk_sm;
 	float *xsum = (float *)(xs + E);
 	float4 *sc = (float4 *)(xsum + E / 32) + warp * 64;
-	/* h in registers when it is one round (n_embd <= 16 * blockDim.x): a routed block loads it
-	 * together with its expert's id, before the expert's rows, which its loads would otherwise
-	 * queue behind (3.75 us of staging at Qwen3-Next's shapes) */
+	/* h in registers when it is one round (n_embd <= 16 * blockDim.x), loaded before the
+	 * expert's rows, which its loads would otherwise queue behind (3.75 us of staging at
+	 * Qwen3-Next's shapes); a routed block loads it together with its expert's id. The shared
+	 * expert's rows too wait for the router: asked for while it ran, they slowed the step
+	 * (-1%, docs/PERF.md) */
 	bool early = E / 8 <= 2 * (int)blockDim.x;
 	float hv[2][8];
 	__shared__ int e_s;
-	if (!shared) { /* the routed experts are known once the router is done; the shared one now */
-		cu_pdl_wait();
+	cu_pdl_wait();
+	if (!shared)
 		moe_pick_slot(d, logits, pk, t, slot, &e_s); /* before warp 0's share of h: fewer live registers */
-		if (early)
-			moe_k4_load(h + (size_t)t * E, 0, E, E / 8, threadIdx.x, hv);
-	}
+	if (early)
+		moe_k4_load(h + (size_t)t * E, 0, E, E / 8, threadIdx.x, hv);
 	size_t e = shared ? 0 : (size_t)moe_slot_expert(d, pk, &e_s, t, slot);
 	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
 	const uint8_t *ra = cu_row(wd, e, min(r0 + g, n - 1)).q, *rb = cu_row(wd, e, min(r0 + g + 8, n - 1)).q;
@@ -744,11 +745,6 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 		L[0] = cu_k4_load(ra, rb, rh, w4, tq);
 	if (w4 + 4 < nsb)
 		L[1] = cu_k4_load(ra, rb, rh, w4 + 4, tq);
-	if (shared) {
-		cu_pdl_wait();
-		if (early)
-			moe_k4_load(h + (size_t)t * E, 0, E, E / 8, threadIdx.x, hv);
-	}
 	if (early)
 		moe_k4_store(E, E / 8, threadIdx.x, hv, xs, xsum);
 	else
