@@ -267,7 +267,14 @@ __host__ __device__ static constexpr int am_stages(int KW)
 }
 
 /* shared memory of k_attn_mma<D, KW>: Q rows, then a K tile and a V tile (bf16) a stage, which
- * the final merge of KW > 1 reuses as KW x 16 x (D + 2) floats */
+ * the final merge of KW > 1 reuses: KW x 16 rows of am_mrow(D) floats (o, then m and l; the pad
+ * puts a warp's float2 stores of 8 rows in two wavefronts), then 16 x (KW + 1) floats (a row's
+ * weight of each warp, its denominator) */
+__host__ __device__ static constexpr int am_mrow(int D)
+{
+	return D + 8;
+}
+
 __host__ __device__ static constexpr size_t am_smem(int D, int KW)
 {
 	return (size_t)(64 / KW + 2 * AM_KEYS * am_stages(KW)) * D * 2;
@@ -281,7 +288,7 @@ __global__ void __launch_bounds__(128, 2)
 	constexpr int ROWS = 64 / KW, NT = 8 / KW, KS = 4 / KW; /* rows a block; n-tiles of S and k-steps of P·V a warp */
 	constexpr int NS = am_stages(KW); /* KW > 1: a ring of NS (K, V) tile pairs */
 	static_assert(KW == 1 || KW == 4, "one row group, or four");
-	static_assert(KW == 1 || am_smem(D, KW) >= (size_t)KW * 16 * (D + 2) * 4, "merge space");
+	static_assert(KW == 1 || am_smem(D, KW) >= ((size_t)KW * 16 * am_mrow(D) + 16 * (KW + 1)) * 4, "merge space");
 	extern __shared__ __align__(16) bf16 am[];
 	bf16 *Qs = am, *Ks = Qs + ROWS * D, *Vs = Ks + AM_KEYS * D;
 	int rb = gridDim.x - 1 - blockIdx.x, split = blockIdx.y, kvh = blockIdx.z; /* the longest rows first */
@@ -462,14 +469,18 @@ __global__ void __launch_bounds__(128, 2)
 		l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
 	}
 	if constexpr (KW > 1) {
-		/* merge the warps' states: each stores (o, m, l) of its 16 rows, then every thread
-		 * merges some (row, dim) over the KW warps into warp 0's registers' place */
+		/* merge the warps' states: each stores (o, m, l) of its 16 rows; a thread a row weighs
+		 * the warps (their maximum, each warp's factor, the denominator), then every thread
+		 * merges 4 dims of some rows. (A thread a (row, dim) that reweighed the warps itself,
+		 * with a division to find its row, issued ~2,600 instructions a warp: two thirds of
+		 * a decode block's at short context.) */
+		constexpr int MR = am_mrow(D);
 		cu_cp_wait<0>();
 		__syncthreads();
-		float *mg = (float *)am; /* [KW][16][D + 2] */
+		float *mg = (float *)am, *fw = mg + KW * 16 * MR; /* [KW][16][MR], [16][KW + 1] */
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
-			float *dst = mg + ((size_t)kw * 16 + g + 8 * h) * (D + 2);
+			float *dst = mg + (kw * 16 + g + 8 * h) * MR;
 #pragma unroll
 			for (int i = 0; i < D / 8; i++)
 				*(float2 *)(dst + i * 8 + c) = make_float2(o[i][2 * h], o[i][2 * h + 1]);
@@ -479,28 +490,40 @@ __global__ void __launch_bounds__(128, 2)
 			}
 		}
 		__syncthreads();
-		for (int x = threadIdx.x; x < 16 * (D + 1); x += 128) {
-			int row = x / (D + 1), d = x % (D + 1), gr = r0 + row; /* d == D: the row's m and l */
-			if (gr >= R)
-				continue;
-			float mt = -INFINITY;
+		if (threadIdx.x < 16) {
+			int row = threadIdx.x, gr = r0 + row;
+			float mt = -INFINITY, den = 0;
+#pragma unroll
 			for (int w = 0; w < KW; w++)
-				mt = fmaxf(mt, mg[((size_t)w * 16 + row) * (D + 2) + D]);
-			float acc = 0, den = 0;
+				mt = fmaxf(mt, mg[(w * 16 + row) * MR + D]);
+#pragma unroll
 			for (int w = 0; w < KW; w++) {
-				const float *src = mg + ((size_t)w * 16 + row) * (D + 2);
+				const float *src = mg + (w * 16 + row) * MR;
 				float f = src[D] == -INFINITY ? 0.0f : exp2f(src[D] - mt);
-				acc += f * src[d < D ? d : D + 1];
+				fw[row * (KW + 1) + w] = f;
 				den += f * src[D + 1];
 			}
-			int t = gr / n_rep, rep = gr % n_rep;
-			float *dst = part + ((((size_t)t * n_kv + kvh) * n_split + split) * n_rep + rep) * (D + 2);
-			if (d < D) {
-				dst[d] = acc;
-			} else {
+			if (gr < R) {
+				float *dst = part + ((((size_t)(gr / n_rep) * n_kv + kvh) * n_split + split) * n_rep + gr % n_rep) * (D + 2);
 				dst[D] = mt * 0.6931471805599453f; /* -inf stays -inf: combine skips the split */
 				dst[D + 1] = den;
 			}
+		}
+		__syncthreads();
+		for (int x = threadIdx.x; x < 16 * (D / 4); x += 128) {
+			int row = x / (D / 4), d = x % (D / 4) * 4, gr = r0 + row;
+			if (gr >= R)
+				break; /* the rows only grow with x */
+			float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll
+			for (int w = 0; w < KW; w++) {
+				float f = fw[row * (KW + 1) + w];
+				float4 v = *(const float4 *)(mg + (w * 16 + row) * MR + d);
+				acc.x += f * v.x, acc.y += f * v.y, acc.z += f * v.z, acc.w += f * v.w;
+			}
+			float *dst = part + ((((size_t)(gr / n_rep) * n_kv + kvh) * n_split + split) * n_rep + gr % n_rep) * (D + 2);
+			*(float2 *)(dst + d) = make_float2(acc.x, acc.y);
+			*(float2 *)(dst + d + 2) = make_float2(acc.z, acc.w);
 		}
 	} else {
 #pragma unroll
