@@ -472,8 +472,8 @@ __global__ void __launch_bounds__(128, 2)
 		/* merge the warps' states: each stores (o, m, l) of its 16 rows; a thread a row weighs
 		 * the warps (their maximum, each warp's factor, the denominator), then every thread
 		 * merges 4 dims of some rows. (A thread a (row, dim) that reweighed the warps itself,
-		 * with a division to find its row, issued ~2,600 instructions a warp: two thirds of
-		 * a decode block's at short context.) */
+		 * with a division to find its row, was ~2,000 of the ~4,150 instructions a warp issued
+		 * for a decode block at short context: docs/PERF.md.) */
 		constexpr int MR = am_mrow(D);
 		cu_cp_wait<0>();
 		__syncthreads();
