@@ -205,20 +205,28 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 	float *xsum = (float *)(xs + T * xstride);
 	float4 *sc = (float4 *)(xsum + T * nsub) + warp * 64;
 	float *part = (float *)((float4 *)(xsum + T * nsub) + GQ_WARPS * 64);
-	/* the warp's units: tile i / m, superblock warp + GQ_WARPS * (i % m) */
+	/* the warp's units: unit i is tile i / m, superblock warp + GQ_WARPS * (i % m), kept as
+	 * counters (a division a unit was ~30 of its ~400 instructions) */
 	int m = warp < nsb ? (nsb - warp + GQ_WARPS - 1) / GQ_WARPS : 0, units = ntile * m;
-	auto load = [&](int i) {
-		int64_t r0 = (tile0 + i / m) * 16;
+	auto next = [&](int &tl, int &k) {
+		if (++k == m)
+			k = 0, tl++;
+	};
+	int lt = 0, lk = 0; /* the next unit to load */
+	auto load = [&]() {
+		int64_t r0 = (tile0 + lt) * 16;
 		const uint8_t *ra = cu_row(jb.W, 0, min(r0 + g, jb.n_out - 1)).q;
 		const uint8_t *rb = cu_row(jb.W, 0, min(r0 + g + 8, jb.n_out - 1)).q;
 		const uint8_t *rh = cu_row(jb.W, 0, min(r0 + (lane & 15), jb.n_out - 1)).m;
-		return cu_k4_load(ra, rb, rh, warp + GQ_WARPS * (i % m), t);
+		cu_k4ld L = cu_k4_load(ra, rb, rh, warp + GQ_WARPS * lk, t);
+		next(lt, lk);
+		return L;
 	};
 	cu_k4ld L[2];
 	if (units > 0)
-		L[0] = load(0);
+		L[0] = load();
 	if (units > 1)
-		L[1] = load(1);
+		L[1] = load();
 	cu_pdl_wait();
 	/* the input rows: RMSNorm(norm_x) or act, in bf16, 8 elements a thread */
 	float p1 = a.plus_one ? 1.0f : 0.0f;
@@ -295,21 +303,22 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 	const bf16 *xg = xs + (T > 1 ? g : 0) * xstride;
 	const float *xs0 = xsum + (T > 1 ? 2 * t : 0) * nsub, *xs1 = xsum + (T > 1 ? 2 * t + 1 : 0) * nsub;
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	int ct = 0, ck = 0; /* unit i's tile and superblock */
 	for (int i0 = 0; i0 < units; i0 += 2) {
 #pragma unroll
 		for (int k = 0; k < 2; k++) {
 			int i = i0 + k;
 			if (i >= units)
 				break;
-			int sb = warp + GQ_WARPS * (i % m);
+			int sb = warp + GQ_WARPS * ck;
 			__syncwarp();
 			cu_k4_scales(L[k], sc, lane);
 			__syncwarp();
 			cu_k4_mma<T>(acc, L[k], sc, xg + sb * 256, xs0 + sb * 8, xs1 + sb * 8, 1.0f, g, t);
 			if (i + 2 < units)
-				L[k] = load(i + 2);
-			if (i % m == m - 1) { /* the tile's last superblock of this warp */
-				float *pp = part + ((i / m) * GQ_WARPS + warp) * 16 * T;
+				L[k] = load();
+			if (ck == m - 1) { /* the tile's last superblock of this warp */
+				float *pp = part + (ct * GQ_WARPS + warp) * 16 * T;
 				if (T > 1 || t == 0) {
 					pp[g * T + (T > 1 ? 2 * t : 0)] = acc[0];
 					pp[(g + 8) * T + (T > 1 ? 2 * t : 0)] = acc[2];
@@ -320,6 +329,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 				}
 				acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
 			}
+			next(ct, ck);
 		}
 	}
 	if (!one_wave)
