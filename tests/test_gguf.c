@@ -24,6 +24,7 @@
 #include "format/safetensors.h"
 #include "models/convert.h"
 #include "models/quantize.h"
+#include <jansson.h>
 #include "test.h"
 #include "tokenizer/tok_gguf.h"
 #include "util/fs.h"
@@ -641,6 +642,61 @@ static void test_corrupt(void)
 	free(file_buf);
 }
 
+/* a synthetic model (toasted bench --type q4_k_m) gets the types a converted Q4_K_M file has:
+ * llama.cpp's rule, written out here, gives Q6_K to the output and, in the layers il < n/8,
+ * il >= 7n/8 and (il - n/8) % 3 == 2 (0, 3, 6 and 7 of 8), to v_proj and every down_proj; the
+ * rest of the matrices are Q4_K and the router stays BF16. The tiny hybrid model's widths are
+ * raised to 256 so that rows are whole K-quant blocks. */
+static void test_synthetic_mix(void)
+{
+	char path[512], *text = NULL, *cfg = NULL;
+	struct toast_error err = {0};
+	snprintf(path, sizeof(path), "%s/models/qwen3next-tiny/config.json", test_data_dir());
+	CHECK(toast_read_file(path, 1 << 20, &text, NULL, &err) == TOAST_OK, "%s: %s", path, err.msg);
+	json_t *root = text ? json_loads(text, 0, NULL) : NULL;
+	if (root) {
+		const char *wide[] = {"hidden_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+				      "intermediate_size"};
+		for (size_t i = 0; i < sizeof(wide) / sizeof(wide[0]); i++)
+			json_object_set_new(root, wide[i], json_integer(256));
+		json_object_set_new(root, "linear_value_head_dim", json_integer(64)); /* out_proj: 4 heads of 64 */
+		cfg = json_dumps(root, 0);
+		json_decref(root);
+	}
+	struct toast_backend *be = NULL;
+	struct toast_model m;
+	bool ok = cfg && toast_backend_cpu_new(1, &be, &err) == TOAST_OK &&
+		  toast_model_load_synthetic(&m, cfg, 0, TOAST_DT_BF16, TOAST_MIX_Q4_K_M, be, &err) == TOAST_OK;
+	CHECK(ok, "synthetic q4_k_m: %s", err.msg);
+	if (ok) {
+		CHECK(m.hp.n_layer == 8 && m.hp.n_embd == 256, "synthetic q4_k_m: %d layers of %d", m.hp.n_layer,
+		      m.hp.n_embd);
+		CHECK(m.output.type == TOAST_DT_Q6_K, "synthetic q4_k_m: output %s", toast_dtype_name(m.output.type));
+		CHECK(m.tok_embd.type == TOAST_DT_Q4_K, "synthetic q4_k_m: embedding %s", toast_dtype_name(m.tok_embd.type));
+		for (int il = 0; il < m.hp.n_layer && il < 8; il++) {
+			const struct toast_layer *l = &m.layers[il];
+			bool more = il == 0 || il == 3 || il == 6 || il == 7;
+			enum toast_dtype want = more ? TOAST_DT_Q6_K : TOAST_DT_Q4_K;
+			CHECK(l->down_exps.w[0].type == want && l->sh_down.type == want, "synthetic q4_k_m layer %d: down %s / %s",
+			      il, toast_dtype_name(l->down_exps.w[0].type), toast_dtype_name(l->sh_down.type));
+			CHECK(l->gate_exps.w[0].type == TOAST_DT_Q4_K && l->sh_up.type == TOAST_DT_Q4_K,
+			      "synthetic q4_k_m layer %d: gate %s", il, toast_dtype_name(l->gate_exps.w[0].type));
+			CHECK(l->router.type == TOAST_DT_BF16, "synthetic q4_k_m layer %d: router %s", il,
+			      toast_dtype_name(l->router.type));
+			if (m.hp.layer_is_attn[il])
+				CHECK(l->wv.type == want && l->wq.type == TOAST_DT_Q4_K, "synthetic q4_k_m layer %d: v %s q %s", il,
+				      toast_dtype_name(l->wv.type), toast_dtype_name(l->wq.type));
+			else
+				CHECK(l->ssm_out.type == TOAST_DT_Q4_K, "synthetic q4_k_m layer %d: out_proj %s", il,
+				      toast_dtype_name(l->ssm_out.type));
+		}
+		toast_model_unload(&m);
+	}
+	toast_backend_free(be);
+	free(cfg);
+	free(text);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/toasted-gguf-XXXXXX");
@@ -649,6 +705,7 @@ int main(void)
 		return 1;
 	}
 	test_pre_names();
+	test_synthetic_mix();
 	test_llama_roundtrip();
 	test_metadata();
 	test_corrupt();

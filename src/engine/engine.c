@@ -82,10 +82,16 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	if (rc == TOAST_OK && opts->synthetic) {
 		/* a preset name, or a config.json file: a shape of one's own */
 		const char *cfg = toast_model_preset(opts->synthetic);
+		/* a weight type, or a quantisation mix (q4_k_m: the types a converted file has) */
 		enum toast_dtype st = opts->synthetic_type ? toast_dtype_parse(opts->synthetic_type) : TOAST_DT_BF16;
+		enum toast_quant_mix mix = TOAST_MIX_NONE;
 		char *text = NULL;
+		if (st == TOAST_DT_UNKNOWN && toast_quant_mix_parse(opts->synthetic_type, &mix) && mix != TOAST_MIX_NONE)
+			st = TOAST_DT_BF16;
 		if (st == TOAST_DT_UNKNOWN)
-			rc = toast_err_set(err, TOAST_ERR_INVALID, "unknown weight type \"%s\" for a synthetic model",
+			rc = toast_err_set(err, TOAST_ERR_INVALID,
+					   "unknown weight type \"%s\" for a synthetic model (bf16, q4_k, q6_k, mlx4, .., or a "
+					   "mix: q4_k_m, q5_k_m)",
 					   opts->synthetic_type);
 		else if (!cfg && strchr(opts->synthetic, '/'))
 			rc = toast_read_file(opts->synthetic, 1 << 20, &text, NULL, err);
@@ -94,7 +100,8 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 					   "unknown synthetic shape \"%s\" (qwen3-next-80b-a3b, qwen3.5-35b-a3b, or a config.json path)",
 					   opts->synthetic);
 		if (rc == TOAST_OK)
-			rc = toast_model_load_synthetic(&e->model, cfg ? cfg : text, opts->synthetic_layers, st, e->be, err);
+			rc = toast_model_load_synthetic(&e->model, cfg ? cfg : text, opts->synthetic_layers, st, mix, e->be,
+							err);
 		free(text);
 	} else if (rc == TOAST_OK) {
 		rc = toast_model_load(&e->model, path, e->be, e->quant, opts->progress, opts->progress_ud, err);

@@ -69,6 +69,21 @@ struct toast_layer {
 	bool has_sh_gate_inp;
 };
 
+/*
+ * Quantisation mixes, named as llama.cpp names its file types (`toasted convert --type`,
+ * `--quant`): which type each matrix gets is toast_quant_pick() (models/quantize.c).
+ */
+enum toast_quant_mix {
+	TOAST_MIX_NONE, /* weights as stored */
+	TOAST_MIX_BF16,
+	TOAST_MIX_Q8_0,
+	TOAST_MIX_Q4_0,
+	TOAST_MIX_Q4_1,
+	TOAST_MIX_Q4_K_M,
+	TOAST_MIX_Q5_K_M,
+	TOAST_MIX_Q6_K,
+};
+
 struct toast_model {
 	struct toast_hparams hp;
 	struct toast_weight tok_embd, output_norm, output;
@@ -84,6 +99,7 @@ struct toast_model {
 	bool synthetic;      /* weights made by the backend, no files (benchmarks) */
 	char **synth_names;  /* names of synthetic weights, owned */
 	enum toast_dtype synth_type; /* their matrices' type (see toast_model_load_synthetic) */
+	enum toast_quant_mix synth_mix; /* or, when not NONE, the mix that picks each one's */
 	size_t n_synth_names;
 	toast_progress_cb progress; /* while loading: after each layer is prepared (may be NULL) */
 	void *progress_ud;
@@ -124,21 +140,6 @@ struct toast_work {
 typedef toast_layer_cb toast_layer_hook;
 
 /*
- * Quantisation mixes, named as llama.cpp names its file types (`toasted convert --type`,
- * `--quant`): which type each matrix gets is toast_quant_pick() (models/quantize.c).
- */
-enum toast_quant_mix {
-	TOAST_MIX_NONE, /* weights as stored */
-	TOAST_MIX_BF16,
-	TOAST_MIX_Q8_0,
-	TOAST_MIX_Q4_0,
-	TOAST_MIX_Q4_1,
-	TOAST_MIX_Q4_K_M,
-	TOAST_MIX_Q5_K_M,
-	TOAST_MIX_Q6_K,
-};
-
-/*
  * Load and bind a model: a directory (config.json + safetensors) or a GGUF file. quant:
  * TOAST_MIX_NONE to use the weights as stored, else quantise the matrices at load time
  * (toast_model_quantize). progress (may be NULL) is called after each layer's weights are
@@ -153,9 +154,12 @@ void toast_model_unload(struct toast_model *m);
  * (BF16 or a quantised type) is that of the matrices, as a published checkpoint of that type
  * has them: vectors are F32; the MoE router stays BF16 (GGUF types; llama.cpp keeps it
  * unquantised) or is MLX8 under MLX types (mlx-lm keeps routers at 8 bits); a matrix whose rows
- * are not whole blocks (the GDN conv1d) is BF16; MLX weights have group 64 and BF16 scales. */
+ * are not whole blocks (the GDN conv1d) is BF16; MLX weights have group 64 and BF16 scales.
+ * mix, when not TOAST_MIX_NONE, replaces type: each matrix gets what toast_quant_pick() gives a
+ * converted file (Q4_K_M: Q6_K for the output and some layers' v_proj and down_proj). */
 enum toast_status toast_model_load_synthetic(struct toast_model *m, const char *config_json, int n_layer,
-					     enum toast_dtype type, struct toast_backend *be, struct toast_error *err);
+					     enum toast_dtype type, enum toast_quant_mix mix, struct toast_backend *be,
+					     struct toast_error *err);
 /* The config.json text of a named real model shape ("qwen3-next-80b-a3b", ...), or NULL. */
 const char *toast_model_preset(const char *name);
 /* Parse config.json text into hp (exposed for tests). */

@@ -87,9 +87,13 @@ static void bind_set_mlx(struct toast_weight *w, const struct bind_mlx *x, const
 	w->n_bytes += 2 * sb_bytes;
 }
 
-/* A synthetic weight of the model's type `want` (see toast_model_load_synthetic) */
-static void bind_synthetic(struct toast_weight *w, const char *name, int64_t n_out, int64_t n_in, enum toast_dtype want)
+/* A synthetic weight of the model's type (see toast_model_load_synthetic) */
+static void bind_synthetic(const struct toast_model *m, struct toast_weight *w, const char *name, int64_t n_out,
+			   int64_t n_in)
 {
+	enum toast_dtype want = m->synth_mix == TOAST_MIX_NONE
+					? m->synth_type
+					: toast_quant_pick(m->synth_mix, name, m->hp.tie_embd, m->hp.n_layer, n_in, TOAST_DT_BF16);
 	bool mlx = want == TOAST_DT_MLX4 || want == TOAST_DT_MLX8;
 	enum toast_dtype t = n_out == 1 ? TOAST_DT_F32 : want;
 	if (n_out > 1 && strstr(name, "mlp.gate.weight")) /* the router: as published checkpoints keep it */
@@ -115,7 +119,7 @@ static void bind_as(struct binder *b, struct toast_weight *w, const char *name, 
 			return;
 		}
 		b->m->synth_names[b->m->n_synth_names++] = nm;
-		bind_synthetic(w, nm, n_out, n_in, b->m->synth_type);
+		bind_synthetic(b->m, w, nm, n_out, n_in);
 		b->m->weight_bytes += w->n_bytes;
 		return;
 	}
@@ -517,13 +521,15 @@ enum toast_status toast_model_load(struct toast_model *m, const char *path, stru
 }
 
 enum toast_status toast_model_load_synthetic(struct toast_model *m, const char *config_json, int n_layer,
-					     enum toast_dtype type, struct toast_backend *be, struct toast_error *err)
+					     enum toast_dtype type, enum toast_quant_mix mix, struct toast_backend *be,
+					     struct toast_error *err)
 {
 	memset(m, 0, sizeof(*m));
 	m->be = be;
 	m->synthetic = true;
 	m->synth_type = type;
-	if (type != TOAST_DT_BF16 && !toast_dtype_is_quant(type))
+	m->synth_mix = mix;
+	if (mix == TOAST_MIX_NONE && type != TOAST_DT_BF16 && !toast_dtype_is_quant(type))
 		return toast_err_set(err, TOAST_ERR_INVALID, "synthetic model: weights of type %s are not made (bf16, "
 				     "q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, mlx4, mlx8)", toast_dtype_name(type));
 	enum toast_status rc = toast_hparams_parse(&m->hp, config_json, err);
