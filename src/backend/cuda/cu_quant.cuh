@@ -809,8 +809,10 @@ __device__ __forceinline__ void cu_k4_mma(float *acc, const cu_k4ld &L, const fl
 }
 
 /* elements 8j..8j+7 of an input row, v (f32), to bf16 in the staged order (x0 x2 x1 x3 x4 x6 x5
- * x7) at xs + 8j, and the sum of the four lanes' rounded values (a sub-block: lanes 4i..4i+3
- * must stage the 8-groups 4i'..4i'+3 together) to *sum from the first of them */
+ * x7) at xs + 8j, and the sum of the SUB / 8 lanes' rounded values (a sub-block of SUB: 32 for
+ * Q4_K, 16 for Q6_K; lanes 4i..4i+3 must stage the 8-groups 4i'..4i'+3 together) to *sum from
+ * the first of them */
+template <int SUB = 32>
 __device__ __forceinline__ void cu_k4_stage8(const float *v, bf16 *xs, int j, float *sum)
 {
 	__nv_bfloat162 p[4] = {__floats2bfloat162_rn(v[0], v[2]), __floats2bfloat162_rn(v[1], v[3]),
@@ -823,9 +825,122 @@ __device__ __forceinline__ void cu_k4_stage8(const float *v, bf16 *xs, int j, fl
 		s += f.x + f.y;
 	}
 	s += __shfl_xor_sync(0xffffffffu, s, 1);
-	s += __shfl_xor_sync(0xffffffffu, s, 2);
-	if ((threadIdx.x & 3) == 0)
+	if (SUB == 32)
+		s += __shfl_xor_sync(0xffffffffu, s, 2);
+	if ((threadIdx.x & (SUB / 8 - 1)) == 0)
 		*sum = s;
+}
+
+/*
+ * Q6_K on tensor cores at decode, as Q4_K's above: a code q (6 bits) as the bf16 128 + q, the
+ * mma summing x * (128 + q) over one 16-element sub-block (one k-step, its own scale), then
+ * d*sc * (C - 160 * sum(x)) with the input staged as for Q4_K and summed over 16 (SUB = 16).
+ * A superblock's quarter u = 2n + h (n, h: bits of element 128n + 32qq + 16h + j, qq = 0..3)
+ * is 16 bytes of ql run A (qq 0 in the low nibbles, 2 in the high), 16 of run B (qq 1, 3) and
+ * 16 of qh (qq's two bits at 2qq); lane (g, t) holds bytes j = 4t..4t+3 of each for rows g and
+ * g + 8, so that bytes 0, 2 of a word are its k values 2t, 2t+1 and bytes 1, 3 are 2t+8, 2t+9
+ * (the staged order), as for Q4_K. Per 16 codes: 5 shifts, 4 selects, 8 LOP3 and 4 shifts.
+ */
+struct cu_k6ld {
+	uint32_t a[2][4], b[2][4], h[2][4]; /* [row g, g + 8][quarter] */
+	uint32_t sc[2];                     /* the 8 scales of the lane's decode row (cu_k6_scales) */
+	float d;
+};
+
+__device__ __forceinline__ uint32_t cu_ld4(const uint8_t *p)
+{
+	return __ldg((const uint32_t *)p);
+}
+
+/* issue the loads of superblock sb of rows ra, rb (quant plane: ql[128] then qh[64]) and of the
+ * scales of row rh (meta plane: scales[16] then d; 2-byte aligned) that lane l decodes: row
+ * l % 16, sub-blocks 8 (l / 16).. */
+__device__ __forceinline__ cu_k6ld cu_k6_load(const uint8_t *ra, const uint8_t *rb, const uint8_t *rh, int sb, int lane)
+{
+	cu_k6ld L;
+	int t = lane & 3;
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const uint8_t *q = (r ? rb : ra) + 192 * sb + 4 * t;
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			int n = u >> 1, h = u & 1;
+			L.a[r][u] = cu_ld4(q + 64 * n + 16 * h);
+			L.b[r][u] = cu_ld4(q + 64 * n + 32 + 16 * h);
+			L.h[r][u] = cu_ld4(q + 128 + 32 * n + 16 * h);
+		}
+	}
+	const unsigned short *m = (const unsigned short *)(rh + 18 * sb + 8 * (lane >> 4));
+	L.sc[0] = __ldg(m) | (uint32_t)__ldg(m + 1) << 16;
+	L.sc[1] = __ldg(m + 2) | (uint32_t)__ldg(m + 3) << 16;
+	L.d = cu_ldf16(rh + 18 * sb + 16);
+	return L;
+}
+
+/* the warp's scales d * sc of one superblock into sc[16][8] float2 (sub-block, g: rows g, g+8);
+ * the caller syncs the warp */
+__device__ __forceinline__ void cu_k6_scales(const cu_k6ld &L, float2 *sc, int lane)
+{
+	int r = lane & 15, s0 = 8 * (lane >> 4);
+	float *f = (float *)sc;
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		f[((s0 + i) * 8 + (r & 7)) * 2 + (r >> 3)] = L.d * (float)(int8_t)(L.sc[i >> 2] >> (8 * (i & 3)));
+}
+
+/* (a & 0x0f0f0f0f) | (b & 0xf0f0f0f0): a's low nibbles, b's high ones */
+__device__ __forceinline__ uint32_t cu_nib_sel(uint32_t a, uint32_t b)
+{
+	uint32_t r;
+	asm("lop3.b32 %0, %1, %2, 0x0f0f0f0f, 0xd8;" : "=r"(r) : "r"(b), "r"(a)); /* (second & third) | (first & ~third) */
+	return r;
+}
+
+/* (v & 0x003f003f) | magic: the 6-bit codes at bits 0 and 16 of v as two bf16 128 + q */
+__device__ __forceinline__ unsigned cu_k6_two(uint32_t v, uint32_t magic)
+{
+	unsigned r;
+	asm("lop3.b32 %0, %1, 0x003f003f, %2, 0xea;" : "=r"(r) : "r"(v), "r"(magic));
+	return r;
+}
+
+/* acc (rows g, g+8 x columns 2t, 2t+1) += one superblock; x: the staged input row at the
+ * superblock, xs0 / xs1 its 16 sub-block sums of columns 2t / 2t+1, wt a factor on the whole */
+template <int COLS>
+__device__ __forceinline__ void cu_k6_mma(float *acc, const cu_k6ld &L, const float2 *sc, const bf16 *x,
+					  const float *xs0, const float *xs1, float wt, int g, int t)
+{
+	uint32_t magic = CU_K4_MAGIC;
+	asm("" : "+r"(magic));
+#pragma unroll
+	for (int u = 0; u < 4; u++) {
+		uint32_t c[2][4]; /* [row][qq]: a byte a code, its low 6 bits */
+#pragma unroll
+		for (int r = 0; r < 2; r++) {
+			uint32_t A = L.a[r][u], B = L.b[r][u], H = L.h[r][u];
+			c[r][0] = cu_nib_sel(A, H << 4);
+			c[r][1] = cu_nib_sel(B, H << 2);
+			c[r][2] = cu_nib_sel(A >> 4, H);
+			c[r][3] = cu_nib_sel(B >> 4, H >> 2);
+		}
+#pragma unroll
+		for (int qq = 0; qq < 4; qq++) {
+			int s = 8 * (u >> 1) + 2 * qq + (u & 1);
+			unsigned fa[4] = {cu_k6_two(c[0][qq], magic), cu_k6_two(c[1][qq], magic), cu_k6_two(c[0][qq] >> 8, magic),
+					  cu_k6_two(c[1][qq] >> 8, magic)};
+			uint2 bx = *(const uint2 *)(x + 16 * s + 4 * t);
+			float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+			cu_mma_bf16(cc, fa, bx.x, bx.y);
+			float2 ds = sc[s * 8 + g];
+			float da = ds.x * wt, db = ds.y * wt;
+			acc[0] = fmaf(da, fmaf(-160.0f, xs0[s], cc[0]), acc[0]);
+			acc[2] = fmaf(db, fmaf(-160.0f, xs0[s], cc[2]), acc[2]);
+			if (COLS > 1) {
+				acc[1] = fmaf(da, fmaf(-160.0f, xs1[s], cc[1]), acc[1]);
+				acc[3] = fmaf(db, fmaf(-160.0f, xs1[s], cc[3]), acc[3]);
+			}
+		}
+	}
 }
 #endif
 

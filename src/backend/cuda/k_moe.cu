@@ -666,23 +666,25 @@ __device__ __forceinline__ void moe_k4_load(const float *v, size_t stride, int n
 	}
 }
 
+template <int SUB = 32> /* sub-block sums over SUB elements: 32 (Q4_K), 16 (Q6_K) */
 __device__ __forceinline__ void moe_k4_store(int n, int tot, int q0, float (*f)[8], bf16 *xs, float *xsum)
 {
 #pragma unroll
 	for (int k = 0; k < 2; k++) {
 		int q = q0 + k * blockDim.x, j = q / (n / 8), r = q - j * (n / 8);
 		if (q < tot) /* whole warps: n / 8 is a multiple of 32 */
-			cu_k4_stage8(f[k], xs + j * n, r, xsum + j * (n / 32) + r / 4);
+			cu_k4_stage8<SUB>(f[k], xs + j * n, r, xsum + j * (n / SUB) + r / (SUB / 8));
 	}
 }
 
+template <int SUB = 32>
 __device__ __forceinline__ void moe_k4_stage(const float *v, size_t stride, int nrow, int n, bf16 *xs, float *xsum)
 {
 	int tot = nrow * (n / 8);
 	for (int q0 = threadIdx.x; q0 < tot; q0 += 2 * blockDim.x) {
 		float f[2][8];
 		moe_k4_load(v, stride, n, tot, q0, f);
-		moe_k4_store(n, tot, q0, f, xs, xsum);
+		moe_k4_store<SUB>(n, tot, q0, f, xs, xsum);
 	}
 }
 
@@ -839,6 +841,66 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 static size_t moe_k4_down_smem(const moe_dims &d, int nslot)
 {
 	return (size_t)nslot * d.F * 2 + (size_t)nslot * (d.F / 32) * 4 + MK_WARPS * 64 * 16;
+}
+
+/* the same for Q6_K experts (cu_k6_mma): sub-block sums over 16, a warp's scales [16][8] float2 */
+__global__ void __launch_bounds__(MK_WARPS * 32, 1)
+	k_moe_down_k6(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, const float *ms, cu_wd SD,
+		      int slot0, int nslot, const float *sgate, const float *act)
+{
+	extern __shared__ __align__(16) unsigned char mk_sm[];
+	__shared__ int32_t eid[MOE_MAX_K + 1];
+	__shared__ float wts[MOE_MAX_K + 1];
+	__shared__ float part[MK_WARPS * 16];
+	int t = blockIdx.y, E = d.E, F = d.F, r0 = blockIdx.x * 16;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+	int nsb = F / 256, units = nslot * nsb;
+	bf16 *xs = (bf16 *)mk_sm;
+	float *xsum = (float *)(xs + nslot * F);
+	float2 *sc = (float2 *)(xsum + nslot * (F / 16)) + warp * 128;
+	moe_down_slots(d, t, sel, wt, ms, sgate, slot0, nslot, eid, wts); /* known before the wait (k_moe_down) */
+	__syncthreads();
+	int ra = min(r0 + g, E - 1), rb = min(r0 + g + 8, E - 1), rh = min(r0 + (lane & 15), E - 1);
+	auto load = [&](int u) {
+		int j = u / nsb;
+		cu_wd wd = slot0 + j == d.k ? SD : D;
+		size_t e = (size_t)eid[j];
+		return cu_k6_load(cu_row(wd, e, ra).q, cu_row(wd, e, rb).q, cu_row(wd, e, rh).m, u - j * nsb, lane);
+	};
+	cu_k6ld L[2];
+	if (warp < units)
+		L[0] = load(warp);
+	if (warp + MK_WARPS < units)
+		L[1] = load(warp + MK_WARPS);
+	cu_pdl_wait();
+	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
+	moe_k4_stage<16>(act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d.Fmax, nslot, F, xs, xsum);
+	__syncthreads();
+	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int u0 = warp; u0 < units; u0 += 2 * MK_WARPS) {
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int u = u0 + k * MK_WARPS;
+			if (u >= units)
+				break;
+			int j = u / nsb, sb = u - j * nsb;
+			__syncwarp();
+			cu_k6_scales(L[k], sc, lane);
+			__syncwarp();
+			cu_k6_mma<1>(acc, L[k], sc, xs + j * F + sb * 256, xsum + j * (F / 16) + sb * 16, NULL, wts[j], g, tq);
+			if (u + 2 * MK_WARPS < units)
+				L[k] = load(u + 2 * MK_WARPS);
+		}
+	}
+	moe_k4_part(part + 16 * warp, acc, lane);
+	__syncthreads();
+	if (threadIdx.x < 16 && r0 + threadIdx.x < E)
+		x[(size_t)t * E + r0 + threadIdx.x] += moe_k4_sum(part, threadIdx.x, 0, MK_WARPS);
+}
+
+static size_t moe_k6_down_smem(const moe_dims &d, int nslot)
+{
+	return (size_t)nslot * d.F * 2 + (size_t)nslot * (d.F / 16) * 4 + MK_WARPS * 128 * 8;
 }
 
 /* ---- kernel types: a kernel compiled per weight type (the fast ones), any other type through
@@ -1458,6 +1520,12 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	    moe_k4_down_smem(d, nslot) <= 48 * 1024) {
 		dim3 grid((unsigned)(d.E + 15) / 16, d.T);
 		cu_launch_pdl(cb, k_moe_down_k4, grid, MK_WARPS * 32, moe_k4_down_smem(d, nslot), d, a->x, D,
+			      (const int32_t *)sel, (const float *)wt, (const float *)ms, SD, 0, nslot, (const float *)fa.sgate,
+			      (const float *)act);
+	} else if (td == TOAST_DT_Q6_K && tsd == td && (!d.Fs || d.Fs == d.F) && d.F % 256 == 0 &&
+		   moe_k6_down_smem(d, nslot) <= 48 * 1024) {
+		dim3 grid((unsigned)(d.E + 15) / 16, d.T);
+		cu_launch_pdl(cb, k_moe_down_k6, grid, MK_WARPS * 32, moe_k6_down_smem(d, nslot), d, a->x, D,
 			      (const int32_t *)sel, (const float *)wt, (const float *)ms, SD, 0, nslot, (const float *)fa.sgate,
 			      (const float *)act);
 	} else if (td == tsd && (!d.Fs || d.Fs == d.F)) {
