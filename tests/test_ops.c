@@ -816,12 +816,15 @@ static void test_quant(struct ctx *c)
 	 * for the GEMM */
 	test_matmul(c, TOAST_DT_Q4_K, 1, o4, 1, 256, TOAST_MM_F32, true, true);
 	test_matmul(c, TOAST_DT_MLX4, 4, o4, 1, 256, TOAST_MM_ADD, false, false);
-	/* the Q4_K tensor-core GEMV with more units (tile, superblock) a warp than it has in flight:
-	 * every warp 5 tiles of one superblock, 3 tiles of two, and T = 8 */
+	/* the Q4_K and Q6_K tensor-core GEMVs with more units (tile, superblock) a warp than they
+	 * have in flight: every warp 5 tiles of one superblock, 3 tiles of two, and T = 8 */
 	int o6[] = {20011}, o7[] = {9001};
-	test_matmul(c, TOAST_DT_Q4_K, 1, o6, 1, 2048, TOAST_MM_F32, true, true);
-	test_matmul(c, TOAST_DT_Q4_K, 1, o7, 1, 4096, TOAST_MM_ADD, false, false);
-	test_matmul(c, TOAST_DT_Q4_K, 8, o7, 1, 2048, TOAST_MM_ACT, false, false);
+	for (int k = 0; k < 2; k++) {
+		enum toast_dtype t = k ? TOAST_DT_Q6_K : TOAST_DT_Q4_K;
+		test_matmul(c, t, 1, o6, 1, 2048, TOAST_MM_F32, true, true);
+		test_matmul(c, t, 1, o7, 1, 4096, TOAST_MM_ADD, false, false);
+		test_matmul(c, t, 8, o7, 1, 2048, TOAST_MM_ACT, false, false);
+	}
 	test_matmul(c, TOAST_DT_Q8_0, 9, o5, 1, 1024, TOAST_MM_F32, false, false);
 	/* one call, outputs of several types (a launch per type; the norm output written once) */
 	enum toast_dtype mix[] = {TOAST_DT_Q4_K, TOAST_DT_BF16, TOAST_DT_MLX4, TOAST_DT_Q4_K};

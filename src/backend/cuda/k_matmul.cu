@@ -179,17 +179,58 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 #define GQ_WARPS 8
 #define GQ_MAX_RT 48 /* tiles a block (T = 1; T = 8: 4) */
 
-/* shared memory: input rows [T][n_in + pad] bf16, sub-block sums [T][n_in / 32], scales
- * [GQ_WARPS][4][16] float4, partial sums [rt][GQ_WARPS][16][T] */
-static size_t gq_smem(int T, int64_t n_in, int rt)
+/* the two kinds of superblock on tensor cores: Q4_K (cu_k4_*, sub-blocks of 32) and Q6_K
+ * (cu_k6_*, sub-blocks of 16); a warp's decoded scales take 1 KB either way */
+template <int TYPE>
+struct gq_kind;
+
+template <>
+struct gq_kind<TOAST_DT_Q4_K> {
+	typedef cu_k4ld ld;
+	static constexpr int SUB = 32;
+	static __device__ __forceinline__ ld load(const uint8_t *ra, const uint8_t *rb, const uint8_t *rh, int sb, int lane)
+	{
+		return cu_k4_load(ra, rb, rh, sb, lane & 3);
+	}
+	static __device__ __forceinline__ void scales(const ld &L, void *sc, int lane) { cu_k4_scales(L, (float4 *)sc, lane); }
+	template <int T>
+	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *sc, const bf16 *x, const float *xs0,
+						   const float *xs1, int g, int t)
+	{
+		cu_k4_mma<T>(acc, L, (const float4 *)sc, x, xs0, xs1, 1.0f, g, t);
+	}
+};
+
+template <>
+struct gq_kind<TOAST_DT_Q6_K> {
+	typedef cu_k6ld ld;
+	static constexpr int SUB = 16;
+	static __device__ __forceinline__ ld load(const uint8_t *ra, const uint8_t *rb, const uint8_t *rh, int sb, int lane)
+	{
+		return cu_k6_load(ra, rb, rh, sb, lane);
+	}
+	static __device__ __forceinline__ void scales(const ld &L, void *sc, int lane) { cu_k6_scales(L, (float2 *)sc, lane); }
+	template <int T>
+	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *sc, const bf16 *x, const float *xs0,
+						   const float *xs1, int g, int t)
+	{
+		cu_k6_mma<T>(acc, L, (const float2 *)sc, x, xs0, xs1, 1.0f, g, t);
+	}
+};
+
+/* shared memory: input rows [T][n_in + pad] bf16, sub-block sums [T][n_in / sub], scales
+ * [GQ_WARPS] x 1 KB, partial sums [rt][GQ_WARPS][16][T] */
+static size_t gq_smem(int T, int64_t n_in, int rt, int sub)
 {
-	return (size_t)T * ((size_t)n_in + (T > 1 ? 32 : 0)) * 2 + (size_t)T * (n_in / 32) * 4 + GQ_WARPS * 64 * 16 +
+	return (size_t)T * ((size_t)n_in + (T > 1 ? 32 : 0)) * 2 + (size_t)T * (n_in / sub) * 4 + GQ_WARPS * 64 * 16 +
 	       (size_t)rt * GQ_WARPS * 16 * T * 4;
 }
 
-template <int T>
+template <int T, int TYPE>
 __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int rt, int one_wave)
 {
+	typedef gq_kind<TYPE> K;
+	constexpr int SUB = K::SUB;
 	extern __shared__ __align__(16) unsigned char gq_sm[];
 	__shared__ float red[32];
 	int j = 0;
@@ -200,10 +241,10 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 	int64_t n_in = a.n_in, tile0 = (blockIdx.x - jb.first_block) * rt;
 	int ntile = (int)min((int64_t)rt, (jb.n_out + 15) / 16 - tile0);
 	/* rows 64 bytes apart at T = 8: a B fragment's 8 columns in 2 wavefronts */
-	int nsb = (int)(n_in / 256), xstride = (int)(n_in + (T > 1 ? 32 : 0)), nsub = (int)(n_in / 32);
+	int nsb = (int)(n_in / 256), xstride = (int)(n_in + (T > 1 ? 32 : 0)), nsub = (int)(n_in / SUB);
 	bf16 *xs = (bf16 *)gq_sm;
 	float *xsum = (float *)(xs + T * xstride);
-	float4 *sc = (float4 *)(xsum + T * nsub) + warp * 64;
+	void *sc = (float4 *)(xsum + T * nsub) + warp * 64;
 	float *part = (float *)((float4 *)(xsum + T * nsub) + GQ_WARPS * 64);
 	/* the warp's units: unit i is tile i / m, superblock warp + GQ_WARPS * (i % m), kept as
 	 * counters (a division a unit was ~30 of its ~400 instructions) */
@@ -218,11 +259,11 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 		const uint8_t *ra = cu_row(jb.W, 0, min(r0 + g, jb.n_out - 1)).q;
 		const uint8_t *rb = cu_row(jb.W, 0, min(r0 + g + 8, jb.n_out - 1)).q;
 		const uint8_t *rh = cu_row(jb.W, 0, min(r0 + (lane & 15), jb.n_out - 1)).m;
-		cu_k4ld L = cu_k4_load(ra, rb, rh, warp + GQ_WARPS * lk, t);
+		typename K::ld L = K::load(ra, rb, rh, warp + GQ_WARPS * lk, lane);
 		next(lt, lk);
 		return L;
 	};
-	cu_k4ld L[2];
+	typename K::ld L[2];
 	if (units > 0)
 		L[0] = load();
 	if (units > 1)
@@ -258,7 +299,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 					o[e] = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
 			}
 		}
-		cu_k4_stage8(v, xs + c * xstride, q, xsum + c * nsub + q / 4); /* whole warps: n8 % 32 == 0 */
+		cu_k4_stage8<SUB>(v, xs + c * xstride, q, xsum + c * nsub + q / (SUB / 8)); /* whole warps: n8 % 32 == 0 */
 	};
 	if (T == 1 && tot <= 2 * (int)blockDim.x) {
 		/* one token, two groups a thread at most: x and w read once, the norm from registers */
@@ -312,9 +353,9 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 				break;
 			int sb = warp + GQ_WARPS * ck;
 			__syncwarp();
-			cu_k4_scales(L[k], sc, lane);
+			K::scales(L[k], sc, lane);
 			__syncwarp();
-			cu_k4_mma<T>(acc, L[k], sc, xg + sb * 256, xs0 + sb * 8, xs1 + sb * 8, 1.0f, g, t);
+			K::template mma<T>(acc, L[k], sc, xg + sb * 256, xs0 + sb * (256 / SUB), xs1 + sb * (256 / SUB), g, t);
 			if (i + 2 < units)
 				L[k] = load();
 			if (ck == m - 1) { /* the tile's last superblock of this warp */
@@ -610,17 +651,18 @@ static void gemv_launch_type(struct cuda_backend *cb, gemv_args &a)
 	}
 }
 
-/* Q4_K rows on tensor cores when the input is bf16 or normed (not the router's f32 input) in
- * 16-byte aligned rows of whole superblocks */
-template <int T>
+/* Q4_K or Q6_K rows on tensor cores when the input is bf16 or normed (not the router's f32
+ * input) in 16-byte aligned rows of whole superblocks */
+template <int T, int TYPE>
 static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 {
 	static size_t room;
 	static int per_sm;
+	const int sub = gq_kind<TYPE>::SUB;
 	if (!room) {
-		room = cu_allow_smem(cb, (const void *)k_gemv_k4<T>);
-		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv_k4<T>, GQ_WARPS * 32,
-								  gq_smem(T, 2048, T > 1 ? 4 : 8)) != cudaSuccess)
+		room = cu_allow_smem(cb, (const void *)k_gemv_k4<T, TYPE>);
+		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv_k4<T, TYPE>, GQ_WARPS * 32,
+								  gq_smem(T, 2048, T > 1 ? 4 : 8, sub)) != cudaSuccess)
 			cudaGetLastError(), per_sm = 1;
 	}
 	if (a.xf || a.n_in % 256 ||
@@ -632,7 +674,7 @@ static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 	int64_t slots = (int64_t)cb->n_sm * (per_sm > 0 ? per_sm : 1);
 	int rt = (int)((tiles + slots - 1) / slots), max_rt = T > 1 ? 4 : GQ_MAX_RT;
 	rt = rt > max_rt ? max_rt : rt;
-	size_t smem = gq_smem(T, a.n_in, rt);
+	size_t smem = gq_smem(T, a.n_in, rt, sub);
 	if (smem > room)
 		return false;
 	int64_t blocks = 0;
@@ -640,14 +682,18 @@ static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 		a.job[k].first_block = blocks;
 		blocks += ((a.job[k].n_out + 15) / 16 + rt - 1) / rt;
 	}
-	cu_launch_pdl(cb, k_gemv_k4<T>, (unsigned)blocks, GQ_WARPS * 32, smem, a, rt, (int)(blocks <= slots));
+	cu_launch_pdl(cb, k_gemv_k4<T, TYPE>, (unsigned)blocks, GQ_WARPS * 32, smem, a, rt, (int)(blocks <= slots));
 	return true;
 }
 
 static void gemv_launch_any(struct cuda_backend *cb, int type, gemv_args &a)
 {
-	if (type == TOAST_DT_Q4_K && (a.nt == 1 ? gq_launch<1>(cb, a) : gq_launch<8>(cb, a))) {
+	if (type == TOAST_DT_Q4_K && (a.nt == 1 ? gq_launch<1, TOAST_DT_Q4_K>(cb, a) : gq_launch<8, TOAST_DT_Q4_K>(cb, a))) {
 		cu_launched(cb, "gemv (Q4_K, tensor cores)");
+		return;
+	}
+	if (type == TOAST_DT_Q6_K && (a.nt == 1 ? gq_launch<1, TOAST_DT_Q6_K>(cb, a) : gq_launch<8, TOAST_DT_Q6_K>(cb, a))) {
+		cu_launched(cb, "gemv (Q6_K, tensor cores)");
 		return;
 	}
 	switch (type) {
