@@ -5,8 +5,8 @@
  * Decode-sized T (<= CU_GEMV_MAX_T): one GEMV launch per weight type among the outputs. Each
  * block stages the input in shared memory as f32 (computing the RMSNorm there when the input is
  * a normed residual, so the norm costs no launch and no rounding), then each warp streams one or
- * four weight rows in 16-byte chunks, dequantising quantised ones in registers (cu_quant.cuh).
- * Larger T: the normed input is written once in bf16 and each output is a cuBLAS GEMM on tensor
+ * four weight rows in 16-byte chunks, dequantising quantised ones in registers (cu_quant.cuh);
+ * Q4_K and Q6_K go to tensor cores (k_gemv_k4). Larger T: the normed input is written once in bf16 and each output is a cuBLAS GEMM on tensor
  * cores; a quantised weight is first dequantised to bf16 in pieces of CU_DEQUANT_PIECE bytes.
  */
 #include "backend/cuda/cu_quant.cuh"
@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 }
 
 /*
- * Q4_K on tensor cores (cu_k4_mma): a block of GQ_WARPS warps takes rt consecutive tiles of 16
+ * Q4_K and Q6_K on tensor cores (cu_k4_mma, cu_k6_mma): a block of GQ_WARPS warps takes rt consecutive tiles of 16
  * rows (rt chosen so the grid is one wave of resident blocks: a block that ends and a new one
  * that starts pay the load latency and the staging again); warp w takes superblocks w, w + 8, ..
  * of each tile, two in flight (the first two loaded before the wait); the tiles' partial sums
