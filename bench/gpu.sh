@@ -6,8 +6,8 @@
 #   probe: bench/decode_probe.cu, what a chain of dependent GEMVs costs by way of running it
 #   quant: quantised weights (issue 7): test_ops (every op, every weight type, against the
 #   reference), the op timings with 4-bit weights, and the whole Qwen3-Next-80B-A3B (48 layers)
-#   at Q4_K and MLX 4-bit: prefill 128/4096/17408, decode at 0 and 68000 of context, per-kernel
-#   profiles. About 5 minutes on an H200.
+#   at Q4_K, Q4_K_M (a converted file's mix) and MLX 4-bit: prefill 128/4096/17408, decode at 0
+#   and 68000 of context, per-kernel profiles. About 6 minutes on an H200.
 set -u
 MODE=${1:-full}
 OUT=${OUT:-/tmp/gpu-out}
@@ -107,7 +107,7 @@ if [ "$MODE" = quant ]; then
 			cat "$OUT/check.tmp" >>"$OUT/test_ops.log"
 		done
 	done
-	for t in q4_k mlx4; do
+	for t in q4_k q4_k_m mlx4; do
 		timeout 420 $B/toasted bench --synthetic qwen3-next-80b-a3b --type $t --backend cuda --chunk 4096 \
 			--prompt 128,4096,17408 --ctx 0,68000 --decode 64 >"$OUT/bench-$t.log" 2>&1
 		summary+=("bench $t (48 layers) rc=$?")
@@ -136,7 +136,7 @@ if [ "$MODE" = quant ]; then
 	printf '%s\n' "${summary[@]}"
 	grep -E "failed" "$OUT/test_ops.log" "$OUT/test_cache.log" | head -10
 	grep -hE "^(gemv|moe) " "$OUT/ops-perf.log"
-	for t in bf16 q4_k mlx4; do
+	for t in bf16 q4_k q4_k_m mlx4; do
 		awk -v t=$t '/^weights:/ {w=$0} /^prefill/ {p=p " " $2 ":" $5 "(" $4 "ms, " $7 "x GEMM)"} /^[0-9]+ +[0-9.]+ +[0-9.]+/ {d=d " ctx" $1 ":" $2 "tok/s(" $6 "x floor)"}
 			END {print t ": prefill tok/s" p "; decode" d; print "  " w}' "$OUT/bench-$t.log"
 	done
