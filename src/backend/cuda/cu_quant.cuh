@@ -942,6 +942,46 @@ __device__ __forceinline__ void cu_k6_mma(float *acc, const cu_k6ld &L, const fl
 		}
 	}
 }
+
+/* the two kinds of superblock on tensor cores, for kernels written once for both: Q4_K
+ * (cu_k4_*, sub-blocks of 32) and Q6_K (cu_k6_*, sub-blocks of 16); a warp's decoded scales
+ * take 1 KB either way */
+template <int TYPE>
+struct cu_kq;
+
+template <>
+struct cu_kq<TOAST_DT_Q4_K> {
+	typedef cu_k4ld ld;
+	static constexpr int SUB = 32;
+	static __device__ __forceinline__ ld load(const uint8_t *ra, const uint8_t *rb, const uint8_t *rh, int sb, int lane)
+	{
+		return cu_k4_load(ra, rb, rh, sb, lane & 3);
+	}
+	static __device__ __forceinline__ void scales(const ld &L, void *sc, int lane) { cu_k4_scales(L, (float4 *)sc, lane); }
+	template <int COLS>
+	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *sc, const bf16 *x, const float *xs0,
+						   const float *xs1, float wt, int g, int t)
+	{
+		cu_k4_mma<COLS>(acc, L, (const float4 *)sc, x, xs0, xs1, wt, g, t);
+	}
+};
+
+template <>
+struct cu_kq<TOAST_DT_Q6_K> {
+	typedef cu_k6ld ld;
+	static constexpr int SUB = 16;
+	static __device__ __forceinline__ ld load(const uint8_t *ra, const uint8_t *rb, const uint8_t *rh, int sb, int lane)
+	{
+		return cu_k6_load(ra, rb, rh, sb, lane);
+	}
+	static __device__ __forceinline__ void scales(const ld &L, void *sc, int lane) { cu_k6_scales(L, (float2 *)sc, lane); }
+	template <int COLS>
+	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *sc, const bf16 *x, const float *xs0,
+						   const float *xs1, float wt, int g, int t)
+	{
+		cu_k6_mma<COLS>(acc, L, (const float2 *)sc, x, xs0, xs1, wt, g, t);
+	}
+};
 #endif
 
 /* ---- k_quant.cu ---- */

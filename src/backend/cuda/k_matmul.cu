@@ -179,45 +179,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 #define GQ_WARPS 8
 #define GQ_MAX_RT 48 /* tiles a block (T = 1; T = 8: 4) */
 
-/* the two kinds of superblock on tensor cores: Q4_K (cu_k4_*, sub-blocks of 32) and Q6_K
- * (cu_k6_*, sub-blocks of 16); a warp's decoded scales take 1 KB either way */
-template <int TYPE>
-struct gq_kind;
-
-template <>
-struct gq_kind<TOAST_DT_Q4_K> {
-	typedef cu_k4ld ld;
-	static constexpr int SUB = 32;
-	static __device__ __forceinline__ ld load(const uint8_t *ra, const uint8_t *rb, const uint8_t *rh, int sb, int lane)
-	{
-		return cu_k4_load(ra, rb, rh, sb, lane & 3);
-	}
-	static __device__ __forceinline__ void scales(const ld &L, void *sc, int lane) { cu_k4_scales(L, (float4 *)sc, lane); }
-	template <int T>
-	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *sc, const bf16 *x, const float *xs0,
-						   const float *xs1, int g, int t)
-	{
-		cu_k4_mma<T>(acc, L, (const float4 *)sc, x, xs0, xs1, 1.0f, g, t);
-	}
-};
-
-template <>
-struct gq_kind<TOAST_DT_Q6_K> {
-	typedef cu_k6ld ld;
-	static constexpr int SUB = 16;
-	static __device__ __forceinline__ ld load(const uint8_t *ra, const uint8_t *rb, const uint8_t *rh, int sb, int lane)
-	{
-		return cu_k6_load(ra, rb, rh, sb, lane);
-	}
-	static __device__ __forceinline__ void scales(const ld &L, void *sc, int lane) { cu_k6_scales(L, (float2 *)sc, lane); }
-	template <int T>
-	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *sc, const bf16 *x, const float *xs0,
-						   const float *xs1, int g, int t)
-	{
-		cu_k6_mma<T>(acc, L, (const float2 *)sc, x, xs0, xs1, 1.0f, g, t);
-	}
-};
-
 /* shared memory: input rows [T][n_in + pad] bf16, sub-block sums [T][n_in / sub], scales
  * [GQ_WARPS] x 1 KB, partial sums [rt][GQ_WARPS][16][T] */
 static size_t gq_smem(int T, int64_t n_in, int rt, int sub)
@@ -229,7 +190,7 @@ static size_t gq_smem(int T, int64_t n_in, int rt, int sub)
 template <int T, int TYPE>
 __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int rt, int one_wave)
 {
-	typedef gq_kind<TYPE> K;
+	typedef cu_kq<TYPE> K;
 	constexpr int SUB = K::SUB;
 	extern __shared__ __align__(16) unsigned char gq_sm[];
 	__shared__ float red[32];
@@ -355,7 +316,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 			__syncwarp();
 			K::scales(L[k], sc, lane);
 			__syncwarp();
-			K::template mma<T>(acc, L[k], sc, xg + sb * 256, xs0 + sb * (256 / SUB), xs1 + sb * (256 / SUB), g, t);
+			K::template mma<T>(acc, L[k], sc, xg + sb * 256, xs0 + sb * (256 / SUB), xs1 + sb * (256 / SUB), 1.0f, g, t);
 			if (i + 2 < units)
 				L[k] = load();
 			if (ck == m - 1) { /* the tile's last superblock of this warp */
@@ -658,7 +619,7 @@ static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 {
 	static size_t room;
 	static int per_sm;
-	const int sub = gq_kind<TYPE>::SUB;
+	const int sub = cu_kq<TYPE>::SUB;
 	if (!room) {
 		room = cu_allow_smem(cb, (const void *)k_gemv_k4<T, TYPE>);
 		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv_k4<T, TYPE>, GQ_WARPS * 32,

@@ -636,7 +636,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		x[(size_t)t * E + i] += acc;
 }
 
-/* ---- Q4_K experts on tensor cores (cu_k4_mma; one token a block, the mma's column 0) ----
+/* ---- Q4_K experts on tensor cores (cu_k4_mma; Q6_K too for down, cu_kq; one token a block,
+ * the mma's column 0) ----
  * 16 rows a block, the warps splitting the superblocks two in flight a warp, every load issued
  * before the block stages its input. Gate/up: 8 warps (4 gate, 4 up) and three blocks an SM, so
  * that the 352 blocks of Qwen3-Next's decode (32 row tiles x 11 experts) are one wave: with 16
@@ -782,11 +783,14 @@ static size_t moe_k4_gateup_smem(const moe_dims &d)
 }
 
 /* x[t][r0..r0+15] += sum over slots slot0.. of weight * down_slot · act[t][slot]: the block's
- * warps take the (slot, superblock) pairs in turn, two in flight */
+ * warps take the (slot, superblock) pairs in turn, two in flight; Q4_K or Q6_K experts (cu_kq) */
+template <int TYPE>
 __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	k_moe_down_k4(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, const float *ms, cu_wd SD,
 		      int slot0, int nslot, const float *sgate, const float *act)
 {
+	typedef cu_kq<TYPE> K;
+	constexpr int SUB = K::SUB;
 	extern __shared__ __align__(16) unsigned char mk_sm[];
 	__shared__ int32_t eid[MOE_MAX_K + 1];
 	__shared__ float wts[MOE_MAX_K + 1];
@@ -796,7 +800,7 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	int nsb = F / 256, units = nslot * nsb;
 	bf16 *xs = (bf16 *)mk_sm;
 	float *xsum = (float *)(xs + nslot * F);
-	float4 *sc = (float4 *)(xsum + nslot * (F / 32)) + warp * 64;
+	void *sc = (float4 *)(xsum + nslot * (F / SUB)) + warp * 64;
 	/* the experts are known before the wait (see k_moe_down) */
 	moe_down_slots(d, t, sel, wt, ms, sgate, slot0, nslot, eid, wts);
 	__syncthreads();
@@ -805,16 +809,16 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 		int j = u / nsb;
 		cu_wd wd = slot0 + j == d.k ? SD : D;
 		size_t e = (size_t)eid[j];
-		return cu_k4_load(cu_row(wd, e, ra).q, cu_row(wd, e, rb).q, cu_row(wd, e, rh).m, u - j * nsb, tq);
+		return K::load(cu_row(wd, e, ra).q, cu_row(wd, e, rb).q, cu_row(wd, e, rh).m, u - j * nsb, lane);
 	};
-	cu_k4ld L[2];
+	typename K::ld L[2];
 	if (warp < units)
 		L[0] = load(warp);
 	if (warp + MK_WARPS < units)
 		L[1] = load(warp + MK_WARPS);
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
-	moe_k4_stage(act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d.Fmax, nslot, F, xs, xsum);
+	moe_k4_stage<SUB>(act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d.Fmax, nslot, F, xs, xsum);
 	__syncthreads();
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int u0 = warp; u0 < units; u0 += 2 * MK_WARPS) {
@@ -825,9 +829,10 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 				break;
 			int j = u / nsb, sb = u - j * nsb;
 			__syncwarp();
-			cu_k4_scales(L[k], sc, lane);
+			K::scales(L[k], sc, lane);
 			__syncwarp();
-			cu_k4_mma<1>(acc, L[k], sc, xs + j * F + sb * 256, xsum + j * (F / 32) + sb * 8, NULL, wts[j], g, tq);
+			K::template mma<1>(acc, L[k], sc, xs + j * F + sb * 256, xsum + j * (F / SUB) + sb * (256 / SUB), NULL,
+					   wts[j], g, tq);
 			if (u + 2 * MK_WARPS < units)
 				L[k] = load(u + 2 * MK_WARPS);
 		}
@@ -838,69 +843,9 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 		x[(size_t)t * E + r0 + threadIdx.x] += moe_k4_sum(part, threadIdx.x, 0, MK_WARPS);
 }
 
-static size_t moe_k4_down_smem(const moe_dims &d, int nslot)
+static size_t moe_k4_down_smem(const moe_dims &d, int nslot, int sub)
 {
-	return (size_t)nslot * d.F * 2 + (size_t)nslot * (d.F / 32) * 4 + MK_WARPS * 64 * 16;
-}
-
-/* the same for Q6_K experts (cu_k6_mma): sub-block sums over 16, a warp's scales [16][8] float2 */
-__global__ void __launch_bounds__(MK_WARPS * 32, 1)
-	k_moe_down_k6(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, const float *ms, cu_wd SD,
-		      int slot0, int nslot, const float *sgate, const float *act)
-{
-	extern __shared__ __align__(16) unsigned char mk_sm[];
-	__shared__ int32_t eid[MOE_MAX_K + 1];
-	__shared__ float wts[MOE_MAX_K + 1];
-	__shared__ float part[MK_WARPS * 16];
-	int t = blockIdx.y, E = d.E, F = d.F, r0 = blockIdx.x * 16;
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-	int nsb = F / 256, units = nslot * nsb;
-	bf16 *xs = (bf16 *)mk_sm;
-	float *xsum = (float *)(xs + nslot * F);
-	float2 *sc = (float2 *)(xsum + nslot * (F / 16)) + warp * 128;
-	moe_down_slots(d, t, sel, wt, ms, sgate, slot0, nslot, eid, wts); /* known before the wait (k_moe_down) */
-	__syncthreads();
-	int ra = min(r0 + g, E - 1), rb = min(r0 + g + 8, E - 1), rh = min(r0 + (lane & 15), E - 1);
-	auto load = [&](int u) {
-		int j = u / nsb;
-		cu_wd wd = slot0 + j == d.k ? SD : D;
-		size_t e = (size_t)eid[j];
-		return cu_k6_load(cu_row(wd, e, ra).q, cu_row(wd, e, rb).q, cu_row(wd, e, rh).m, u - j * nsb, lane);
-	};
-	cu_k6ld L[2];
-	if (warp < units)
-		L[0] = load(warp);
-	if (warp + MK_WARPS < units)
-		L[1] = load(warp + MK_WARPS);
-	cu_pdl_wait();
-	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
-	moe_k4_stage<16>(act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d.Fmax, nslot, F, xs, xsum);
-	__syncthreads();
-	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-	for (int u0 = warp; u0 < units; u0 += 2 * MK_WARPS) {
-#pragma unroll
-		for (int k = 0; k < 2; k++) {
-			int u = u0 + k * MK_WARPS;
-			if (u >= units)
-				break;
-			int j = u / nsb, sb = u - j * nsb;
-			__syncwarp();
-			cu_k6_scales(L[k], sc, lane);
-			__syncwarp();
-			cu_k6_mma<1>(acc, L[k], sc, xs + j * F + sb * 256, xsum + j * (F / 16) + sb * 16, NULL, wts[j], g, tq);
-			if (u + 2 * MK_WARPS < units)
-				L[k] = load(u + 2 * MK_WARPS);
-		}
-	}
-	moe_k4_part(part + 16 * warp, acc, lane);
-	__syncthreads();
-	if (threadIdx.x < 16 && r0 + threadIdx.x < E)
-		x[(size_t)t * E + r0 + threadIdx.x] += moe_k4_sum(part, threadIdx.x, 0, MK_WARPS);
-}
-
-static size_t moe_k6_down_smem(const moe_dims &d, int nslot)
-{
-	return (size_t)nslot * d.F * 2 + (size_t)nslot * (d.F / 16) * 4 + MK_WARPS * 128 * 8;
+	return (size_t)nslot * d.F * 2 + (size_t)nslot * (d.F / sub) * 4 + MK_WARPS * 64 * 16;
 }
 
 /* ---- kernel types: a kernel compiled per weight type (the fast ones), any other type through
@@ -1515,19 +1460,13 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		moe_gateup(cb, ts, fa, d.k, 1, hsm);
 	}
 	cu_launched(cb, "moe gate/up");
-	int td = moe_ktype(D.type), tsd = d.Fs ? moe_ktype(SD.type) : td;
-	if (td == TOAST_DT_Q4_K && tsd == td && (!d.Fs || d.Fs == d.F) && d.F % 256 == 0 &&
-	    moe_k4_down_smem(d, nslot) <= 48 * 1024) {
+	int td = moe_ktype(D.type), tsd = d.Fs ? moe_ktype(SD.type) : td, sub = td == TOAST_DT_Q6_K ? 16 : 32;
+	if ((td == TOAST_DT_Q4_K || td == TOAST_DT_Q6_K) && tsd == td && (!d.Fs || d.Fs == d.F) && d.F % 256 == 0 &&
+	    moe_k4_down_smem(d, nslot, sub) <= 48 * 1024) {
 		dim3 grid((unsigned)(d.E + 15) / 16, d.T);
-		cu_launch_pdl(cb, k_moe_down_k4, grid, MK_WARPS * 32, moe_k4_down_smem(d, nslot), d, a->x, D,
-			      (const int32_t *)sel, (const float *)wt, (const float *)ms, SD, 0, nslot, (const float *)fa.sgate,
-			      (const float *)act);
-	} else if (td == TOAST_DT_Q6_K && tsd == td && (!d.Fs || d.Fs == d.F) && d.F % 256 == 0 &&
-		   moe_k6_down_smem(d, nslot) <= 48 * 1024) {
-		dim3 grid((unsigned)(d.E + 15) / 16, d.T);
-		cu_launch_pdl(cb, k_moe_down_k6, grid, MK_WARPS * 32, moe_k6_down_smem(d, nslot), d, a->x, D,
-			      (const int32_t *)sel, (const float *)wt, (const float *)ms, SD, 0, nslot, (const float *)fa.sgate,
-			      (const float *)act);
+		cu_launch_pdl(cb, td == TOAST_DT_Q4_K ? k_moe_down_k4<TOAST_DT_Q4_K> : k_moe_down_k4<TOAST_DT_Q6_K>, grid,
+			      MK_WARPS * 32, moe_k4_down_smem(d, nslot, sub), d, a->x, D, (const int32_t *)sel,
+			      (const float *)wt, (const float *)ms, SD, 0, nslot, (const float *)fa.sgate, (const float *)act);
 	} else if (td == tsd && (!d.Fs || d.Fs == d.F)) {
 		moe_down(cb, td, fa, 0, nslot, asm_);
 	} else {
