@@ -295,6 +295,10 @@ __global__ void __launch_bounds__(128, 2)
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = (lane & 3) * 2;
 	int rg = warp / KW, kw = warp % KW, kofs = kw * (AM_KEYS / KW); /* row group, its keys in a tile */
 	int n_rep = n_head / n_kv, kvd = n_kv * D, R = T * n_rep, r0 = rb * ROWS;
+	/* the partial (o, m, l) of query row gr (token gr / n_rep, head kvh * n_rep + gr % n_rep) */
+	auto prow = [&](int gr) {
+		return part + ((((size_t)(gr / n_rep) * n_kv + kvh) * n_split + split) * n_rep + gr % n_rep) * (D + 2);
+	};
 	cu_pdl_wait();
 	int pos0 = step[0];
 	int L = pos0 + min(T - 1, (r0 + ROWS - 1) / n_rep) + 1; /* keys the block's last row sees */
@@ -302,8 +306,7 @@ __global__ void __launch_bounds__(128, 2)
 	int j0 = split * chunk, j1 = min(L, j0 + chunk);
 	if (j0 >= j1) { /* no keys (decode early in a large cache): the combine skips m = -inf */
 		for (int row = threadIdx.x; row < ROWS && r0 + row < R; row += 128) {
-			int gr = r0 + row;
-			float *dst = part + ((((size_t)(gr / n_rep) * n_kv + kvh) * n_split + split) * n_rep + gr % n_rep) * (D + 2);
+			float *dst = prow(r0 + row);
 			dst[D] = -INFINITY;
 			dst[D + 1] = 0;
 		}
@@ -504,7 +507,7 @@ __global__ void __launch_bounds__(128, 2)
 				den += f * src[D + 1];
 			}
 			if (gr < R) {
-				float *dst = part + ((((size_t)(gr / n_rep) * n_kv + kvh) * n_split + split) * n_rep + gr % n_rep) * (D + 2);
+				float *dst = prow(gr);
 				dst[D] = mt * 0.6931471805599453f; /* -inf stays -inf: combine skips the split */
 				dst[D + 1] = den;
 			}
@@ -521,7 +524,7 @@ __global__ void __launch_bounds__(128, 2)
 				float4 v = *(const float4 *)(mg + (w * 16 + row) * MR + d);
 				acc.x += f * v.x, acc.y += f * v.y, acc.z += f * v.z, acc.w += f * v.w;
 			}
-			float *dst = part + ((((size_t)(gr / n_rep) * n_kv + kvh) * n_split + split) * n_rep + gr % n_rep) * (D + 2);
+			float *dst = prow(gr);
 			*(float2 *)(dst + d) = make_float2(acc.x, acc.y);
 			*(float2 *)(dst + d + 2) = make_float2(acc.z, acc.w);
 		}
@@ -531,8 +534,7 @@ __global__ void __launch_bounds__(128, 2)
 			int gr = r0 + qr0 + 8 * h;
 			if (gr >= R)
 				continue;
-			int t = gr / n_rep, rep = gr % n_rep;
-			float *dst = part + ((((size_t)t * n_kv + kvh) * n_split + split) * n_rep + rep) * (D + 2);
+			float *dst = prow(gr);
 #pragma unroll
 			for (int i = 0; i < D / 8; i++)
 				*(float2 *)(dst + i * 8 + c) = make_float2(o[i][2 * h], o[i][2 * h + 1]);

@@ -6,8 +6,9 @@
  * block stages the input in shared memory as f32 (computing the RMSNorm there when the input is
  * a normed residual, so the norm costs no launch and no rounding), then each warp streams one or
  * four weight rows in 16-byte chunks, dequantising quantised ones in registers (cu_quant.cuh);
- * Q4_K and Q6_K go to tensor cores (k_gemv_k4). Larger T: the normed input is written once in bf16 and each output is a cuBLAS GEMM on tensor
- * cores; a quantised weight is first dequantised to bf16 in pieces of CU_DEQUANT_PIECE bytes.
+ * Q4_K and Q6_K go to tensor cores (k_gemv_k4). Larger T: the normed input is written once in
+ * bf16 and each output is a cuBLAS GEMM on tensor cores; a quantised weight is first
+ * dequantised to bf16 in pieces of CU_DEQUANT_PIECE bytes.
  */
 #include "backend/cuda/cu_quant.cuh"
 
@@ -167,14 +168,15 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 }
 
 /*
- * Q4_K and Q6_K on tensor cores (cu_k4_mma, cu_k6_mma): a block of GQ_WARPS warps takes rt consecutive tiles of 16
- * rows (rt chosen so the grid is one wave of resident blocks: a block that ends and a new one
- * that starts pay the load latency and the staging again); warp w takes superblocks w, w + 8, ..
- * of each tile, two in flight (the first two loaded before the wait); the tiles' partial sums
- * meet in shared memory at the end. The input is staged once a block in bf16 (the activation
- * type: the values the prefill GEMMs take) with its sub-block sums. T: 1, or 8 (columns nt..7
- * zeros). Two blocks an SM: at three (80 registers) the two superblocks in flight spilled, and
- * the spills' local traffic shared the L1 with the loads that bound this kernel.
+ * Q4_K and Q6_K on tensor cores (cu_k4_mma, cu_k6_mma, through cu_kq): a block of GQ_WARPS warps
+ * takes rt consecutive tiles of 16 rows (rt chosen so the grid is one wave of resident blocks: a
+ * block that ends and a new one that starts pay the load latency and the staging again); warp w
+ * takes superblocks w, w + 8, .. of each tile, two in flight (the first two loaded before the
+ * wait); the tiles' partial sums meet in shared memory at the end. The input is staged once a
+ * block in bf16 (the activation type: the values the prefill GEMMs take) with its sub-block
+ * sums. T: 1, or 8 (columns nt..7 zeros). Two blocks an SM: at three (80 registers) the two
+ * superblocks in flight spilled, and the spills' local traffic shared the L1 with the loads that
+ * bound this kernel.
  */
 #define GQ_WARPS 8
 #define GQ_MAX_RT 48 /* tiles a block (T = 1; T = 8: 4) */

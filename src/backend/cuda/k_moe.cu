@@ -1460,7 +1460,8 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		moe_gateup(cb, ts, fa, d.k, 1, hsm);
 	}
 	cu_launched(cb, "moe gate/up");
-	int td = moe_ktype(D.type), tsd = d.Fs ? moe_ktype(SD.type) : td, sub = td == TOAST_DT_Q6_K ? 16 : 32;
+	int td = moe_ktype(D.type), tsd = d.Fs ? moe_ktype(SD.type) : td;
+	int sub = td == TOAST_DT_Q6_K ? cu_kq<TOAST_DT_Q6_K>::SUB : cu_kq<TOAST_DT_Q4_K>::SUB;
 	if ((td == TOAST_DT_Q4_K || td == TOAST_DT_Q6_K) && tsd == td && (!d.Fs || d.Fs == d.F) && d.F % 256 == 0 &&
 	    moe_k4_down_smem(d, nslot, sub) <= 48 * 1024) {
 		dim3 grid((unsigned)(d.E + 15) / 16, d.T);
