@@ -1367,9 +1367,8 @@ template <int TYPE, int CPR>
 static void moe_down_cpr(struct cuda_backend *cb, const moe_ff_args &f, int s0, int ns, size_t smem)
 {
 	dim3 grid(cu_blocks((size_t)f.d.E, MOE_WARPS), f.d.T);
-	cu_launch_pdl(cb, k_moe_down<TYPE, CPR>, grid, MOE_WARPS * 32, smem, f.d, f.x, f.D, (const int32_t *)f.pk.sel, (const float *)f.pk.lv,
-		      (const float *)f.pk.ms, f.SD, s0, ns, f.sgate,
-		  (const float *)f.act);
+	cu_launch_pdl(cb, k_moe_down<TYPE, CPR>, grid, MOE_WARPS * 32, smem, f.d, f.x, f.D, (const int32_t *)f.pk.sel,
+		      (const float *)f.pk.lv, (const float *)f.pk.ms, f.SD, s0, ns, f.sgate, (const float *)f.act);
 }
 
 template <int TYPE>
