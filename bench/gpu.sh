@@ -47,7 +47,7 @@ fi
 # test_ops, then decode of the 48-layer Q4_K and MLX4 models and the bf16 slice by every binary
 # in turn (same machine; AB_MODELS="--type q4_k,--layers 12": a comma-separated list;
 # AB_ROUNDS, default 2; AB_ENVS="VAR=1,VAR=2": settings the new binary also runs under), then
-# the decode timeline of each (bench/trace-decode.sh). AB_PERF=1: the op timings too;
+# the decode timeline of each (bench/trace-decode.sh; AB_TRACE_TYPE, default q4_k). AB_PERF=1: the op timings too;
 # AB_NCU=1: Nsight Compute on one DeltaNet layer.
 if [ "$MODE" = ab ]; then
 	olds=()
@@ -79,7 +79,7 @@ if [ "$MODE" = ab ]; then
 	done
 	rm -f "$OUT/ab.tmp"
 	for v in "${olds[@]}" toasted; do
-		BIN=$B/$v timeout 300 bash bench/trace-decode.sh --type q4_k --ctx ${AB_TRACE_CTX:-0} >"$OUT/trace-$v.log" 2>&1
+		BIN=$B/$v timeout 300 bash bench/trace-decode.sh --type ${AB_TRACE_TYPE:-q4_k} --ctx ${AB_TRACE_CTX:-0} >"$OUT/trace-$v.log" 2>&1
 		mv "$OUT/trace-positions.txt" "$OUT/trace-positions-$v.txt"
 		rm -f "$OUT/trace.csv.xz"
 		echo "== trace of $v"

@@ -44,8 +44,21 @@ struct hw { /* a host weight and its values in f32 */
 	float *f;
 };
 
-/* a quantised weight: random values quantised by the reference quantisers (MLX: group 64,
- * bf16 scales), f their exact dequantisation */
+/* the group size and scale type of the MLX weights mkw_quant makes (tests change them) */
+static int mlx_gs = 64;
+static enum toast_dtype mlx_sb = TOAST_DT_BF16;
+
+/* scale or bias v stored as mlx_sb at p[i] */
+static void mlx_sb_put(void *p, size_t i, float v)
+{
+	if (mlx_sb == TOAST_DT_F32)
+		((float *)p)[i] = v;
+	else
+		((uint16_t *)p)[i] = mlx_sb == TOAST_DT_BF16 ? toast_f32_to_bf16(v) : toast_f32_to_f16(v);
+}
+
+/* a quantised weight: random values quantised by the reference quantisers (MLX: group mlx_gs,
+ * mlx_sb scales), f their exact dequantisation */
 static struct hw mkw_quant(enum toast_dtype type, int64_t n_out, int64_t n_in, double scale, double offset)
 {
 	struct hw h;
@@ -54,24 +67,24 @@ static struct hw mkw_quant(enum toast_dtype type, int64_t n_out, int64_t n_in, d
 	h.f = malloc(n * sizeof(float));
 	h.w = (struct toast_weight){.name = "test", .type = type, .n_in = n_in, .n_out = n_out};
 	if (type == TOAST_DT_MLX4 || type == TOAST_DT_MLX8) {
-		int bits = type == TOAST_DT_MLX4 ? 4 : 8, gs = 64;
-		size_t ng = (size_t)n_out * (size_t)(n_in / gs);
+		int bits = type == TOAST_DT_MLX4 ? 4 : 8, gs = mlx_gs;
+		size_t ng = (size_t)n_out * (size_t)(n_in / gs), sbs = mlx_sb == TOAST_DT_F32 ? 4 : 2;
 		uint32_t *q = malloc(n * (size_t)bits / 8);
-		uint16_t *sc = malloc(ng * 2), *bi = malloc(ng * 2);
+		void *sc = malloc(ng * sbs), *bi = malloc(ng * sbs);
 		float *fs = malloc((size_t)(n_in / gs) * sizeof(float)), *fb = malloc((size_t)(n_in / gs) * sizeof(float));
 		for (int64_t r = 0; r < n_out; r++) {
 			for (int64_t i = 0; i < n_in; i++)
 				x[i] = (float)(offset + rnd() * scale);
 			toast_quant_mlx(bits, gs, x, n_in, q + r * n_in * bits / 32, fs, fb);
 			for (int64_t g = 0; g < n_in / gs; g++) {
-				sc[r * (n_in / gs) + g] = toast_f32_to_bf16(fs[g]);
-				bi[r * (n_in / gs) + g] = toast_f32_to_bf16(fb[g]);
+				mlx_sb_put(sc, (size_t)(r * (n_in / gs) + g), fs[g]);
+				mlx_sb_put(bi, (size_t)(r * (n_in / gs) + g), fb[g]);
 			}
-			toast_dequant_mlx(bits, gs, q + r * n_in * bits / 32, sc + r * (n_in / gs), bi + r * (n_in / gs),
-					  TOAST_DT_BF16, h.f + r * n_in, n_in);
+			toast_dequant_mlx(bits, gs, q + r * n_in * bits / 32, (char *)sc + (size_t)(r * (n_in / gs)) * sbs,
+					  (char *)bi + (size_t)(r * (n_in / gs)) * sbs, mlx_sb, h.f + r * n_in, n_in);
 		}
-		h.w.data = q, h.w.scales = sc, h.w.biases = bi, h.w.sb_type = TOAST_DT_BF16, h.w.group_size = gs;
-		h.w.n_bytes = n * (size_t)bits / 8 + 4 * ng;
+		h.w.data = q, h.w.scales = sc, h.w.biases = bi, h.w.sb_type = mlx_sb, h.w.group_size = gs;
+		h.w.n_bytes = n * (size_t)bits / 8 + 2 * sbs * ng;
 		free(fs), free(fb);
 	} else {
 		size_t rb = 0;
@@ -816,11 +829,12 @@ static void test_quant(struct ctx *c)
 	 * for the GEMM */
 	test_matmul(c, TOAST_DT_Q4_K, 1, o4, 1, 256, TOAST_MM_F32, true, true);
 	test_matmul(c, TOAST_DT_MLX4, 4, o4, 1, 256, TOAST_MM_ADD, false, false);
-	/* the Q4_K and Q6_K tensor-core GEMVs with more units (tile, superblock) a warp than they
+	/* the tensor-core GEMVs with more units (tile, superblock) a warp than they
 	 * have in flight: every warp 5 tiles of one superblock, 3 tiles of two, and T = 8 */
 	int o6[] = {20011}, o7[] = {9001};
-	for (int k = 0; k < 2; k++) {
-		enum toast_dtype t = k ? TOAST_DT_Q6_K : TOAST_DT_Q4_K;
+	enum toast_dtype tc_types[] = {TOAST_DT_Q4_K, TOAST_DT_Q6_K, TOAST_DT_MLX4};
+	for (int k = 0; k < 3; k++) {
+		enum toast_dtype t = tc_types[k];
 		test_matmul(c, t, 1, o6, 1, 2048, TOAST_MM_F32, true, true);
 		test_matmul(c, t, 1, o7, 1, 4096, TOAST_MM_ADD, false, false);
 		test_matmul(c, t, 8, o7, 1, 2048, TOAST_MM_ACT, false, false);
@@ -844,6 +858,19 @@ static void test_quant(struct ctx *c)
 	test_moe_types(c, 1, 256, 4, 2, 256, 512, true, true, &q4k);  /* a shared expert wider than the rest */
 	test_moe_types(c, 2, 2048, 3, 2, 256, 256, true, true, &mlx4);
 	test_moe_types(c, 2, 256, 4, 3, 512, 512, true, true, &mlx4);
+	/* MLX4 on tensor cores with groups of 128 and f16 scales, f32 scales; groups of 32 (two
+	 * scales in one mma) take the SIMT kernels */
+	struct {
+		int gs;
+		enum toast_dtype sb;
+	} mx[] = {{128, TOAST_DT_F16}, {64, TOAST_DT_F32}, {32, TOAST_DT_BF16}};
+	for (int i = 0; i < 3; i++) {
+		mlx_gs = mx[i].gs, mlx_sb = mx[i].sb;
+		test_matmul(c, TOAST_DT_MLX4, 1, o7, 1, 2048, TOAST_MM_F32, true, true);
+		test_matmul(c, TOAST_DT_MLX4, 8, o3, 4, 512, TOAST_MM_ACT, false, false);
+		test_moe_types(c, 1, 2048, 3, 2, 512, 512, true, true, &mlx4);
+	}
+	mlx_gs = 64, mlx_sb = TOAST_DT_BF16;
 	test_moe_types(c, 1, 2048, 3, 2, 256, 0, true, false, &q8);
 	test_moe_types(c, 5, 256, 4, 2, 512, 512, true, false, &q8);
 	test_moe_types(c, 3, 2048, 2, 2, 256, 0, false, true, &q6);

@@ -808,29 +808,6 @@ __device__ __forceinline__ void cu_k4_mma(float *acc, const cu_k4ld &L, const fl
 	}
 }
 
-/* elements 8j..8j+7 of an input row, v (f32), to bf16 in the staged order (x0 x2 x1 x3 x4 x6 x5
- * x7) at xs + 8j, and the sum of the SUB / 8 lanes' rounded values (a sub-block of SUB: 32 for
- * Q4_K, 16 for Q6_K; lanes 4i..4i+3 must stage the 8-groups 4i'..4i'+3 together) to *sum from
- * the first of them */
-template <int SUB = 32>
-__device__ __forceinline__ void cu_k4_stage8(const float *v, bf16 *xs, int j, float *sum)
-{
-	__nv_bfloat162 p[4] = {__floats2bfloat162_rn(v[0], v[2]), __floats2bfloat162_rn(v[1], v[3]),
-			       __floats2bfloat162_rn(v[4], v[6]), __floats2bfloat162_rn(v[5], v[7])};
-	*(uint4 *)(xs + 8 * j) = *(const uint4 *)p;
-	float s = 0;
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		float2 f = __bfloat1622float2(p[i]);
-		s += f.x + f.y;
-	}
-	s += __shfl_xor_sync(0xffffffffu, s, 1);
-	if (SUB == 32)
-		s += __shfl_xor_sync(0xffffffffu, s, 2);
-	if ((threadIdx.x & (SUB / 8 - 1)) == 0)
-		*sum = s;
-}
-
 /*
  * Q6_K on tensor cores at decode, as Q4_K's above: a code q (6 bits) as the bf16 128 + q, the
  * mma summing x * (128 + q) over one 16-element sub-block (one k-step, its own scale), then
@@ -943,9 +920,94 @@ __device__ __forceinline__ void cu_k6_mma(float *acc, const cu_k6ld &L, const fl
 	}
 }
 
-/* the two kinds of superblock on tensor cores, for kernels written once for both: Q4_K
- * (cu_k4_*, sub-blocks of 32) and Q6_K (cu_k6_*, sub-blocks of 16); a warp's decoded scales
- * take 1 KB either way */
+/*
+ * MLX4 (affine 4-bit in groups of 64 or a multiple of 64) on tensor cores, as Q4_K's above: a
+ * code q as the bf16 128 + q, the mma summing x * (128 + q) over the 64 elements of chunk p of
+ * a superblock (one group, one scale), then s * C + (z - 128 s) * sum(x). A chunk of a row is
+ * 32 bytes, as a Q4_K pair is, and lane (g, t) holds its bytes 8t..8t+7 (elements 16t..16t+15)
+ * for rows g and g+8. A packed word holds 8 elements, element n at bits 4n, so the word shifted
+ * by 4i and masked with 0x000f000f gives elements i and i + 4: word w's two k-steps take its
+ * elements 0, 4, 1, 5 and 2, 6, 3, 7 as the k values 2t, 2t+1, 2t+8, 2t+9, and the input is
+ * staged bf16 with each group of eight stored as x0 x4 x1 x5 x2 x6 x3 x7 (cu_kq<>::PAIR4).
+ * Groups of 32 would put two scales in one mma: they take the SIMT kernels (cu_kq_fits).
+ */
+struct cu_m4ld {
+	uint2 a[4], b[4];
+	uint32_t s[2], z[2]; /* scale and bias bits, as stored, of the lane's decode row (cu_m4_load) */
+};
+
+/* issue the loads of superblock sb of rows ra, rb (quant plane) and the scales and biases of
+ * row rh (scale plane; the biases lie b_off - m_off after it) that lane l decodes: row l % 16,
+ * chunks 2 (l / 16) and 2 (l / 16) + 1 */
+__device__ __forceinline__ cu_m4ld cu_m4_load(const cu_wd &W, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
+					      int sb, int lane)
+{
+	cu_m4ld L;
+	int t = lane & 3, per = W.gs >> 6;
+#pragma unroll
+	for (int p = 0; p < 4; p++) {
+		L.a[p] = cu_ld8(ra + sb * 128 + 32 * p + 8 * t);
+		L.b[p] = cu_ld8(rb + sb * 128 + 32 * p + 8 * t);
+	}
+	const uint8_t *rz = rh + (W.b_off - W.m_off);
+#pragma unroll
+	for (int q = 0; q < 2; q++) {
+		int c = 4 * sb + 2 * (lane >> 4) + q, grp = per == 1 ? c : c / per;
+		L.s[q] = cu_ldsb_bits(rh, W.sb_type, grp);
+		L.z[q] = cu_ldsb_bits(rz, W.sb_type, grp);
+	}
+	return L;
+}
+
+/* the warp's (s, z - 128 s) of one superblock into sc[4][16] float2 (chunk, row); the caller
+ * syncs the warp */
+__device__ __forceinline__ void cu_m4_scales(const cu_wd &W, const cu_m4ld &L, float2 *sc, int lane)
+{
+#pragma unroll
+	for (int q = 0; q < 2; q++) {
+		float s = cu_sb_float(L.s[q], W.sb_type), z = cu_sb_float(L.z[q], W.sb_type);
+		sc[(2 * (lane >> 4) + q) * 16 + (lane & 15)] = make_float2(s, fmaf(-128.0f, s, z));
+	}
+}
+
+/* acc (rows g, g+8 x columns 2t, 2t+1) += one superblock; x: the staged input row at the
+ * superblock, xs0 / xs1 its 4 chunk sums of columns 2t / 2t+1, wt a factor on the whole */
+template <int COLS>
+__device__ __forceinline__ void cu_m4_mma(float *acc, const cu_m4ld &L, const float2 *sc, const bf16 *x,
+					  const float *xs0, const float *xs1, float wt, int g, int t)
+{
+	uint32_t magic = CU_K4_MAGIC;
+	asm("" : "+r"(magic));
+#pragma unroll
+	for (int p = 0; p < 4; p++) {
+		float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+		for (int w = 0; w < 2; w++) {
+			uint32_t wa = w ? L.a[p].y : L.a[p].x, wb = w ? L.b[p].y : L.b[p].x;
+			uint4 bx = *(const uint4 *)(x + 64 * p + 16 * t + 8 * w); /* both k-steps' B */
+			unsigned f0[4] = {cu_k4_two(wa, magic), cu_k4_two(wb, magic), cu_k4_two(wa >> 4, magic),
+					  cu_k4_two(wb >> 4, magic)};
+			cu_mma_bf16(c, f0, bx.x, bx.y);
+			unsigned f1[4] = {cu_k4_two(wa >> 8, magic), cu_k4_two(wb >> 8, magic), cu_k4_two(wa >> 12, magic),
+					  cu_k4_two(wb >> 12, magic)};
+			cu_mma_bf16(c, f1, bx.z, bx.w);
+		}
+		float2 sa = sc[p * 16 + g], sb = sc[p * 16 + g + 8];
+		float da = sa.x * wt, oa = sa.y * wt, db = sb.x * wt, ob = sb.y * wt;
+		acc[0] = fmaf(oa, xs0[p], fmaf(da, c[0], acc[0]));
+		acc[2] = fmaf(ob, xs0[p], fmaf(db, c[2], acc[2]));
+		if (COLS > 1) {
+			acc[1] = fmaf(oa, xs1[p], fmaf(da, c[1], acc[1]));
+			acc[3] = fmaf(ob, xs1[p], fmaf(db, c[3], acc[3]));
+		}
+	}
+}
+
+/* the kinds of weight on tensor cores, for kernels written once for all: Q4_K (cu_k4_*,
+ * sub-blocks of 32), Q6_K (cu_k6_*, sub-blocks of 16) and MLX4 (cu_m4_*, chunks of 64); SUB is
+ * what one scale covers (the input's sums are staged per SUB elements), PAIR4 the staged order
+ * of eight elements (x0 x4 x1 x5 x2 x6 x3 x7, else x0 x2 x1 x3 x4 x6 x5 x7); a warp's decoded
+ * scales take at most 1 KB */
 template <int TYPE>
 struct cu_kq;
 
@@ -953,11 +1015,16 @@ template <>
 struct cu_kq<TOAST_DT_Q4_K> {
 	typedef cu_k4ld ld;
 	static constexpr int SUB = 32;
-	static __device__ __forceinline__ ld load(const uint8_t *ra, const uint8_t *rb, const uint8_t *rh, int sb, int lane)
+	static constexpr bool PAIR4 = false;
+	static __device__ __forceinline__ ld load(const cu_wd &, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
+						  int sb, int lane)
 	{
 		return cu_k4_load(ra, rb, rh, sb, lane & 3);
 	}
-	static __device__ __forceinline__ void scales(const ld &L, void *sc, int lane) { cu_k4_scales(L, (float4 *)sc, lane); }
+	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *sc, int lane)
+	{
+		cu_k4_scales(L, (float4 *)sc, lane);
+	}
 	template <int COLS>
 	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *sc, const bf16 *x, const float *xs0,
 						   const float *xs1, float wt, int g, int t)
@@ -970,11 +1037,16 @@ template <>
 struct cu_kq<TOAST_DT_Q6_K> {
 	typedef cu_k6ld ld;
 	static constexpr int SUB = 16;
-	static __device__ __forceinline__ ld load(const uint8_t *ra, const uint8_t *rb, const uint8_t *rh, int sb, int lane)
+	static constexpr bool PAIR4 = false;
+	static __device__ __forceinline__ ld load(const cu_wd &, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
+						  int sb, int lane)
 	{
 		return cu_k6_load(ra, rb, rh, sb, lane);
 	}
-	static __device__ __forceinline__ void scales(const ld &L, void *sc, int lane) { cu_k6_scales(L, (float2 *)sc, lane); }
+	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *sc, int lane)
+	{
+		cu_k6_scales(L, (float2 *)sc, lane);
+	}
 	template <int COLS>
 	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *sc, const bf16 *x, const float *xs0,
 						   const float *xs1, float wt, int g, int t)
@@ -982,7 +1054,63 @@ struct cu_kq<TOAST_DT_Q6_K> {
 		cu_k6_mma<COLS>(acc, L, (const float2 *)sc, x, xs0, xs1, wt, g, t);
 	}
 };
+
+template <>
+struct cu_kq<TOAST_DT_MLX4> {
+	typedef cu_m4ld ld;
+	static constexpr int SUB = 64;
+	static constexpr bool PAIR4 = true;
+	static __device__ __forceinline__ ld load(const cu_wd &W, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
+						  int sb, int lane)
+	{
+		return cu_m4_load(W, ra, rb, rh, sb, lane);
+	}
+	static __device__ __forceinline__ void scales(const cu_wd &W, const ld &L, void *sc, int lane)
+	{
+		cu_m4_scales(W, L, (float2 *)sc, lane);
+	}
+	template <int COLS>
+	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *sc, const bf16 *x, const float *xs0,
+						   const float *xs1, float wt, int g, int t)
+	{
+		cu_m4_mma<COLS>(acc, L, (const float2 *)sc, x, xs0, xs1, wt, g, t);
+	}
+};
+
+/* elements 8j..8j+7 of an input row, v (f32), to bf16 in TYPE's staged order at xs + 8j, and
+ * the sum of the SUB / 8 lanes' rounded values to *sum from the first of them (lanes
+ * (SUB / 8) i.. must stage the 8-groups (SUB / 8) i'.. together) */
+template <int TYPE>
+__device__ __forceinline__ void cu_kq_stage8(const float *v, bf16 *xs, int j, float *sum)
+{
+	constexpr int SUB = cu_kq<TYPE>::SUB;
+	constexpr bool P4 = cu_kq<TYPE>::PAIR4;
+	__nv_bfloat162 p[4];
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		int lo = P4 ? i : (i & 1) + 4 * (i >> 1);
+		p[i] = __floats2bfloat162_rn(v[lo], v[lo + (P4 ? 4 : 2)]);
+	}
+	*(uint4 *)(xs + 8 * j) = *(const uint4 *)p;
+	float s = 0;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		float2 f = __bfloat1622float2(p[i]);
+		s += f.x + f.y;
+	}
+#pragma unroll
+	for (int m = 1; m < SUB / 8; m *= 2)
+		s += __shfl_xor_sync(0xffffffffu, s, m);
+	if ((threadIdx.x & (SUB / 8 - 1)) == 0)
+		*sum = s;
+}
 #endif
+
+/* whether decode kernels may take w on tensor cores (cu_kq): MLX4 needs groups of 64k */
+static inline bool cu_kq_fits(const cu_wd &w)
+{
+	return w.type == TOAST_DT_Q4_K || w.type == TOAST_DT_Q6_K || (w.type == TOAST_DT_MLX4 && w.gs % 64 == 0);
+}
 
 /* ---- k_quant.cu ---- */
 

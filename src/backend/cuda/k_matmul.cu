@@ -6,8 +6,8 @@
  * block stages the input in shared memory as f32 (computing the RMSNorm there when the input is
  * a normed residual, so the norm costs no launch and no rounding), then each warp streams one or
  * four weight rows in 16-byte chunks, dequantising quantised ones in registers (cu_quant.cuh);
- * Q4_K and Q6_K go to tensor cores (k_gemv_k4). Larger T: the normed input is written once in
- * bf16 and each output is a cuBLAS GEMM on tensor cores; a quantised weight is first
+ * Q4_K, Q6_K and MLX4 go to tensor cores (k_gemv_k4). Larger T: the normed input is written
+ * once in bf16 and each output is a cuBLAS GEMM on tensor cores; a quantised weight is first
  * dequantised to bf16 in pieces of CU_DEQUANT_PIECE bytes.
  */
 #include "backend/cuda/cu_quant.cuh"
@@ -168,15 +168,15 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 }
 
 /*
- * Q4_K and Q6_K on tensor cores (cu_k4_mma, cu_k6_mma, through cu_kq): a block of GQ_WARPS warps
- * takes rt consecutive tiles of 16 rows (rt chosen so the grid is one wave of resident blocks: a
- * block that ends and a new one that starts pay the load latency and the staging again); warp w
- * takes superblocks w, w + 8, .. of each tile, two in flight (the first two loaded before the
- * wait); the tiles' partial sums meet in shared memory at the end. The input is staged once a
- * block in bf16 (the activation type: the values the prefill GEMMs take) with its sub-block
- * sums. T: 1, or 8 (columns nt..7 zeros). Two blocks an SM: at three (80 registers) the two
- * superblocks in flight spilled, and the spills' local traffic shared the L1 with the loads that
- * bound this kernel.
+ * Q4_K, Q6_K and MLX4 on tensor cores (cu_k4_mma, cu_k6_mma, cu_m4_mma through cu_kq): a block
+ * of GQ_WARPS warps takes rt consecutive tiles of 16 rows (rt chosen so the grid is one wave of
+ * resident blocks: a block that ends and a new one that starts pay the load latency and the
+ * staging again); warp w takes superblocks w, w + 8, .. of each tile, two in flight (the first
+ * two loaded before the wait); the tiles' partial sums meet in shared memory at the end. The
+ * input is staged once a block in bf16 (the activation type: the values the prefill GEMMs
+ * take) with its sub-block sums. T: 1, or 8 (columns nt..7 zeros). Two blocks an SM: at three
+ * (80 registers) the two superblocks in flight spilled, and the spills' local traffic shared the
+ * L1 with the loads that bound this kernel.
  */
 #define GQ_WARPS 8
 #define GQ_MAX_RT 48 /* tiles a block (T = 1; T = 8: 4) */
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 		const uint8_t *ra = cu_row(jb.W, 0, min(r0 + g, jb.n_out - 1)).q;
 		const uint8_t *rb = cu_row(jb.W, 0, min(r0 + g + 8, jb.n_out - 1)).q;
 		const uint8_t *rh = cu_row(jb.W, 0, min(r0 + (lane & 15), jb.n_out - 1)).m;
-		typename K::ld L = K::load(ra, rb, rh, warp + GQ_WARPS * lk, lane);
+		typename K::ld L = K::load(jb.W, ra, rb, rh, warp + GQ_WARPS * lk, lane);
 		next(lt, lk);
 		return L;
 	};
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 					o[e] = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
 			}
 		}
-		cu_k4_stage8<SUB>(v, xs + c * xstride, q, xsum + c * nsub + q / (SUB / 8)); /* whole warps: n8 % 32 == 0 */
+		cu_kq_stage8<TYPE>(v, xs + c * xstride, q, xsum + c * nsub + q / (SUB / 8)); /* whole warps: n8 % 32 == 0 */
 	};
 	if (T == 1 && tot <= 2 * (int)blockDim.x) {
 		/* one token, two groups a thread at most: x and w read once, the norm from registers */
@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 				break;
 			int sb = warp + GQ_WARPS * ck;
 			__syncwarp();
-			K::scales(L[k], sc, lane);
+			K::scales(jb.W, L[k], sc, lane);
 			__syncwarp();
 			K::template mma<T>(acc, L[k], sc, xg + sb * 256, xs0 + sb * (256 / SUB), xs1 + sb * (256 / SUB), 1.0f, g, t);
 			if (i + 2 < units)
@@ -614,8 +614,8 @@ static void gemv_launch_type(struct cuda_backend *cb, gemv_args &a)
 	}
 }
 
-/* Q4_K or Q6_K rows on tensor cores when the input is bf16 or normed (not the router's f32
- * input) in 16-byte aligned rows of whole superblocks */
+/* Q4_K, Q6_K or MLX4 rows on tensor cores when the input is bf16 or normed (not the router's
+ * f32 input) in 16-byte aligned rows of whole superblocks (MLX4: groups of 64k, cu_kq_fits) */
 template <int T, int TYPE>
 static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 {
@@ -632,8 +632,11 @@ static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 	    ((uintptr_t)a.act | (uintptr_t)a.norm_x | (uintptr_t)a.norm_w | (uintptr_t)a.norm_out) & 15)
 		return false;
 	int64_t tiles = 0;
-	for (int k = 0; k < a.n_jobs; k++)
+	for (int k = 0; k < a.n_jobs; k++) {
+		if (!cu_kq_fits(a.job[k].W))
+			return false;
 		tiles += (a.job[k].n_out + 15) / 16;
+	}
 	int64_t slots = (int64_t)cb->n_sm * (per_sm > 0 ? per_sm : 1);
 	int rt = (int)((tiles + slots - 1) / slots), max_rt = T > 1 ? 4 : GQ_MAX_RT;
 	rt = rt > max_rt ? max_rt : rt;
@@ -649,14 +652,18 @@ static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 	return true;
 }
 
+template <int TYPE>
+static bool gq_launch_t(struct cuda_backend *cb, gemv_args &a)
+{
+	return a.nt == 1 ? gq_launch<1, TYPE>(cb, a) : gq_launch<8, TYPE>(cb, a);
+}
+
 static void gemv_launch_any(struct cuda_backend *cb, int type, gemv_args &a)
 {
-	if (type == TOAST_DT_Q4_K && (a.nt == 1 ? gq_launch<1, TOAST_DT_Q4_K>(cb, a) : gq_launch<8, TOAST_DT_Q4_K>(cb, a))) {
-		cu_launched(cb, "gemv (Q4_K, tensor cores)");
-		return;
-	}
-	if (type == TOAST_DT_Q6_K && (a.nt == 1 ? gq_launch<1, TOAST_DT_Q6_K>(cb, a) : gq_launch<8, TOAST_DT_Q6_K>(cb, a))) {
-		cu_launched(cb, "gemv (Q6_K, tensor cores)");
+	if ((type == TOAST_DT_Q4_K && gq_launch_t<TOAST_DT_Q4_K>(cb, a)) ||
+	    (type == TOAST_DT_Q6_K && gq_launch_t<TOAST_DT_Q6_K>(cb, a)) ||
+	    (type == TOAST_DT_MLX4 && gq_launch_t<TOAST_DT_MLX4>(cb, a))) {
+		cu_launched(cb, "gemv (tensor cores)");
 		return;
 	}
 	switch (type) {

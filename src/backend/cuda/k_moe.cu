@@ -636,7 +636,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		x[(size_t)t * E + i] += acc;
 }
 
-/* ---- Q4_K experts on tensor cores (cu_k4_mma; Q6_K too for down, cu_kq; one token a block,
+/* ---- experts on tensor cores (cu_kq: Q4_K and MLX4, and Q6_K for down; one token a block,
  * the mma's column 0) ----
  * 16 rows a block, the warps splitting the superblocks two in flight a warp, every load issued
  * before the block stages its input. Gate/up: 8 warps (4 gate, 4 up) and three blocks an SM, so
@@ -647,8 +647,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 #define MK_WARPS 16
 #define GU_WARPS 8
 
-/* stage nrow rows of n f32 (row j at v + j * stride; n % 256 == 0) in bf16 for cu_k4_mma, with
- * their sub-block sums: xs[j][n], xsum[j][n / 32]; whole block, a round of two groups of 8 a
+/* stage nrow rows of n f32 (row j at v + j * stride; n % 256 == 0) in bf16 for cu_kq<TYPE>, with
+ * their sub-block sums: xs[j][n], xsum[j][n / SUB]; whole block, a round of two groups of 8 a
  * thread (groups q0 and q0 + blockDim.x of the tot = nrow * n / 8) at a time. A thread's loads
  * of a round are issued before its shared-memory stores (a store then the next load would make
  * one L2 round trip of each: 11 of them for the MoE's down rows); a caller may issue a round's
@@ -667,25 +667,26 @@ __device__ __forceinline__ void moe_k4_load(const float *v, size_t stride, int n
 	}
 }
 
-template <int SUB = 32> /* sub-block sums over SUB elements: 32 (Q4_K), 16 (Q6_K) */
+template <int TYPE>
 __device__ __forceinline__ void moe_k4_store(int n, int tot, int q0, float (*f)[8], bf16 *xs, float *xsum)
 {
+	constexpr int SUB = cu_kq<TYPE>::SUB;
 #pragma unroll
 	for (int k = 0; k < 2; k++) {
 		int q = q0 + k * blockDim.x, j = q / (n / 8), r = q - j * (n / 8);
 		if (q < tot) /* whole warps: n / 8 is a multiple of 32 */
-			cu_k4_stage8<SUB>(f[k], xs + j * n, r, xsum + j * (n / SUB) + r / (SUB / 8));
+			cu_kq_stage8<TYPE>(f[k], xs + j * n, r, xsum + j * (n / SUB) + r / (SUB / 8));
 	}
 }
 
-template <int SUB = 32>
+template <int TYPE>
 __device__ __forceinline__ void moe_k4_stage(const float *v, size_t stride, int nrow, int n, bf16 *xs, float *xsum)
 {
 	int tot = nrow * (n / 8);
 	for (int q0 = threadIdx.x; q0 < tot; q0 += 2 * blockDim.x) {
 		float f[2][8];
 		moe_k4_load(v, stride, n, tot, q0, f);
-		moe_k4_store<SUB>(n, tot, q0, f, xs, xsum);
+		moe_k4_store<TYPE>(n, tot, q0, f, xs, xsum);
 	}
 }
 
@@ -709,11 +710,14 @@ __device__ __forceinline__ float moe_k4_sum(const float *part, int r, int w0, in
 }
 
 /* act[t][slot][r0..r0+15] = SiLU(gate·h) * (up·h): warps 0-3 gate, 4-7 up, each taking
- * superblocks w % 4, w % 4 + 4, .. of n_embd; slot k is the shared expert */
+ * superblocks w % 4, w % 4 + 4, .. of n_embd; slot k is the shared expert; Q4_K or MLX4 */
+template <int TYPE>
 __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	k_moe_gateup_k4(moe_dims d, const float *h, cu_wd G, cu_wd U, const float *logits, moe_picks pk, cu_wd SG,
 			cu_wd SU, int slot0, float *act)
 {
+	typedef cu_kq<TYPE> K;
+	constexpr int SUB = K::SUB;
 	extern __shared__ __align__(16) unsigned char mk_sm[];
 	__shared__ float part[GU_WARPS * 16];
 	int slot = slot0 + blockIdx.y, t = blockIdx.z, E = d.E;
@@ -725,7 +729,7 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	int up = warp >> 2, w4 = warp & 3;
 	bf16 *xs = (bf16 *)mk_sm;
 	float *xsum = (float *)(xs + E);
-	float4 *sc = (float4 *)(xsum + E / 32) + warp * 64;
+	void *sc = (float4 *)(xsum + E / SUB) + warp * 64;
 	/* h in registers when it is one round (n_embd <= 16 * blockDim.x), loaded before the
 	 * expert's rows, which its loads would otherwise queue behind (3.75 us of staging at
 	 * Qwen3-Next's shapes); a routed block loads it together with its expert's id. The shared
@@ -743,15 +747,15 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
 	const uint8_t *ra = cu_row(wd, e, min(r0 + g, n - 1)).q, *rb = cu_row(wd, e, min(r0 + g + 8, n - 1)).q;
 	const uint8_t *rh = cu_row(wd, e, min(r0 + (lane & 15), n - 1)).m;
-	cu_k4ld L[2]; /* two superblocks in flight: n_embd 2048 is two a warp */
+	typename K::ld L[2]; /* two superblocks in flight: n_embd 2048 is two a warp */
 	if (w4 < nsb)
-		L[0] = cu_k4_load(ra, rb, rh, w4, tq);
+		L[0] = K::load(wd, ra, rb, rh, w4, lane);
 	if (w4 + 4 < nsb)
-		L[1] = cu_k4_load(ra, rb, rh, w4 + 4, tq);
+		L[1] = K::load(wd, ra, rb, rh, w4 + 4, lane);
 	if (early)
-		moe_k4_store(E, E / 8, threadIdx.x, hv, xs, xsum);
+		moe_k4_store<TYPE>(E, E / 8, threadIdx.x, hv, xs, xsum);
 	else
-		moe_k4_stage(h + (size_t)t * E, 0, 1, E, xs, xsum);
+		moe_k4_stage<TYPE>(h + (size_t)t * E, 0, 1, E, xs, xsum);
 	__syncthreads();
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int sb0 = w4; sb0 < nsb; sb0 += 8) {
@@ -761,11 +765,11 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 			if (sb >= nsb)
 				break;
 			__syncwarp();
-			cu_k4_scales(L[k], sc, lane);
+			K::scales(wd, L[k], sc, lane);
 			__syncwarp();
-			cu_k4_mma<1>(acc, L[k], sc, xs + sb * 256, xsum + sb * 8, NULL, 1.0f, g, tq);
+			K::template mma<1>(acc, L[k], sc, xs + sb * 256, xsum + sb * (256 / SUB), NULL, 1.0f, g, tq);
 			if (sb + 8 < nsb)
-				L[k] = cu_k4_load(ra, rb, rh, sb + 8, tq);
+				L[k] = K::load(wd, ra, rb, rh, sb + 8, lane);
 		}
 	}
 	moe_k4_part(part + 16 * warp, acc, lane);
@@ -777,13 +781,13 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 			cu_silu(moe_k4_sum(part, threadIdx.x, 0, 4)) * moe_k4_sum(part, threadIdx.x, 4, 8);
 }
 
-static size_t moe_k4_gateup_smem(const moe_dims &d)
+static size_t moe_k4_gateup_smem(const moe_dims &d, int sub)
 {
-	return (size_t)d.E * 2 + d.E / 32 * 4 + GU_WARPS * 64 * 16;
+	return (size_t)d.E * 2 + d.E / sub * 4 + GU_WARPS * 64 * 16;
 }
 
 /* x[t][r0..r0+15] += sum over slots slot0.. of weight * down_slot · act[t][slot]: the block's
- * warps take the (slot, superblock) pairs in turn, two in flight; Q4_K or Q6_K experts (cu_kq) */
+ * warps take the (slot, superblock) pairs in turn, two in flight; Q4_K, Q6_K or MLX4 experts */
 template <int TYPE>
 __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	k_moe_down_k4(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, const float *ms, cu_wd SD,
@@ -809,7 +813,7 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 		int j = u / nsb;
 		cu_wd wd = slot0 + j == d.k ? SD : D;
 		size_t e = (size_t)eid[j];
-		return K::load(cu_row(wd, e, ra).q, cu_row(wd, e, rb).q, cu_row(wd, e, rh).m, u - j * nsb, lane);
+		return K::load(wd, cu_row(wd, e, ra).q, cu_row(wd, e, rb).q, cu_row(wd, e, rh).m, u - j * nsb, lane);
 	};
 	typename K::ld L[2];
 	if (warp < units)
@@ -818,7 +822,7 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 		L[1] = load(warp + MK_WARPS);
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
-	moe_k4_stage<SUB>(act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d.Fmax, nslot, F, xs, xsum);
+	moe_k4_stage<TYPE>(act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d.Fmax, nslot, F, xs, xsum);
 	__syncthreads();
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int u0 = warp; u0 < units; u0 += 2 * MK_WARPS) {
@@ -829,7 +833,7 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 				break;
 			int j = u / nsb, sb = u - j * nsb;
 			__syncwarp();
-			K::scales(L[k], sc, lane);
+			K::scales(slot0 + j == d.k ? SD : D, L[k], sc, lane);
 			__syncwarp();
 			K::template mma<1>(acc, L[k], sc, xs + j * F + sb * 256, xsum + j * (F / SUB) + sb * (256 / SUB), NULL,
 					   wts[j], g, tq);
@@ -1393,6 +1397,40 @@ static void moe_down(struct cuda_backend *cb, int ktype, const moe_ff_args &f, i
 	moe_with_ktype(ktype, [&](auto k) { moe_down_t<decltype(k)::value>(cb, f, s0, ns, smem); });
 }
 
+/* gate/up (all nslot slots) on tensor cores when every matrix is of kind TYPE and fits (cu_kq) */
+template <int TYPE>
+static bool moe_gateup_tc(struct cuda_backend *cb, const moe_ff_args &f, int nslot)
+{
+	const moe_dims &d = f.d;
+	size_t smem = moe_k4_gateup_smem(d, cu_kq<TYPE>::SUB);
+	const cu_wd *w[] = {&f.G, &f.U, &f.SG, &f.SU};
+	for (const cu_wd *x : w)
+		if (x->type != TYPE || !cu_kq_fits(*x))
+			return false;
+	if (d.E % 256 || smem > 48 * 1024)
+		return false;
+	dim3 grid((unsigned)(d.Fmax + 15) / 16, nslot, d.T);
+	cu_launch_pdl(cb, k_moe_gateup_k4<TYPE>, grid, GU_WARPS * 32, smem, d, f.h, f.G, f.U, f.logits, f.pk, f.SG, f.SU, 0,
+		      f.act);
+	return true;
+}
+
+/* down (all nslot slots, the shared expert as wide as the rest) on tensor cores, the same way */
+template <int TYPE>
+static bool moe_down_tc(struct cuda_backend *cb, const moe_ff_args &f, int nslot, const int32_t *sel, const float *wt,
+			const float *ms)
+{
+	const moe_dims &d = f.d;
+	size_t smem = moe_k4_down_smem(d, nslot, cu_kq<TYPE>::SUB);
+	if (f.D.type != TYPE || f.SD.type != TYPE || !cu_kq_fits(f.D) || !cu_kq_fits(f.SD) || (d.Fs && d.Fs != d.F) ||
+	    d.F % 256 || smem > 48 * 1024)
+		return false;
+	dim3 grid((unsigned)(d.E + 15) / 16, d.T);
+	cu_launch_pdl(cb, k_moe_down_k4<TYPE>, grid, MK_WARPS * 32, smem, d, f.x, f.D, sel, wt, ms, f.SD, 0, nslot, f.sgate,
+		      (const float *)f.act);
+	return true;
+}
+
 void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 {
 	moe_dims d;
@@ -1448,30 +1486,24 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	int tr = moe_ktype2(G.type, U.type), ts = d.Fs ? moe_ktype2(SG.type, SU.type) : tr;
 	moe_ff_args fa = {d, h, a->x, {sel, wt, ms}, logits, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD};
 	int nslot = d.k + (d.Fs ? 1 : 0);
-	if (tr == TOAST_DT_Q4_K && ts == tr && d.E % 256 == 0 && moe_k4_gateup_smem(d) <= 48 * 1024) {
-		dim3 grid((unsigned)(d.Fmax + 15) / 16, nslot, d.T);
-		cu_launch_pdl(cb, k_moe_gateup_k4, grid, GU_WARPS * 32, moe_k4_gateup_smem(d), d, (const float *)h, G, U,
-			      (const float *)logits, fa.pk, SG, SU, 0, act);
-	} else if (tr == ts) {
-		moe_gateup(cb, tr, fa, 0, nslot, hsm);
-	} else {
-		moe_gateup(cb, tr, fa, 0, d.k, hsm);
-		moe_gateup(cb, ts, fa, d.k, 1, hsm);
+	if (!moe_gateup_tc<TOAST_DT_Q4_K>(cb, fa, nslot) && !moe_gateup_tc<TOAST_DT_MLX4>(cb, fa, nslot)) {
+		if (tr == ts) {
+			moe_gateup(cb, tr, fa, 0, nslot, hsm);
+		} else {
+			moe_gateup(cb, tr, fa, 0, d.k, hsm);
+			moe_gateup(cb, ts, fa, d.k, 1, hsm);
+		}
 	}
 	cu_launched(cb, "moe gate/up");
 	int td = moe_ktype(D.type), tsd = d.Fs ? moe_ktype(SD.type) : td;
-	int sub = td == TOAST_DT_Q6_K ? cu_kq<TOAST_DT_Q6_K>::SUB : cu_kq<TOAST_DT_Q4_K>::SUB;
-	if ((td == TOAST_DT_Q4_K || td == TOAST_DT_Q6_K) && tsd == td && (!d.Fs || d.Fs == d.F) && d.F % 256 == 0 &&
-	    moe_k4_down_smem(d, nslot, sub) <= 48 * 1024) {
-		dim3 grid((unsigned)(d.E + 15) / 16, d.T);
-		cu_launch_pdl(cb, td == TOAST_DT_Q4_K ? k_moe_down_k4<TOAST_DT_Q4_K> : k_moe_down_k4<TOAST_DT_Q6_K>, grid,
-			      MK_WARPS * 32, moe_k4_down_smem(d, nslot, sub), d, a->x, D, (const int32_t *)sel,
-			      (const float *)wt, (const float *)ms, SD, 0, nslot, (const float *)fa.sgate, (const float *)act);
-	} else if (td == tsd && (!d.Fs || d.Fs == d.F)) {
-		moe_down(cb, td, fa, 0, nslot, asm_);
-	} else {
-		moe_down(cb, td, fa, 0, d.k, asm_);
-		moe_down(cb, tsd, fa, d.k, 1, asm_);
+	if (!moe_down_tc<TOAST_DT_Q4_K>(cb, fa, nslot, sel, wt, ms) && !moe_down_tc<TOAST_DT_Q6_K>(cb, fa, nslot, sel, wt, ms) &&
+	    !moe_down_tc<TOAST_DT_MLX4>(cb, fa, nslot, sel, wt, ms)) {
+		if (td == tsd && (!d.Fs || d.Fs == d.F)) {
+			moe_down(cb, td, fa, 0, nslot, asm_);
+		} else {
+			moe_down(cb, td, fa, 0, d.k, asm_);
+			moe_down(cb, tsd, fa, d.k, 1, asm_);
+		}
 	}
 	cu_launched(cb, "moe down");
 }
