@@ -47,8 +47,8 @@ fi
 # test_ops, then decode of the 48-layer Q4_K and MLX4 models and the bf16 slice by every binary
 # in turn (same machine; AB_MODELS="--type q4_k,--layers 12": a comma-separated list;
 # AB_ROUNDS, default 2; AB_ENVS="VAR=1,VAR=2": settings the new binary also runs under), then
-# the decode timeline of each (bench/trace-decode.sh; AB_TRACE_TYPE, default q4_k). AB_PERF=1: the op timings too;
-# AB_NCU=1: Nsight Compute on one DeltaNet layer.
+# the decode timeline of each (bench/trace-decode.sh, of --type AB_TRACE_TYPE, default q4_k).
+# AB_PERF=1: the op timings too; AB_NCU=1: Nsight Compute on one DeltaNet layer.
 if [ "$MODE" = ab ]; then
 	olds=()
 	for f in carry/gpu/ab/*.xz; do
