@@ -709,20 +709,26 @@ __device__ __forceinline__ void cu_stage_norm(const float *x, const float *w, in
 }
 
 /*
- * Q4_K on tensor cores at decode (k_gemv_k4, k_moe_*_k4): a warp multiplies 16 weight rows by
- * up to 8 input rows (the mma's 8 columns) one superblock (256 elements) at a time, with the
+ * Weights on tensor cores at decode (k_gemv_k4, k_moe_*_k4): a warp multiplies 16 weight rows
+ * by up to 8 input rows (the mma's 8 columns) one superblock (256 elements) at a time, with the
  * codes as exact bf16 integers: 128 + q is a bf16 whose mantissa holds q, so one LOP3 makes two
- * of them, and the tensor core sums x * (128 + q) in f32 over a 32-element sub-block. The
- * sub-block's scale comes after: d*sc * C + (-(128 d*sc) - dmin*m) * sum(x), with sum(x) of the
- * bf16 input staged once. About 2 instructions a weight, where dequantising in registers and
- * one FFMA a product takes 6 and more (the 4-bit kernels were issue-bound).
+ * of them, and the tensor core sums x * (128 + q) in f32 over the elements one scale covers.
+ * The scale comes after: e.g. Q4_K's d*sc * C + (-(128 d*sc) - dmin*m) * sum(x), with sum(x) of
+ * the bf16 input staged once. About 2 instructions a weight, where dequantising in registers
+ * and one FFMA a product takes 6 and more (the 4-bit kernels were issue-bound).
  *
- * Lane l (g = l / 4, t = l % 4) holds 8 bytes of each 32-byte pair p of the superblock's codes
- * (bytes 8t..8t+7: elements 8t.. of sub-block 2p in the low nibbles, of 2p+1 in the high ones)
- * for rows g and g+8. The mma's k order within a sub-block is ours to choose: word w of those
- * 8 bytes gives the lane's k values 2t, 2t+1, 2t+8, 2t+9 as elements 8t+4w + 0, 2, 1, 3, so
- * the input is staged bf16 with each group of four stored as x0, x2, x1, x3 and a lane reads its
- * B fragment as one 8-byte load.
+ * cu_kq<TYPE> is one kind of weight, for kernels written once for all: Q4_K (sub-blocks of 32),
+ * Q6_K (sub-blocks of 16) and MLX4 (chunks of 64). SUB is what one scale covers (the input's
+ * sums are staged per SUB elements), PAIR4 the staged order of eight elements (x0 x4 x1 x5 x2
+ * x6 x3 x7, else x0 x2 x1 x3 x4 x6 x5 x7). Each has: ld, what a lane holds of one superblock of
+ * its rows g and g+8 (g = lane / 4, t = lane % 4) and of its decode row (lane % 16); load(W, ra,
+ * rb, rh, sb, lane), which issues the loads of superblock sb of rows ra, rb (quant plane) and
+ * of the decode row rh (meta plane); scales(W, L, sc, lane), which decodes the warp's scales of
+ * the superblock into sc (at most 1 KB; the caller syncs the warp around it); and mma<COLS>(acc,
+ * L, sc, x, xs0, xs1, wt, g, t): acc (the lane's C fragment: rows g, g+8 x columns 2t, 2t+1) +=
+ * the superblock, with x the lane's staged input row (column g; bf16, in the staged order) at
+ * the superblock's first element, xs0 and xs1 the SUB-element sums of columns 2t and 2t+1 there,
+ * wt a factor on the whole (the MoE's routing weight); COLS 1: only column 0 is wanted.
  */
 #define CU_K4_MAGIC 0x43004300u /* two bf16 128.0 */
 
@@ -735,134 +741,94 @@ __device__ __forceinline__ unsigned cu_k4_two(uint32_t v, uint32_t magic)
 	return r;
 }
 
-/* the codes of one superblock a lane holds (rows g, g+8: a, b) and the header its scale
- * decoding reads (row l % 16) */
-struct cu_k4ld {
-	uint2 a[4], b[4];
-	uint4 h;
-};
-
-/* issue the loads of superblock sb of rows ra, rb (the lane's g, g+8: quant plane) and rh (its
- * header row: meta plane) */
-__device__ __forceinline__ cu_k4ld cu_k4_load(const uint8_t *ra, const uint8_t *rb, const uint8_t *rh, int sb, int t)
+/* the 4-bit codes (Q4_K, MLX4: 128 bytes a row a superblock) a lane holds of superblock sb of
+ * rows ra, rb: bytes 8t..8t+7 of each 32-byte run p */
+__device__ __forceinline__ void cu_k4_codes(uint2 *a, uint2 *b, const uint8_t *ra, const uint8_t *rb, int sb, int t)
 {
-	cu_k4ld L;
 #pragma unroll
 	for (int p = 0; p < 4; p++) {
-		L.a[p] = cu_ld8(ra + sb * 128 + 32 * p + 8 * t);
-		L.b[p] = cu_ld8(rb + sb * 128 + 32 * p + 8 * t);
+		a[p] = cu_ld8(ra + sb * 128 + 32 * p + 8 * t);
+		b[p] = cu_ld8(rb + sb * 128 + 32 * p + 8 * t);
 	}
-	L.h = cu_ld16(rh + sb * 16);
-	return L;
 }
 
-/* the warp's scales of one superblock into sc[4][16] (pair, row: dA, oA, dB, oB; a pair's rows
- * contiguous, so that the stores and the 8 rows a load reads take no bank twice): lane l
- * decodes row l % 16, pairs 2 (l / 16) and 2 (l / 16) + 1; the caller syncs the warp */
-__device__ __forceinline__ void cu_k4_scales(const cu_k4ld &L, float4 *sc, int lane)
-{
-#pragma unroll
-	for (int q = 0; q < 2; q++) {
-		int p = 2 * (lane >> 4) + q;
-		cu_k4info in = cu_k4_info(L.h, 2 * p);
-		sc[p * 16 + (lane & 15)] = make_float4(in.dA, in.oA, in.dB, in.oB);
-	}
-}
+template <int TYPE>
+struct cu_kq;
 
 /*
- * acc (the lane's C fragment: rows g, g+8 x columns 2t, 2t+1) += one superblock: x is the
- * lane's staged input row (column g; bf16, permuted as above) at the superblock's first element,
- * xs0 and xs1 the sub-block sums of columns 2t and 2t+1 there (8 floats each), wt a factor on
- * the whole (the MoE's routing weight). COLS 1: only column 0 is wanted.
+ * Q4_K: a 32-byte run p of a row's codes holds sub-block 2p in its low nibbles and 2p+1 in its
+ * high ones (the lane's bytes: elements 8t.. of each). The mma's k order within a sub-block is
+ * ours to choose: word w of the lane's 8 bytes gives its k values 2t, 2t+1, 2t+8, 2t+9 as
+ * elements 8t+4w + 0, 2, 1, 3, so the input is staged bf16 with each group of four stored as x0,
+ * x2, x1, x3 and a lane reads its B fragment as one 8-byte load.
  */
-template <int COLS>
-__device__ __forceinline__ void cu_k4_mma(float *acc, const cu_k4ld &L, const float4 *sc, const bf16 *x,
-					  const float *xs0, const float *xs1, float wt, int g, int t)
-{
-	uint32_t magic = CU_K4_MAGIC;
-	asm("" : "+r"(magic)); /* a register, not an immediate */
+template <>
+struct cu_kq<TOAST_DT_Q4_K> {
+	static constexpr int SUB = 32;
+	static constexpr bool PAIR4 = false;
+	struct ld {
+		uint2 a[4], b[4];
+		uint4 h; /* the decode row's header */
+	};
+	static __device__ __forceinline__ ld load(const cu_wd &, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
+						  int sb, int lane)
+	{
+		ld L;
+		cu_k4_codes(L.a, L.b, ra, rb, sb, lane & 3);
+		L.h = cu_ld16(rh + sb * 16);
+		return L;
+	}
+	/* sc[4][16] float4 (pair, row: dA, oA, dB, oB; a pair's rows contiguous, so that the stores
+	 * and the 8 rows a load reads take no bank twice): lane l decodes row l % 16, pairs 2 (l /
+	 * 16) and 2 (l / 16) + 1 */
+	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *vsc, int lane)
+	{
+		float4 *sc = (float4 *)vsc;
 #pragma unroll
-	for (int p = 0; p < 4; p++) {
-		float4 sa = sc[p * 16 + g], sb = sc[p * 16 + g + 8];
+		for (int q = 0; q < 2; q++) {
+			int p = 2 * (lane >> 4) + q;
+			cu_k4info in = cu_k4_info(L.h, 2 * p);
+			sc[p * 16 + (lane & 15)] = make_float4(in.dA, in.oA, in.dB, in.oB);
+		}
+	}
+	template <int COLS>
+	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *vsc, const bf16 *x, const float *xs0,
+						   const float *xs1, float wt, int g, int t)
+	{
+		const float4 *sc = (const float4 *)vsc;
+		uint32_t magic = CU_K4_MAGIC;
+		asm("" : "+r"(magic)); /* a register, not an immediate */
 #pragma unroll
-		for (int h = 0; h < 2; h++) { /* sub-block 2p + h: the low, then the high nibbles */
-			float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-			uint4 bx = *(const uint4 *)(x + 32 * (2 * p + h) + 8 * t); /* both k-steps' B */
+		for (int p = 0; p < 4; p++) {
+			float4 sa = sc[p * 16 + g], sb = sc[p * 16 + g + 8];
 #pragma unroll
-			for (int w = 0; w < 2; w++) {
-				uint32_t wa = w ? L.a[p].y : L.a[p].x, wb = w ? L.b[p].y : L.b[p].x;
-				unsigned fa[4] = {cu_k4_two(wa >> (4 * h), magic), cu_k4_two(wb >> (4 * h), magic),
-						  cu_k4_two(wa >> (4 * h + 8), magic), cu_k4_two(wb >> (4 * h + 8), magic)};
-				cu_mma_bf16(c, fa, w ? bx.z : bx.x, w ? bx.w : bx.y);
-			}
-			int s = 2 * p + h;
-			float da = (h ? sa.z : sa.x) * wt, oa = (h ? sa.w : sa.y) * wt;
-			float db = (h ? sb.z : sb.x) * wt, ob = (h ? sb.w : sb.y) * wt;
-			acc[0] = fmaf(oa, xs0[s], fmaf(da, c[0], acc[0]));
-			acc[2] = fmaf(ob, xs0[s], fmaf(db, c[2], acc[2]));
-			if (COLS > 1) {
-				acc[1] = fmaf(oa, xs1[s], fmaf(da, c[1], acc[1]));
-				acc[3] = fmaf(ob, xs1[s], fmaf(db, c[3], acc[3]));
+			for (int h = 0; h < 2; h++) { /* sub-block 2p + h: the low, then the high nibbles */
+				float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+				uint4 bx = *(const uint4 *)(x + 32 * (2 * p + h) + 8 * t); /* both k-steps' B */
+#pragma unroll
+				for (int w = 0; w < 2; w++) {
+					uint32_t wa = w ? L.a[p].y : L.a[p].x, wb = w ? L.b[p].y : L.b[p].x;
+					unsigned fa[4] = {cu_k4_two(wa >> (4 * h), magic), cu_k4_two(wb >> (4 * h), magic),
+							  cu_k4_two(wa >> (4 * h + 8), magic), cu_k4_two(wb >> (4 * h + 8), magic)};
+					cu_mma_bf16(c, fa, w ? bx.z : bx.x, w ? bx.w : bx.y);
+				}
+				int s = 2 * p + h;
+				float da = (h ? sa.z : sa.x) * wt, oa = (h ? sa.w : sa.y) * wt;
+				float db = (h ? sb.z : sb.x) * wt, ob = (h ? sb.w : sb.y) * wt;
+				acc[0] = fmaf(oa, xs0[s], fmaf(da, c[0], acc[0]));
+				acc[2] = fmaf(ob, xs0[s], fmaf(db, c[2], acc[2]));
+				if (COLS > 1) {
+					acc[1] = fmaf(oa, xs1[s], fmaf(da, c[1], acc[1]));
+					acc[3] = fmaf(ob, xs1[s], fmaf(db, c[3], acc[3]));
+				}
 			}
 		}
 	}
-}
-
-/*
- * Q6_K on tensor cores at decode, as Q4_K's above: a code q (6 bits) as the bf16 128 + q, the
- * mma summing x * (128 + q) over one 16-element sub-block (one k-step, its own scale), then
- * d*sc * (C - 160 * sum(x)) with the input staged as for Q4_K and summed over 16 (SUB = 16).
- * A superblock's quarter u = 2n + h (n, h: bits of element 128n + 32qq + 16h + j, qq = 0..3)
- * is 16 bytes of ql run A (qq 0 in the low nibbles, 2 in the high), 16 of run B (qq 1, 3) and
- * 16 of qh (qq's two bits at 2qq); lane (g, t) holds bytes j = 4t..4t+3 of each for rows g and
- * g + 8, so that bytes 0, 2 of a word are its k values 2t, 2t+1 and bytes 1, 3 are 2t+8, 2t+9
- * (the staged order), as for Q4_K. Per 16 codes: 5 shifts, 4 selects, 8 LOP3 and 4 shifts.
- */
-struct cu_k6ld {
-	uint32_t a[2][4], b[2][4], h[2][4]; /* [row g, g + 8][quarter] */
-	uint32_t sc[2];                     /* the 8 scales of the lane's decode row (cu_k6_scales) */
-	float d;
 };
 
 __device__ __forceinline__ uint32_t cu_ld4(const uint8_t *p)
 {
 	return __ldg((const uint32_t *)p);
-}
-
-/* issue the loads of superblock sb of rows ra, rb (quant plane: ql[128] then qh[64]) and of the
- * scales of row rh (meta plane: scales[16] then d; 2-byte aligned) that lane l decodes: row
- * l % 16, sub-blocks 8 (l / 16).. */
-__device__ __forceinline__ cu_k6ld cu_k6_load(const uint8_t *ra, const uint8_t *rb, const uint8_t *rh, int sb, int lane)
-{
-	cu_k6ld L;
-	int t = lane & 3;
-#pragma unroll
-	for (int r = 0; r < 2; r++) {
-		const uint8_t *q = (r ? rb : ra) + 192 * sb + 4 * t;
-#pragma unroll
-		for (int u = 0; u < 4; u++) {
-			int n = u >> 1, h = u & 1;
-			L.a[r][u] = cu_ld4(q + 64 * n + 16 * h);
-			L.b[r][u] = cu_ld4(q + 64 * n + 32 + 16 * h);
-			L.h[r][u] = cu_ld4(q + 128 + 32 * n + 16 * h);
-		}
-	}
-	const unsigned short *m = (const unsigned short *)(rh + 18 * sb + 8 * (lane >> 4));
-	L.sc[0] = __ldg(m) | (uint32_t)__ldg(m + 1) << 16;
-	L.sc[1] = __ldg(m + 2) | (uint32_t)__ldg(m + 3) << 16;
-	L.d = cu_ldf16(rh + 18 * sb + 16);
-	return L;
-}
-
-/* the warp's scales d * sc of one superblock into sc[16][8] float2 (sub-block, g: rows g, g+8);
- * the caller syncs the warp */
-__device__ __forceinline__ void cu_k6_scales(const cu_k6ld &L, float2 *sc, int lane)
-{
-	int r = lane & 15, s0 = 8 * (lane >> 4);
-	float *f = (float *)sc;
-#pragma unroll
-	for (int i = 0; i < 8; i++)
-		f[((s0 + i) * 8 + (r & 7)) * 2 + (r >> 3)] = L.d * (float)(int8_t)(L.sc[i >> 2] >> (8 * (i & 3)));
 }
 
 /* (a & 0x0f0f0f0f) | (b & 0xf0f0f0f0): a's low nibbles, b's high ones */
@@ -881,199 +847,172 @@ __device__ __forceinline__ unsigned cu_k6_two(uint32_t v, uint32_t magic)
 	return r;
 }
 
-/* acc (rows g, g+8 x columns 2t, 2t+1) += one superblock; x: the staged input row at the
- * superblock, xs0 / xs1 its 16 sub-block sums of columns 2t / 2t+1, wt a factor on the whole */
-template <int COLS>
-__device__ __forceinline__ void cu_k6_mma(float *acc, const cu_k6ld &L, const float2 *sc, const bf16 *x,
-					  const float *xs0, const float *xs1, float wt, int g, int t)
-{
-	uint32_t magic = CU_K4_MAGIC;
-	asm("" : "+r"(magic));
-#pragma unroll
-	for (int u = 0; u < 4; u++) {
-		uint32_t c[2][4]; /* [row][qq]: a byte a code, its low 6 bits */
+/*
+ * Q6_K: a code q (6 bits) as the bf16 128 + q, the mma summing x * (128 + q) over one 16-element
+ * sub-block (one k-step, its own scale), then d*sc * (C - 160 * sum(x)) with the input staged
+ * as for Q4_K and summed over 16. A superblock's quarter u = 2n + h (n, h: bits of element 128n
+ * + 32qq + 16h + j, qq = 0..3) is 16 bytes of ql run A (qq 0 in the low nibbles, 2 in the high),
+ * 16 of run B (qq 1, 3) and 16 of qh (qq's two bits at 2qq); lane (g, t) holds bytes j =
+ * 4t..4t+3 of each for rows g and g + 8, so that bytes 0, 2 of a word are its k values 2t, 2t+1
+ * and bytes 1, 3 are 2t+8, 2t+9 (the staged order), as for Q4_K. Per 16 codes: 5 shifts, 4
+ * selects, 8 LOP3 and 4 shifts.
+ */
+template <>
+struct cu_kq<TOAST_DT_Q6_K> {
+	static constexpr int SUB = 16;
+	static constexpr bool PAIR4 = false;
+	struct ld {
+		uint32_t a[2][4], b[2][4], h[2][4]; /* [row g, g + 8][quarter] */
+		uint32_t sc[2];                     /* the 8 scales of the lane's decode row (scales) */
+		float d;
+	};
+	/* quant plane: ql[128] then qh[64]; meta plane: scales[16] then d (2-byte aligned), of which
+	 * lane l decodes row l % 16, sub-blocks 8 (l / 16).. */
+	static __device__ __forceinline__ ld load(const cu_wd &, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
+						  int sb, int lane)
+	{
+		ld L;
+		int t = lane & 3;
 #pragma unroll
 		for (int r = 0; r < 2; r++) {
-			uint32_t A = L.a[r][u], B = L.b[r][u], H = L.h[r][u];
-			c[r][0] = cu_nib_sel(A, H << 4);
-			c[r][1] = cu_nib_sel(B, H << 2);
-			c[r][2] = cu_nib_sel(A >> 4, H);
-			c[r][3] = cu_nib_sel(B >> 4, H >> 2);
-		}
+			const uint8_t *q = (r ? rb : ra) + 192 * sb + 4 * t;
 #pragma unroll
-		for (int qq = 0; qq < 4; qq++) {
-			int s = 8 * (u >> 1) + 2 * qq + (u & 1);
-			unsigned fa[4] = {cu_k6_two(c[0][qq], magic), cu_k6_two(c[1][qq], magic), cu_k6_two(c[0][qq] >> 8, magic),
-					  cu_k6_two(c[1][qq] >> 8, magic)};
-			uint2 bx = *(const uint2 *)(x + 16 * s + 4 * t);
-			float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-			cu_mma_bf16(cc, fa, bx.x, bx.y);
-			float2 ds = sc[s * 8 + g];
-			float da = ds.x * wt, db = ds.y * wt;
-			acc[0] = fmaf(da, fmaf(-160.0f, xs0[s], cc[0]), acc[0]);
-			acc[2] = fmaf(db, fmaf(-160.0f, xs0[s], cc[2]), acc[2]);
-			if (COLS > 1) {
-				acc[1] = fmaf(da, fmaf(-160.0f, xs1[s], cc[1]), acc[1]);
-				acc[3] = fmaf(db, fmaf(-160.0f, xs1[s], cc[3]), acc[3]);
+			for (int u = 0; u < 4; u++) {
+				int n = u >> 1, h = u & 1;
+				L.a[r][u] = cu_ld4(q + 64 * n + 16 * h);
+				L.b[r][u] = cu_ld4(q + 64 * n + 32 + 16 * h);
+				L.h[r][u] = cu_ld4(q + 128 + 32 * n + 16 * h);
+			}
+		}
+		const unsigned short *m = (const unsigned short *)(rh + 18 * sb + 8 * (lane >> 4));
+		L.sc[0] = __ldg(m) | (uint32_t)__ldg(m + 1) << 16;
+		L.sc[1] = __ldg(m + 2) | (uint32_t)__ldg(m + 3) << 16;
+		L.d = cu_ldf16(rh + 18 * sb + 16);
+		return L;
+	}
+	/* d * sc into sc[16][8] float2 (sub-block, g: rows g, g+8) */
+	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *vsc, int lane)
+	{
+		int r = lane & 15, s0 = 8 * (lane >> 4);
+		float *f = (float *)vsc;
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			f[((s0 + i) * 8 + (r & 7)) * 2 + (r >> 3)] = L.d * (float)(int8_t)(L.sc[i >> 2] >> (8 * (i & 3)));
+	}
+	template <int COLS>
+	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *vsc, const bf16 *x, const float *xs0,
+						   const float *xs1, float wt, int g, int t)
+	{
+		const float2 *sc = (const float2 *)vsc;
+		uint32_t magic = CU_K4_MAGIC;
+		asm("" : "+r"(magic));
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			uint32_t c[2][4]; /* [row][qq]: a byte a code, its low 6 bits */
+#pragma unroll
+			for (int r = 0; r < 2; r++) {
+				uint32_t A = L.a[r][u], B = L.b[r][u], H = L.h[r][u];
+				c[r][0] = cu_nib_sel(A, H << 4);
+				c[r][1] = cu_nib_sel(B, H << 2);
+				c[r][2] = cu_nib_sel(A >> 4, H);
+				c[r][3] = cu_nib_sel(B >> 4, H >> 2);
+			}
+#pragma unroll
+			for (int qq = 0; qq < 4; qq++) {
+				int s = 8 * (u >> 1) + 2 * qq + (u & 1);
+				unsigned fa[4] = {cu_k6_two(c[0][qq], magic), cu_k6_two(c[1][qq], magic),
+						  cu_k6_two(c[0][qq] >> 8, magic), cu_k6_two(c[1][qq] >> 8, magic)};
+				uint2 bx = *(const uint2 *)(x + 16 * s + 4 * t);
+				float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+				cu_mma_bf16(cc, fa, bx.x, bx.y);
+				float2 ds = sc[s * 8 + g];
+				float da = ds.x * wt, db = ds.y * wt;
+				acc[0] = fmaf(da, fmaf(-160.0f, xs0[s], cc[0]), acc[0]);
+				acc[2] = fmaf(db, fmaf(-160.0f, xs0[s], cc[2]), acc[2]);
+				if (COLS > 1) {
+					acc[1] = fmaf(da, fmaf(-160.0f, xs1[s], cc[1]), acc[1]);
+					acc[3] = fmaf(db, fmaf(-160.0f, xs1[s], cc[3]), acc[3]);
+				}
 			}
 		}
 	}
-}
+};
 
 /*
- * MLX4 (affine 4-bit in groups of 64 or a multiple of 64) on tensor cores, as Q4_K's above: a
- * code q as the bf16 128 + q, the mma summing x * (128 + q) over the 64 elements of chunk p of
- * a superblock (one group, one scale), then s * C + (z - 128 s) * sum(x). A chunk of a row is
- * 32 bytes, as a Q4_K pair is, and lane (g, t) holds its bytes 8t..8t+7 (elements 16t..16t+15)
- * for rows g and g+8. A packed word holds 8 elements, element n at bits 4n, so the word shifted
- * by 4i and masked with 0x000f000f gives elements i and i + 4: word w's two k-steps take its
- * elements 0, 4, 1, 5 and 2, 6, 3, 7 as the k values 2t, 2t+1, 2t+8, 2t+9, and the input is
- * staged bf16 with each group of eight stored as x0 x4 x1 x5 x2 x6 x3 x7 (cu_kq<>::PAIR4).
- * Groups of 32 would put two scales in one mma: they take the SIMT kernels (cu_kq_fits).
+ * MLX4 (affine 4-bit in groups of 64 or a multiple of 64): the mma sums x * (128 + q) over the
+ * 64 elements of chunk p of a superblock (one group, one scale), then s * C + (z - 128 s) *
+ * sum(x). A chunk of a row is 32 bytes, as a Q4_K run is, and the lane holds the same bytes of it
+ * (elements 16t..16t+15). A packed word holds 8 elements, element n at bits 4n, so the word
+ * shifted by 4i and masked with 0x000f000f gives elements i and i + 4: word w's two k-steps take
+ * its elements 0, 4, 1, 5 and 2, 6, 3, 7 as the k values 2t, 2t+1, 2t+8, 2t+9, and the input is
+ * staged bf16 with each group of eight stored as x0 x4 x1 x5 x2 x6 x3 x7 (PAIR4). Groups of 32
+ * would put two scales in one mma: they take the SIMT kernels (cu_kq_fits).
  */
-struct cu_m4ld {
-	uint2 a[4], b[4];
-	uint32_t s[2], z[2]; /* scale and bias bits, as stored, of the lane's decode row (cu_m4_load) */
-};
-
-/* issue the loads of superblock sb of rows ra, rb (quant plane) and the scales and biases of
- * row rh (scale plane; the biases lie b_off - m_off after it) that lane l decodes: row l % 16,
- * chunks 2 (l / 16) and 2 (l / 16) + 1 */
-__device__ __forceinline__ cu_m4ld cu_m4_load(const cu_wd &W, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
-					      int sb, int lane)
-{
-	cu_m4ld L;
-	int t = lane & 3, per = W.gs >> 6;
-#pragma unroll
-	for (int p = 0; p < 4; p++) {
-		L.a[p] = cu_ld8(ra + sb * 128 + 32 * p + 8 * t);
-		L.b[p] = cu_ld8(rb + sb * 128 + 32 * p + 8 * t);
-	}
-	const uint8_t *rz = rh + (W.b_off - W.m_off);
-#pragma unroll
-	for (int q = 0; q < 2; q++) {
-		int c = 4 * sb + 2 * (lane >> 4) + q, grp = per == 1 ? c : c / per;
-		L.s[q] = cu_ldsb_bits(rh, W.sb_type, grp);
-		L.z[q] = cu_ldsb_bits(rz, W.sb_type, grp);
-	}
-	return L;
-}
-
-/* the warp's (s, z - 128 s) of one superblock into sc[4][16] float2 (chunk, row); the caller
- * syncs the warp */
-__device__ __forceinline__ void cu_m4_scales(const cu_wd &W, const cu_m4ld &L, float2 *sc, int lane)
-{
-#pragma unroll
-	for (int q = 0; q < 2; q++) {
-		float s = cu_sb_float(L.s[q], W.sb_type), z = cu_sb_float(L.z[q], W.sb_type);
-		sc[(2 * (lane >> 4) + q) * 16 + (lane & 15)] = make_float2(s, fmaf(-128.0f, s, z));
-	}
-}
-
-/* acc (rows g, g+8 x columns 2t, 2t+1) += one superblock; x: the staged input row at the
- * superblock, xs0 / xs1 its 4 chunk sums of columns 2t / 2t+1, wt a factor on the whole */
-template <int COLS>
-__device__ __forceinline__ void cu_m4_mma(float *acc, const cu_m4ld &L, const float2 *sc, const bf16 *x,
-					  const float *xs0, const float *xs1, float wt, int g, int t)
-{
-	uint32_t magic = CU_K4_MAGIC;
-	asm("" : "+r"(magic));
-#pragma unroll
-	for (int p = 0; p < 4; p++) {
-		float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-		for (int w = 0; w < 2; w++) {
-			uint32_t wa = w ? L.a[p].y : L.a[p].x, wb = w ? L.b[p].y : L.b[p].x;
-			uint4 bx = *(const uint4 *)(x + 64 * p + 16 * t + 8 * w); /* both k-steps' B */
-			unsigned f0[4] = {cu_k4_two(wa, magic), cu_k4_two(wb, magic), cu_k4_two(wa >> 4, magic),
-					  cu_k4_two(wb >> 4, magic)};
-			cu_mma_bf16(c, f0, bx.x, bx.y);
-			unsigned f1[4] = {cu_k4_two(wa >> 8, magic), cu_k4_two(wb >> 8, magic), cu_k4_two(wa >> 12, magic),
-					  cu_k4_two(wb >> 12, magic)};
-			cu_mma_bf16(c, f1, bx.z, bx.w);
-		}
-		float2 sa = sc[p * 16 + g], sb = sc[p * 16 + g + 8];
-		float da = sa.x * wt, oa = sa.y * wt, db = sb.x * wt, ob = sb.y * wt;
-		acc[0] = fmaf(oa, xs0[p], fmaf(da, c[0], acc[0]));
-		acc[2] = fmaf(ob, xs0[p], fmaf(db, c[2], acc[2]));
-		if (COLS > 1) {
-			acc[1] = fmaf(oa, xs1[p], fmaf(da, c[1], acc[1]));
-			acc[3] = fmaf(ob, xs1[p], fmaf(db, c[3], acc[3]));
-		}
-	}
-}
-
-/* the kinds of weight on tensor cores, for kernels written once for all: Q4_K (cu_k4_*,
- * sub-blocks of 32), Q6_K (cu_k6_*, sub-blocks of 16) and MLX4 (cu_m4_*, chunks of 64); SUB is
- * what one scale covers (the input's sums are staged per SUB elements), PAIR4 the staged order
- * of eight elements (x0 x4 x1 x5 x2 x6 x3 x7, else x0 x2 x1 x3 x4 x6 x5 x7); a warp's decoded
- * scales take at most 1 KB */
-template <int TYPE>
-struct cu_kq;
-
-template <>
-struct cu_kq<TOAST_DT_Q4_K> {
-	typedef cu_k4ld ld;
-	static constexpr int SUB = 32;
-	static constexpr bool PAIR4 = false;
-	static __device__ __forceinline__ ld load(const cu_wd &, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
-						  int sb, int lane)
-	{
-		return cu_k4_load(ra, rb, rh, sb, lane & 3);
-	}
-	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *sc, int lane)
-	{
-		cu_k4_scales(L, (float4 *)sc, lane);
-	}
-	template <int COLS>
-	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *sc, const bf16 *x, const float *xs0,
-						   const float *xs1, float wt, int g, int t)
-	{
-		cu_k4_mma<COLS>(acc, L, (const float4 *)sc, x, xs0, xs1, wt, g, t);
-	}
-};
-
-template <>
-struct cu_kq<TOAST_DT_Q6_K> {
-	typedef cu_k6ld ld;
-	static constexpr int SUB = 16;
-	static constexpr bool PAIR4 = false;
-	static __device__ __forceinline__ ld load(const cu_wd &, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
-						  int sb, int lane)
-	{
-		return cu_k6_load(ra, rb, rh, sb, lane);
-	}
-	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *sc, int lane)
-	{
-		cu_k6_scales(L, (float2 *)sc, lane);
-	}
-	template <int COLS>
-	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *sc, const bf16 *x, const float *xs0,
-						   const float *xs1, float wt, int g, int t)
-	{
-		cu_k6_mma<COLS>(acc, L, (const float2 *)sc, x, xs0, xs1, wt, g, t);
-	}
-};
-
 template <>
 struct cu_kq<TOAST_DT_MLX4> {
-	typedef cu_m4ld ld;
 	static constexpr int SUB = 64;
 	static constexpr bool PAIR4 = true;
+	struct ld {
+		uint2 a[4], b[4];
+		uint32_t s[2], z[2]; /* scale and bias bits, as stored, of the decode row's two chunks */
+	};
+	/* the decode row's biases lie b_off - m_off after its scales; lane l decodes chunks 2 (l /
+	 * 16) and 2 (l / 16) + 1 */
 	static __device__ __forceinline__ ld load(const cu_wd &W, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
 						  int sb, int lane)
 	{
-		return cu_m4_load(W, ra, rb, rh, sb, lane);
+		ld L;
+		int per = W.gs >> 6;
+		cu_k4_codes(L.a, L.b, ra, rb, sb, lane & 3);
+		const uint8_t *rz = rh + (W.b_off - W.m_off);
+#pragma unroll
+		for (int q = 0; q < 2; q++) {
+			int c = 4 * sb + 2 * (lane >> 4) + q, grp = per == 1 ? c : c / per;
+			L.s[q] = cu_ldsb_bits(rh, W.sb_type, grp);
+			L.z[q] = cu_ldsb_bits(rz, W.sb_type, grp);
+		}
+		return L;
 	}
-	static __device__ __forceinline__ void scales(const cu_wd &W, const ld &L, void *sc, int lane)
+	/* (s, z - 128 s) into sc[4][16] float2 (chunk, row) */
+	static __device__ __forceinline__ void scales(const cu_wd &W, const ld &L, void *vsc, int lane)
 	{
-		cu_m4_scales(W, L, (float2 *)sc, lane);
+		float2 *sc = (float2 *)vsc;
+#pragma unroll
+		for (int q = 0; q < 2; q++) {
+			float s = cu_sb_float(L.s[q], W.sb_type), z = cu_sb_float(L.z[q], W.sb_type);
+			sc[(2 * (lane >> 4) + q) * 16 + (lane & 15)] = make_float2(s, fmaf(-128.0f, s, z));
+		}
 	}
 	template <int COLS>
-	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *sc, const bf16 *x, const float *xs0,
+	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *vsc, const bf16 *x, const float *xs0,
 						   const float *xs1, float wt, int g, int t)
 	{
-		cu_m4_mma<COLS>(acc, L, (const float2 *)sc, x, xs0, xs1, wt, g, t);
+		const float2 *sc = (const float2 *)vsc;
+		uint32_t magic = CU_K4_MAGIC;
+		asm("" : "+r"(magic));
+#pragma unroll
+		for (int p = 0; p < 4; p++) {
+			float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+			for (int w = 0; w < 2; w++) {
+				uint32_t wa = w ? L.a[p].y : L.a[p].x, wb = w ? L.b[p].y : L.b[p].x;
+				uint4 bx = *(const uint4 *)(x + 64 * p + 16 * t + 8 * w); /* both k-steps' B */
+				unsigned f0[4] = {cu_k4_two(wa, magic), cu_k4_two(wb, magic), cu_k4_two(wa >> 4, magic),
+						  cu_k4_two(wb >> 4, magic)};
+				cu_mma_bf16(c, f0, bx.x, bx.y);
+				unsigned f1[4] = {cu_k4_two(wa >> 8, magic), cu_k4_two(wb >> 8, magic), cu_k4_two(wa >> 12, magic),
+						  cu_k4_two(wb >> 12, magic)};
+				cu_mma_bf16(c, f1, bx.z, bx.w);
+			}
+			float2 sa = sc[p * 16 + g], sb = sc[p * 16 + g + 8];
+			float da = sa.x * wt, oa = sa.y * wt, db = sb.x * wt, ob = sb.y * wt;
+			acc[0] = fmaf(oa, xs0[p], fmaf(da, c[0], acc[0]));
+			acc[2] = fmaf(ob, xs0[p], fmaf(db, c[2], acc[2]));
+			if (COLS > 1) {
+				acc[1] = fmaf(oa, xs1[p], fmaf(da, c[1], acc[1]));
+				acc[3] = fmaf(ob, xs1[p], fmaf(db, c[3], acc[3]));
+			}
+		}
 	}
 };
 

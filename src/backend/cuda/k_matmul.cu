@@ -168,15 +168,14 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 }
 
 /*
- * Q4_K, Q6_K and MLX4 on tensor cores (cu_k4_mma, cu_k6_mma, cu_m4_mma through cu_kq): a block
- * of GQ_WARPS warps takes rt consecutive tiles of 16 rows (rt chosen so the grid is one wave of
- * resident blocks: a block that ends and a new one that starts pay the load latency and the
- * staging again); warp w takes superblocks w, w + 8, .. of each tile, two in flight (the first
- * two loaded before the wait); the tiles' partial sums meet in shared memory at the end. The
- * input is staged once a block in bf16 (the activation type: the values the prefill GEMMs
- * take) with its sub-block sums. T: 1, or 8 (columns nt..7 zeros). Two blocks an SM: at three
- * (80 registers) the two superblocks in flight spilled, and the spills' local traffic shared the
- * L1 with the loads that bound this kernel.
+ * Q4_K, Q6_K and MLX4 on tensor cores (cu_kq): a block of GQ_WARPS warps takes rt consecutive
+ * tiles of 16 rows (rt chosen so the grid is one wave of resident blocks: a block that ends and
+ * a new one that starts pay the load latency and the staging again); warp w takes superblocks
+ * w, w + 8, .. of each tile, two in flight (the first two loaded before the wait); the tiles'
+ * partial sums meet in shared memory at the end. The input is staged once a block in bf16 (the
+ * activation type: the values the prefill GEMMs take) with its sub-block sums. T: 1, or 8
+ * (columns nt..7 zeros). Two blocks an SM: at three (80 registers) the two superblocks in flight
+ * spilled, and the spills' local traffic shared the L1 with the loads that bound this kernel.
  */
 #define GQ_WARPS 8
 #define GQ_MAX_RT 48 /* tiles a block (T = 1; T = 8: 4) */
