@@ -7,7 +7,7 @@
  *
  * The CUDA driver loads it at initialisation and calls InitializeInjection(); kernel records
  * (CUPTI's concurrent-kernel activity, which does not serialise kernels) are written to
- * TOASTED_TRACE_OUT at exit as CSV: start_ns,end_ns,graph_id,grid,block,name (mangled).
+ * TOASTED_TRACE_OUT at exit as CSV: start_ns,end_ns,graph_id,grid,block,grid_id,name (mangled).
  * bench/trace-table.py turns that into time per kernel on a step's critical path.
  */
 #include <cupti.h>
@@ -33,8 +33,9 @@ static void CUPTIAPI trace_buf_completed(CUcontext ctx, uint32_t stream, uint8_t
 		if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
 			continue;
 		const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
-		fprintf(trace_out, "%llu,%llu,%u,%d,%d,%s\n", (unsigned long long)k->start, (unsigned long long)k->end,
-			k->graphId, k->gridX * k->gridY * k->gridZ, k->blockX * k->blockY * k->blockZ, k->name);
+		fprintf(trace_out, "%llu,%llu,%u,%d,%d,%lld,%s\n", (unsigned long long)k->start,
+			(unsigned long long)k->end, k->graphId, k->gridX * k->gridY * k->gridZ,
+			k->blockX * k->blockY * k->blockZ, (long long)k->gridId, k->name);
 	}
 	free(buf);
 }
@@ -55,7 +56,7 @@ int InitializeInjection(void)
 		perror("cupti_trace: TOASTED_TRACE_OUT");
 		return 0;
 	}
-	fprintf(trace_out, "start_ns,end_ns,graph_id,grid,block,name\n");
+	fprintf(trace_out, "start_ns,end_ns,graph_id,grid,block,grid_id,name\n");
 	if (cuptiActivityRegisterCallbacks(trace_buf_requested, trace_buf_completed) != CUPTI_SUCCESS ||
 	    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
 		fprintf(stderr, "cupti_trace: cannot enable kernel activity records\n");

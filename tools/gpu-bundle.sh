@@ -4,7 +4,8 @@
 # may lack (jansson, pcre2, utf8proc, nettle) into carry/gpu, which a device run carries (see
 # bench/gpu.sh). CUDA libraries come from the GPU machine itself. The binaries travel
 # xz-compressed (a run carries at most 64 MiB with the tree); bench/gpu.sh unpacks them.
-# carry/gpu/ab (an older toasted for bench/gpu.sh ab) is left as it is.
+# carry/gpu/ab (an older toasted for bench/gpu.sh ab) is left as it is. TIMELINE=1: also
+# toasted-tl, the build bench/timeline.sh runs.
 set -eu
 cd "$(dirname "$0")/.."
 G=build-gpu
@@ -17,5 +18,10 @@ for b in carry/gpu/bin/*; do
 	ldd "$b" | awk '/=> \//{print $3}' | grep -E 'jansson|pcre2|utf8proc|nettle' | while read -r l; do cp -L "$l" carry/gpu/lib/; done
 done
 cp $G/bench/libcupti_trace.so carry/gpu/lib/
+if [ "${TIMELINE:-0}" = 1 ]; then # bench/timeline.sh's build: block timestamps at every dependent-launch wait
+	make -j2 CUDA=1 BUILD=build-tl CUDA_ARCH="-gencode=arch=compute_90a,code=sm_90a -DTOAST_TIMELINE" \
+		build-tl/toasted >/dev/null
+	cp build-tl/toasted carry/gpu/bin/toasted-tl && strip carry/gpu/bin/toasted-tl
+fi
 xz -9e -T2 carry/gpu/bin/*
 du -sh carry/gpu

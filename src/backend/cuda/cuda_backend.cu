@@ -445,6 +445,48 @@ static void cuda_begin_step(struct toast_backend *be, const int32_t *ids, int T,
 	cb->step_pos = pos;
 }
 
+#ifdef TOAST_TIMELINE
+#define CU_TL_CAP ((size_t)CU_TL_GRIDS * CU_TL_BLOCKS)
+extern "C" {
+void cu_tl_set_k_attn(void *);
+void cu_tl_set_k_gdn(void *);
+void cu_tl_set_k_matmul(void *);
+void cu_tl_set_k_moe(void *);
+}
+
+static void cu_tl_init(struct cuda_backend *cb)
+{
+	const char *path = getenv("TOASTED_TIMELINE"), *step = getenv("TOASTED_TIMELINE_STEP");
+	size_t bytes = sizeof(struct cu_tl) + CU_TL_CAP * sizeof(struct cu_tl_rec);
+	if (!path || cudaMalloc(&cb->tl, bytes) != cudaSuccess || cudaMemset(cb->tl, 0, bytes) != cudaSuccess)
+		return;
+	cu_tl_set_k_attn(cb->tl), cu_tl_set_k_gdn(cb->tl), cu_tl_set_k_matmul(cb->tl), cu_tl_set_k_moe(cb->tl);
+	cb->tl_path = path;
+	cb->tl_step = step ? atol(step) : 16;
+}
+
+static void cu_tl_dump(struct cuda_backend *cb)
+{
+	if (!cb->tl)
+		return;
+	cudaDeviceSynchronize();
+	struct cu_tl_rec *r = (struct cu_tl_rec *)malloc(CU_TL_CAP * sizeof(*r));
+	FILE *f = fopen(cb->tl_path, "w");
+	size_t n = 0;
+	if (r && f && cudaMemcpy(r, cb->tl->r, CU_TL_CAP * sizeof(*r), cudaMemcpyDeviceToHost) == cudaSuccess) {
+		fprintf(f, "grid,block,smid,t_in,t_out\n");
+		for (size_t i = 0; i < CU_TL_CAP; i++)
+			if (r[i].t_in)
+				n++, fprintf(f, "%llu,%u,%u,%llu,%llu\n", r[i].grid, r[i].block, r[i].smid, r[i].t_in, r[i].t_out);
+	}
+	fprintf(stderr, "timeline: %zu block records of replay %ld in %s\n", n, cb->tl_step, cb->tl_path);
+	if (f)
+		fclose(f);
+	free(r);
+	cudaFree(cb->tl);
+}
+#endif
+
 static bool cuda_graph_begin(struct toast_backend *be, uint64_t key)
 {
 	struct cuda_backend *cb = cu_of(be);
@@ -462,7 +504,16 @@ static bool cuda_graph_begin(struct toast_backend *be, uint64_t key)
 	cb->graph_clock++;
 	if (slot && slot->exec) {
 		slot->last_use = cb->graph_clock;
+#ifdef TOAST_TIMELINE
+		bool note = cb->tl && ++cb->tl_replays == cb->tl_step;
+		if (note) /* the blocks of this replay take notes */
+			cudaMemsetAsync(&cb->tl->on, 0xff, sizeof(unsigned), cb->stream);
+#endif
 		cu_fail(cb, cudaGraphLaunch(slot->exec, cb->stream), "graph launch");
+#ifdef TOAST_TIMELINE
+		if (note)
+			cudaMemsetAsync(&cb->tl->on, 0, sizeof(unsigned), cb->stream);
+#endif
 		return true;
 	}
 	if (!slot) { /* first sight of this key: run normally once (sizes scratch), record next time */
@@ -557,6 +608,9 @@ static void cuda_free(struct toast_backend *be)
 {
 	struct cuda_backend *cb = cu_of(be);
 	cudaStreamSynchronize(cb->stream);
+#ifdef TOAST_TIMELINE
+	cu_tl_dump(cb);
+#endif
 	if (cb->prof) {
 		cu_prof_flush(cb);
 		cu_prof_print(cb);
@@ -663,6 +717,9 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 			cudaEventCreate(&cb->prof_ev[i]);
 		cu_prof_flush(cb);
 	}
+#ifdef TOAST_TIMELINE
+	cu_tl_init(cb);
+#endif
 	cb->n_sm = prop.multiProcessorCount;
 	cb->smem_optin = prop.sharedMemPerBlockOptin;
 	cb->base.ops = &cuda_ops;

@@ -69,6 +69,11 @@ struct cuda_backend {
 	bool capturing;
 	uint64_t capture_key, graph_clock;
 	struct cu_graph graphs[CU_MAX_GRAPHS];
+#ifdef TOAST_TIMELINE
+	struct cu_tl *tl; /* device; see cu_pdl_wait */
+	const char *tl_path;
+	long tl_replays, tl_step;
+#endif
 };
 
 static inline struct cuda_backend *cu_of(struct toast_backend *be)
@@ -147,9 +152,66 @@ static inline void cu_launch_pdl(struct cuda_backend *cb, void (*kernel)(KArgs..
 	cu_launch_ex(cb, true, kernel, grid, block, smem, static_cast<Args &&>(args)...);
 }
 
+/*
+ * Built with -DTOAST_TIMELINE (bench/timeline.sh), every block's thread 0 notes when it reached
+ * cu_pdl_wait() and when the wait returned (%globaltimer, ns), with its grid id and SM, in
+ * one chosen decode-graph replay (TOASTED_TIMELINE=out.csv, TOASTED_TIMELINE_STEP=k): when a
+ * kernel's blocks became resident and when its input became readable, joined to CUPTI's kernel
+ * records by grid id. Each .cu file with kernels that wait has its own copy of the pointer
+ * (no relocatable device code), set through CU_TL_TU's setter.
+ */
+#ifdef TOAST_TIMELINE
+struct cu_tl_rec {
+	unsigned long long grid, t_in, t_out;
+	unsigned smid, block;
+};
+/* a record per (grid id % CU_TL_GRIDS, block < CU_TL_BLOCKS), no atomics: the noted replay's
+ * grids (graph nodes, consecutive ids) overwrite the zeroed buffer */
+#define CU_TL_GRIDS 1024
+#define CU_TL_BLOCKS 1024
+struct cu_tl {
+	unsigned on, pad[3];
+	cu_tl_rec r[1];
+};
+static __device__ cu_tl *cu_tl_dev;
+#define CU_TL_TU(NAME)                                                                                              \
+	extern "C" void cu_tl_set_##NAME(void *p) { cudaMemcpyToSymbol(cu_tl_dev, &p, sizeof p); }
+
+__device__ __forceinline__ unsigned long long cu_gtime()
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+static __device__ __noinline__ void cu_tl_note(cu_tl *tl, unsigned long long t_in, unsigned long long t_out)
+{
+	unsigned long long grid;
+	unsigned smid, block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+	asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+	asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+	if (block < CU_TL_BLOCKS)
+		tl->r[(grid % CU_TL_GRIDS) * CU_TL_BLOCKS + block] = {grid, t_in, t_out, smid, block};
+}
+#else
+#define CU_TL_TU(NAME)
+#endif
+
 __device__ __forceinline__ void cu_pdl_wait()
 {
+#ifdef TOAST_TIMELINE
+	/* the flag's loads fly during the wait (host-written before the replay) */
+	bool t0 = threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
+	unsigned long long t_in = cu_gtime();
+	cu_tl *tl = t0 ? cu_tl_dev : NULL;
+	unsigned on = tl ? *(volatile unsigned *)&tl->on : 0;
+#endif
 	asm volatile("griddepcontrol.wait;" ::: "memory");
+#ifdef TOAST_TIMELINE
+	unsigned long long t_out = cu_gtime();
+	if (on)
+		cu_tl_note(tl, t_in, t_out);
+#endif
 }
 
 __device__ __forceinline__ void cu_pdl_trigger()

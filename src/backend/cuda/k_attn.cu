@@ -761,3 +761,5 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 		     (bf16 *)a->out, a->n_head, a->n_head_kv, hd, n_split, a->gated, hw);
 	cu_launched(cb, "attention combine");
 }
+
+CU_TL_TU(k_attn)

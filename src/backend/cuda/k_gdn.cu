@@ -948,3 +948,5 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		  a->z, (const float *)a->norm_w->dev, a->eps, (bf16 *)a->out);
 	cu_launched(cb, "gdn gated norm");
 }
+
+CU_TL_TU(k_gdn)

@@ -755,3 +755,5 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 		cu_launched(cb, "matmul (plain)");
 	}
 }
+
+CU_TL_TU(k_matmul)

@@ -1507,3 +1507,5 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	}
 	cu_launched(cb, "moe down");
 }
+
+CU_TL_TU(k_moe)

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""When each kernel's blocks of a decode step became resident and when their wait returned.
+
+Usage: timeline-table.py TRACE.csv TIMELINE.csv [POSITIONS.txt]
+
+TRACE.csv: bench/cupti_trace.c's kernel records (start, end, grid id, name); TIMELINE.csv: a
+toasted built with -DTOAST_TIMELINE (bench/timeline.sh), one row per block of every kernel that
+calls cu_pdl_wait() in one decode-graph replay: t_in when its thread 0 reached the wait (its
+weight loads issued), t_out when the wait returned. Joined on the grid id (a graph node's);
+times in us from the end of the kernel before (prev_end), averaged per kernel over the step:
+
+  share    end - prev_end (the kernel's share of the step's critical path)
+  in0/in50/in100  the first, median and last block's t_in - prev_end (< 0: resident before the
+           kernel before it had ended)
+  rel      the first t_out - prev_end (how long after the previous kernel's end the wait let go)
+  rel100   the last block's t_out - prev_end
+  after    end - the last t_out (the work after the input was readable, the tail included)
+"""
+import csv
+import re
+import statistics
+import sys
+from collections import defaultdict
+
+
+def shortname(mangled):
+    m = re.match(r"_Z(\d+)", mangled)
+    if not m:
+        return mangled[:40]
+    n = int(m.group(1))
+    name = mangled[m.end():m.end() + n]
+    rest = mangled[m.end() + n:]
+    if rest.startswith("I"):
+        args = re.findall(r"L[ib](\d+)E", rest[:40])
+        if args:
+            name += "<" + ",".join(args) + ">"
+    return name
+
+
+def main():
+    blocks = defaultdict(list)
+    for r in csv.DictReader(open(sys.argv[2])):
+        blocks[int(r["grid"])].append((int(r["t_in"]), int(r["t_out"]), int(r["smid"])))
+    # CUPTI's grid id is a graph node's, the same in every replay: the replay noted is the one
+    # whose kernels all lie one same offset from the block times (the two clocks differ by a
+    # constant); that offset is taken as the smallest t_in - start of any kernel
+    graphs = defaultdict(list)
+    for r in csv.DictReader(open(sys.argv[1])):
+        if int(r["graph_id"]) != 0:
+            graphs[int(r["graph_id"])].append((int(r["start_ns"]), int(r["end_ns"]), shortname(r["name"]),
+                                               int(r["grid"]), int(r["grid_id"])))
+    best = None
+    for gid, ks in graphs.items():
+        ks.sort()
+        ids = {k[4] for k in ks}
+        if not ids & blocks.keys():
+            continue
+        n = len(ids)
+        for i in range(0, len(ks) - n + 1, n):
+            rep = ks[i:i + n]
+            offs = [min(b[0] for b in blocks[k[4]]) - k[0] for k in rep if k[4] in blocks]
+            if len(offs) > 1 and (best is None or max(offs) - min(offs) < best[0]):
+                best = (max(offs) - min(offs), min(offs), gid, rep)
+    if best is None:
+        print("timeline: no kernel of the block records is in the CUPTI trace")
+        return 1
+    _, off, graph, step = best
+    for g in blocks:
+        blocks[g] = [(a - off, b - off, c) for a, b, c in blocks[g]]
+    print(f"graph {graph}: a replay of {len(step)} kernels, {sum(k[4] in blocks for k in step)} with block "
+          f"records, step {(step[-1][1] - step[0][0]) / 1e3:.1f} us (clock offset {off / 1e3:.2f} us)")
+    agg = defaultdict(lambda: defaultdict(list))
+    pos = []
+    for i, (st, en, name, grid, g) in enumerate(step):
+        if i == 0:
+            continue
+        prev = step[i - 1][1]
+        row = {"share": (en - prev) / 1e3}
+        b = blocks.get(g)
+        if b:
+            tin = sorted(x[0] for x in b)
+            tout = sorted(x[1] for x in b)
+            row.update({
+                "in0": (tin[0] - prev) / 1e3, "in50": (tin[len(tin) // 2] - prev) / 1e3, "in100": (tin[-1] - prev) / 1e3,
+                "rel": (tout[0] - prev) / 1e3, "rel100": (tout[-1] - prev) / 1e3, "after": (en - tout[-1]) / 1e3,
+                "sms": len(set(x[2] for x in b)),
+            })
+        for k, v in row.items():
+            agg[name][k].append(v)
+        pos.append((i, name, grid, row))
+    cols = ["share", "in0", "in50", "in100", "rel", "rel100", "after", "sms"]
+    print(f"  {'kernel':<30} {'n':>3} " + " ".join(f"{c:>7}" for c in cols))
+    for name, d in sorted(agg.items(), key=lambda kv: -sum(kv[1]["share"])):
+        vals = [f"{statistics.mean(d[c]):7.2f}" if d.get(c) else f"{'':>7}" for c in cols]
+        print(f"  {name:<30} {len(d['share']):>3} " + " ".join(vals))
+    if len(sys.argv) > 3:
+        with open(sys.argv[3], "w") as f:
+            for i, name, grid, row in pos:
+                f.write(f"{i:4d} {name:<30} grid {grid:>5} " +
+                        " ".join(f"{c} {row[c]:7.2f}" for c in cols if c in row) + "\n")
+    return 0
+
+
+sys.exit(main())
