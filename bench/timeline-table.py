@@ -15,6 +15,9 @@ times in us from the end of the kernel before (prev_end), averaged per kernel ov
   rel      the first t_out - prev_end (how long after the previous kernel's end the wait let go)
   rel100   the last block's t_out - prev_end
   after    end - the last t_out (the work after the input was readable, the tail included)
+  sms      the SMs its blocks ran on
+
+The two clocks differ by a constant: the smallest t_in - start of any kernel is taken as zero.
 """
 import csv
 import re
