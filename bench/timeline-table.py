@@ -20,24 +20,14 @@ times in us from the end of the kernel before (prev_end), averaged per kernel ov
 The two clocks differ by a constant: the smallest t_in - start of any kernel is taken as zero.
 """
 import csv
-import re
+import importlib
+import os
 import statistics
 import sys
 from collections import defaultdict
 
-
-def shortname(mangled):
-    m = re.match(r"_Z(\d+)", mangled)
-    if not m:
-        return mangled[:40]
-    n = int(m.group(1))
-    name = mangled[m.end():m.end() + n]
-    rest = mangled[m.end() + n:]
-    if rest.startswith("I"):
-        args = re.findall(r"L[ib](\d+)E", rest[:40])
-        if args:
-            name += "<" + ",".join(args) + ">"
-    return name
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+shortname = importlib.import_module("trace-table").short  # the kernel names trace-table.py prints
 
 
 def main():

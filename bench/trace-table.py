@@ -69,4 +69,5 @@ def main():
                 pos_out.write(f"{i:4d} {names[i]:<36} grid {grids[i]:>6} share {share[i]:7.2f} duration {dur[i]:7.2f}\n")
 
 
-main()
+if __name__ == "__main__":
+    main()
