@@ -17,6 +17,9 @@ times in us from the end of the kernel before (prev_end), averaged per kernel ov
   after    end - the last t_out (the work after the input was readable, the tail included)
   sms      the SMs its blocks ran on
 
+Then, for kernels with marks (cu_tl_mark(i): a point inside the kernel, noted by thread 0), the
+median and the last block's mark i - prev_end, per mark (mN/50, mN/100).
+
 The two clocks differ by a constant: the smallest t_in - start of any kernel is taken as zero.
 """
 import csv
@@ -28,12 +31,14 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 shortname = importlib.import_module("trace-table").short  # the kernel names trace-table.py prints
+NMARK = 4
 
 
 def main():
     blocks = defaultdict(list)
     for r in csv.DictReader(open(sys.argv[2])):
-        blocks[int(r["grid"])].append((int(r["t_in"]), int(r["t_out"]), int(r["smid"])))
+        marks = tuple(int(r.get(f"mark{i}") or 0) for i in range(NMARK))
+        blocks[int(r["grid"])].append((int(r["t_in"]), int(r["t_out"]), int(r["smid"]), marks))
     # CUPTI's grid id is a graph node's, the same in every replay: the replay noted is the one
     # whose kernels all lie one same offset from the block times (the two clocks differ by a
     # constant); that offset is taken as the smallest t_in - start of any kernel
@@ -59,7 +64,7 @@ def main():
         return 1
     _, off, graph, step = best
     for g in blocks:
-        blocks[g] = [(a - off, b - off, c) for a, b, c in blocks[g]]
+        blocks[g] = [(a - off, b - off, c, tuple(x - off if x else None for x in m)) for a, b, c, m in blocks[g]]
     print(f"graph {graph}: a replay of {len(step)} kernels, {sum(k[4] in blocks for k in step)} with block "
           f"records, step {(step[-1][1] - step[0][0]) / 1e3:.1f} us (clock offset {off / 1e3:.2f} us)")
     agg = defaultdict(lambda: defaultdict(list))
@@ -78,6 +83,11 @@ def main():
                 "rel": (tout[0] - prev) / 1e3, "rel100": (tout[-1] - prev) / 1e3, "after": (en - tout[-1]) / 1e3,
                 "sms": len(set(x[2] for x in b)),
             })
+            for m in range(NMARK):
+                ts = sorted(x[3][m] for x in b if x[3][m] is not None)
+                if ts:
+                    row[f"m{m}/50"] = (ts[len(ts) // 2] - prev) / 1e3
+                    row[f"m{m}/100"] = (ts[-1] - prev) / 1e3
         for k, v in row.items():
             agg[name][k].append(v)
         pos.append((i, name, grid, row))
@@ -86,11 +96,18 @@ def main():
     for name, d in sorted(agg.items(), key=lambda kv: -sum(kv[1]["share"])):
         vals = [f"{statistics.mean(d[c]):7.2f}" if d.get(c) else f"{'':>7}" for c in cols]
         print(f"  {name:<30} {len(d['share']):>3} " + " ".join(vals))
+    mcols = [f"m{m}/{q}" for m in range(NMARK) for q in (50, 100)]
+    marked = [(n, d) for n, d in sorted(agg.items(), key=lambda kv: -sum(kv[1]["share"])) if d.get("m0/50")]
+    if marked:
+        print(f"\n  {'marks (us from prev_end)':<30} {'n':>3} " + " ".join(f"{c:>7}" for c in ["rel100"] + mcols))
+        for name, d in marked:
+            vals = [f"{statistics.mean(d[c]):7.2f}" if d.get(c) else f"{'':>7}" for c in ["rel100"] + mcols]
+            print(f"  {name:<30} {len(d['share']):>3} " + " ".join(vals))
     if len(sys.argv) > 3:
         with open(sys.argv[3], "w") as f:
             for i, name, grid, row in pos:
                 f.write(f"{i:4d} {name:<30} grid {grid:>5} " +
-                        " ".join(f"{c} {row[c]:7.2f}" for c in cols if c in row) + "\n")
+                        " ".join(f"{c} {row[c]:7.2f}" for c in cols + mcols if c in row) + "\n")
     return 0
 
 

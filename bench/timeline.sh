@@ -3,6 +3,7 @@
 # against CUPTI's kernel records (bench/timeline-table.py). Needs carry/gpu/bin/toasted-tl.xz,
 # a build with -DTOAST_TIMELINE (TIMELINE=1 sh tools/gpu-bundle.sh). Run on the device machine:
 #   bash bench/timeline.sh [BENCH-ARGS...]   (default: the 48-layer Q4_K model at context 0)
+# Kernels with cu_tl_mark() points also get the median and last block's time at each.
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -13,7 +14,7 @@ lib=$(ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13 /usr/local/cuda/lib64
 [ -n "$lib" ] || { echo "timeline: no libcupti.so.13 on this machine"; exit 1; }
 export LD_LIBRARY_PATH=$(dirname "$lib"):$LD_LIBRARY_PATH
 [ $# -gt 0 ] || set -- --type q4_k --ctx 0
-tag=$(echo "$*" | tr -c 'a-z0-9_\n' '_')
+tag=${TL_TAG:-}$(echo "$*" | tr -c 'a-z0-9_\n' '_') # (TL_TAG: a prefix, for runs of one model under settings)
 CUDA_INJECTION64_PATH=$PWD/carry/gpu/lib/libcupti_trace.so TOASTED_TRACE_OUT=$OUT/tl-trace-$tag.csv \
 	TOASTED_TIMELINE=$OUT/tl-blocks-$tag.csv TOASTED_TIMELINE_STEP=${TL_STEP:-16} timeout 300 \
 	$B/toasted-tl bench --synthetic qwen3-next-80b-a3b --backend cuda --prompt 1 --decode 32 "$@" 2>&1 |

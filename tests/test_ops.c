@@ -46,6 +46,9 @@ struct hw { /* a host weight and its values in f32 */
 
 /* the group size and scale type of the MLX weights mkw_quant makes (tests change them) */
 static int mlx_gs = 64;
+/* > 0: test_moe's bf16 router rows repeat with this period, so the logits tie in groups (the
+ * experts chosen among equal logits: the lower index first) */
+static int moe_tie_period;
 static enum toast_dtype mlx_sb = TOAST_DT_BF16;
 
 /* scale or bias v stored as mlx_sb at p[i] */
@@ -663,6 +666,12 @@ static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int F
 	for (size_t i = 0; i < (size_t)T * E; i++)
 		h[i] = (float)hd[i];
 	struct hw router = mkw(ty->router, ne, E, 0.5, 0);
+	if (moe_tie_period > 0 && ty->router == TOAST_DT_BF16)
+		for (int e = moe_tie_period; e < ne; e++) {
+			memcpy(router.f + (size_t)e * E, router.f + (size_t)(e % moe_tie_period) * E, E * sizeof(float));
+			memcpy((uint16_t *)router.w.data + (size_t)e * E, (uint16_t *)router.w.data + (size_t)(e % moe_tie_period) * E,
+			       E * 2);
+		}
 	struct hw *gw = malloc(sizeof(struct hw) * ne), *uw = malloc(sizeof(struct hw) * ne), *dw = malloc(sizeof(struct hw) * ne);
 	struct toast_experts G = {ne, calloc(ne, sizeof(struct toast_weight)), NULL}, U = G, D = G;
 	U.w = calloc(ne, sizeof(struct toast_weight));
@@ -973,6 +982,14 @@ static void test_backend(struct ctx *c)
 	test_moe(c, 3, 64, 512, 10, 16, 16, true, true);
 	test_moe(c, 1, 32, 500, 33, 8, 0, false, false);
 	test_moe(c, 2, 64, 600, 8, 16, 0, true, false);
+	/* tied logits: in groups of 5 or 6 (the top 10 among fewer than 32 at or above the 10th lane
+	 * maximum), of 170 (more), of 7 among 64 experts */
+	int periods[] = {100, 3, 9};
+	for (int i = 0; i < 3; i++) {
+		moe_tie_period = periods[i];
+		test_moe(c, 2, 64, i < 2 ? 512 : 64, 10, 16, 16, true, true);
+	}
+	moe_tie_period = 0;
 	struct moe_types q4k = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q4_K, TOAST_DT_Q4_K};
 	test_moe_types(c, 2, 256, 64, 10, 256, 256, true, true, &q4k);
 }

@@ -474,10 +474,11 @@ static void cu_tl_dump(struct cuda_backend *cb)
 	FILE *f = fopen(cb->tl_path, "w");
 	size_t n = 0;
 	if (r && f && cudaMemcpy(r, cb->tl->r, CU_TL_CAP * sizeof(*r), cudaMemcpyDeviceToHost) == cudaSuccess) {
-		fprintf(f, "grid,block,smid,t_in,t_out\n");
+		fprintf(f, "grid,block,smid,t_in,t_out,mark0,mark1,mark2,mark3\n");
 		for (size_t i = 0; i < CU_TL_CAP; i++)
 			if (r[i].t_in)
-				n++, fprintf(f, "%llu,%u,%u,%llu,%llu\n", r[i].grid, r[i].block, r[i].smid, r[i].t_in, r[i].t_out);
+				n++, fprintf(f, "%llu,%u,%u,%llu,%llu,%llu,%llu,%llu,%llu\n", r[i].grid, r[i].block, r[i].smid,
+					     r[i].t_in, r[i].t_out, r[i].mark[0], r[i].mark[1], r[i].mark[2], r[i].mark[3]);
 	}
 	fprintf(stderr, "timeline: %zu block records of replay %ld in %s\n", n, cb->tl_step, cb->tl_path);
 	if (f)

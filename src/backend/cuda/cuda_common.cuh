@@ -161,8 +161,9 @@ static inline void cu_launch_pdl(struct cuda_backend *cb, void (*kernel)(KArgs..
  * (no relocatable device code), set through CU_TL_TU's setter.
  */
 #ifdef TOAST_TIMELINE
+#define CU_TL_MARKS 4
 struct cu_tl_rec {
-	unsigned long long grid, t_in, t_out;
+	unsigned long long grid, t_in, t_out, mark[CU_TL_MARKS]; /* mark: cu_tl_mark(i), 0 if none */
 	unsigned smid, block;
 };
 /* a record per (grid id % CU_TL_GRIDS, block < CU_TL_BLOCKS), no atomics: the noted replay's
@@ -184,18 +185,57 @@ __device__ __forceinline__ unsigned long long cu_gtime()
 	return t;
 }
 
-static __device__ __noinline__ void cu_tl_note(cu_tl *tl, unsigned long long t_in, unsigned long long t_out)
+/* the block's record, NULL past CU_TL_BLOCKS */
+static __device__ __forceinline__ cu_tl_rec *cu_tl_rec_of(cu_tl *tl, unsigned long long grid, unsigned block)
+{
+	return block < CU_TL_BLOCKS ? &tl->r[(grid % CU_TL_GRIDS) * CU_TL_BLOCKS + block] : NULL;
+}
+
+static __device__ __forceinline__ unsigned cu_tl_block()
+{
+	return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+
+static __device__ __forceinline__ unsigned long long cu_tl_grid()
 {
 	unsigned long long grid;
-	unsigned smid, block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
 	asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+	return grid;
+}
+
+static __device__ __forceinline__ void cu_tl_note(cu_tl *tl, unsigned long long t_in, unsigned long long t_out)
+{
+	unsigned long long grid = cu_tl_grid();
+	unsigned smid, block = cu_tl_block();
 	asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-	if (block < CU_TL_BLOCKS)
-		tl->r[(grid % CU_TL_GRIDS) * CU_TL_BLOCKS + block] = {grid, t_in, t_out, smid, block};
+	if (cu_tl_rec *r = cu_tl_rec_of(tl, grid, block))
+		*r = {grid, t_in, t_out, {0, 0, 0, 0}, smid, block};
+}
+
+static __device__ __forceinline__ void cu_tl_note_mark(cu_tl *tl, int i, unsigned long long t)
+{
+	if (cu_tl_rec *r = cu_tl_rec_of(tl, cu_tl_grid(), cu_tl_block()))
+		r->mark[i] = t;
 }
 #else
 #define CU_TL_TU(NAME)
 #endif
+
+/* a point inside a kernel, after its cu_pdl_wait(), noted by thread 0 in the timeline build
+ * (mark i of the block's record); nothing otherwise */
+__device__ __forceinline__ void cu_tl_mark(int i)
+{
+#ifdef TOAST_TIMELINE
+	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+		unsigned long long t = cu_gtime();
+		cu_tl *tl = cu_tl_dev;
+		if (tl && __ldca(&tl->on)) /* (an L1 hit after the wait's load) */
+			cu_tl_note_mark(tl, i, t);
+	}
+#else
+	(void)i;
+#endif
+}
 
 __device__ __forceinline__ void cu_pdl_wait()
 {
@@ -204,7 +244,7 @@ __device__ __forceinline__ void cu_pdl_wait()
 	bool t0 = threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
 	unsigned long long t_in = cu_gtime();
 	cu_tl *tl = t0 ? cu_tl_dev : NULL;
-	unsigned on = tl ? *(volatile unsigned *)&tl->on : 0;
+	unsigned on = tl ? __ldca(&tl->on) : 0; /* (written between replays; L1 starts each kernel cold) */
 #endif
 	asm volatile("griddepcontrol.wait;" ::: "memory");
 #ifdef TOAST_TIMELINE

@@ -238,6 +238,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		}
 	}
 	__syncthreads();
+	cu_tl_mark(0); /* conv */
 	float sq = 0, sk = 0;
 	for (int i = tid; i < dk; i += blockDim.x) {
 		sq += qs[i] * qs[i];
@@ -259,6 +260,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	}
 	__syncthreads();
 	float alpha = gate_alpha, beta = gate_beta;
+	cu_tl_mark(1); /* norms, gates */
 	if (DPL > 0) {
 		/* the warp's rows are held in registers */
 		float kr[DPL > 0 ? DPL : 1], qr[DPL > 0 ? DPL : 1];
@@ -326,10 +328,12 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		}
 	}
 	__syncthreads();
+	cu_tl_mark(2); /* the state update */
 	float ss = 0;
 	for (int j = tid; j < dv; j += blockDim.x)
 		ss += os[j] * os[j];
 	ss = cu_block_sum(ss, red);
+	cu_tl_mark(3); /* the output's norm */
 	float rr = rsqrtf(ss / dv + eps);
 	for (int j = tid; j < dv; j += blockDim.x) {
 		float zv = j == tid ? zpre : zval(j);

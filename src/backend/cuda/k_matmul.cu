@@ -301,6 +301,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 		}
 	}
 	__syncthreads();
+	cu_tl_mark(0); /* input staged */
 	if (one_wave) /* the next kernel's blocks take no room this grid still needs */
 		cu_pdl_trigger();
 	const bf16 *xg = xs + (T > 1 ? g : 0) * xstride;
@@ -335,9 +336,11 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 			next(ct, ck);
 		}
 	}
+	cu_tl_mark(1); /* warp 0's MMAs */
 	if (!one_wave)
 		cu_pdl_trigger();
 	__syncthreads();
+	cu_tl_mark(2); /* every warp's */
 	int nw = min(nsb, GQ_WARPS);
 	for (int q = threadIdx.x; q < ntile * 16 * T; q += blockDim.x) {
 		int tl = q / (16 * T), rc = q - tl * 16 * T, c = rc % T;

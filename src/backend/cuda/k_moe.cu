@@ -351,6 +351,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		cu_stage_norm<TYPE>(x + (size_t)t * E, nw, E, eps, plus_one, hs + t * E, red,
 				    blockIdx.x == 0 ? h + (size_t)t * E : NULL, NULL);
 	__syncthreads();
+	cu_tl_mark(0); /* the norm staged */
 	/* one router row per warp */
 	if (e < d.ne) {
 		float acc[CU_GEMV_MAX_T] = {0};
@@ -379,6 +380,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 				sgate[t] = cu_sigmoid(v);
 		}
 	}
+	cu_tl_mark(1); /* warp 0's logit */
 	if (d.pick)
 		return;
 	/* the last block to finish chooses the experts */
@@ -744,6 +746,7 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	if (early)
 		moe_k4_load(h + (size_t)t * E, 0, E, E / 8, threadIdx.x, hv);
 	size_t e = shared ? 0 : (size_t)moe_slot_expert(d, pk, &e_s, t, slot);
+	cu_tl_mark(0); /* the expert picked */
 	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
 	const uint8_t *ra = cu_row(wd, e, min(r0 + g, n - 1)).q, *rb = cu_row(wd, e, min(r0 + g + 8, n - 1)).q;
 	const uint8_t *rh = cu_row(wd, e, min(r0 + (lane & 15), n - 1)).m;
@@ -757,6 +760,7 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	else
 		moe_k4_stage<TYPE>(h + (size_t)t * E, 0, 1, E, xs, xsum);
 	__syncthreads();
+	cu_tl_mark(1); /* h staged */
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int sb0 = w4; sb0 < nsb; sb0 += 8) {
 #pragma unroll
@@ -772,9 +776,11 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 				L[k] = K::load(wd, ra, rb, rh, sb + 8, lane);
 		}
 	}
+	cu_tl_mark(2); /* warp 0's MMAs */
 	moe_k4_part(part + 16 * warp, acc, lane);
 	moe_pick_fence(d, shared); /* before any thread of the block passes this barrier, and so its trigger */
 	__syncthreads();
+	cu_tl_mark(3); /* every warp's */
 	cu_pdl_trigger();
 	if (threadIdx.x < 16 && r0 + threadIdx.x < n) /* gate: warps 0-3, up: 4-7 */
 		act[((size_t)t * (d.k + 1) + slot) * d.Fmax + r0 + threadIdx.x] =
@@ -824,6 +830,7 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
 	moe_k4_stage<TYPE>(act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d.Fmax, nslot, F, xs, xsum);
 	__syncthreads();
+	cu_tl_mark(0); /* act staged */
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int u0 = warp; u0 < units; u0 += 2 * MK_WARPS) {
 #pragma unroll
@@ -841,8 +848,10 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 				L[k] = load(u + 2 * MK_WARPS);
 		}
 	}
+	cu_tl_mark(1); /* warp 0's MMAs */
 	moe_k4_part(part + 16 * warp, acc, lane);
 	__syncthreads();
+	cu_tl_mark(2); /* every warp's */
 	if (threadIdx.x < 16 && r0 + threadIdx.x < E)
 		x[(size_t)t * E + r0 + threadIdx.x] += moe_k4_sum(part, threadIdx.x, 0, MK_WARPS);
 }
