@@ -487,13 +487,18 @@ __device__ __forceinline__ void moe_pick_fence(const moe_dims &d, bool shared)
 		__threadfence();
 }
 
+/* the slot's expert, chosen above or by the router, once a barrier has passed since */
+__device__ __forceinline__ int moe_slot_read(const moe_dims &d, const moe_picks &pk, const int *e_s, int t, int slot)
+{
+	return d.pick ? *e_s : pk.sel[(size_t)t * d.k + slot];
+}
+
 /* then, by the whole block: the slot's expert, chosen above or by the router */
 __device__ __forceinline__ int moe_slot_expert(const moe_dims &d, const moe_picks &pk, const int *e_s, int t, int slot)
 {
-	if (!d.pick)
-		return pk.sel[(size_t)t * d.k + slot];
-	__syncthreads();
-	return *e_s;
+	if (d.pick)
+		__syncthreads();
+	return moe_slot_read(d, pk, e_s, t, slot);
 }
 
 /* act[t][slot][r] = SiLU(gate·h) * (up·h), one r per warp, for slots slot0 + blockIdx.y; slot k
@@ -732,21 +737,29 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	bf16 *xs = (bf16 *)mk_sm;
 	float *xsum = (float *)(xs + E);
 	void *sc = (float4 *)(xsum + E / SUB) + warp * 64;
-	/* h in registers when it is one round (n_embd <= 16 * blockDim.x), loaded before the
-	 * expert's rows, which its loads would otherwise queue behind (3.75 us of staging at
-	 * Qwen3-Next's shapes); a routed block loads it together with its expert's id. The shared
-	 * expert's rows too wait for the router: asked for while it ran, they slowed the step
-	 * (-1%, docs/PERF.md) */
+	/* h (in registers when it is one round, n_embd <= 16 * blockDim.x) is staged while warp 0
+	 * picks the expert, before the expert's rows are asked for: a warp's MMAs then start when
+	 * its own rows are in. Staged after the loads were issued, h waited behind them (an SM with
+	 * ~96 KB in flight holds a load's issue until others return), the barrier after it for
+	 * nearly all of the SM's rows, and every warp's MMAs ran after that (2.7 us; 0.7 us a
+	 * launch slower, docs/PERF.md). The
+	 * shared expert's rows too wait for the router: asked for while it ran, they slowed the
+	 * step (-1%, docs/PERF.md) */
 	bool early = E / 8 <= 2 * (int)blockDim.x;
 	float hv[2][8];
 	__shared__ int e_s;
 	cu_pdl_wait();
-	if (!shared)
-		moe_pick_slot(d, logits, pk, t, slot, &e_s); /* before warp 0's share of h: fewer live registers */
 	if (early)
 		moe_k4_load(h + (size_t)t * E, 0, E, E / 8, threadIdx.x, hv);
-	size_t e = shared ? 0 : (size_t)moe_slot_expert(d, pk, &e_s, t, slot);
-	cu_tl_mark(0); /* the expert picked */
+	if (!shared)
+		moe_pick_slot(d, logits, pk, t, slot, &e_s);
+	if (early)
+		moe_k4_store<TYPE>(E, E / 8, threadIdx.x, hv, xs, xsum);
+	else
+		moe_k4_stage<TYPE>(h + (size_t)t * E, 0, 1, E, xs, xsum);
+	__syncthreads();
+	size_t e = shared ? 0 : (size_t)moe_slot_read(d, pk, &e_s, t, slot);
+	cu_tl_mark(0); /* h staged, the expert picked */
 	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
 	const uint8_t *ra = cu_row(wd, e, min(r0 + g, n - 1)).q, *rb = cu_row(wd, e, min(r0 + g + 8, n - 1)).q;
 	const uint8_t *rh = cu_row(wd, e, min(r0 + (lane & 15), n - 1)).m;
@@ -755,12 +768,7 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 		L[0] = K::load(wd, ra, rb, rh, w4, lane);
 	if (w4 + 4 < nsb)
 		L[1] = K::load(wd, ra, rb, rh, w4 + 4, lane);
-	if (early)
-		moe_k4_store<TYPE>(E, E / 8, threadIdx.x, hv, xs, xsum);
-	else
-		moe_k4_stage<TYPE>(h + (size_t)t * E, 0, 1, E, xs, xsum);
-	__syncthreads();
-	cu_tl_mark(1); /* h staged */
+	cu_tl_mark(1); /* warp 0's loads issued */
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int sb0 = w4; sb0 < nsb; sb0 += 8) {
 #pragma unroll
