@@ -46,10 +46,10 @@ struct hw { /* a host weight and its values in f32 */
 
 /* the group size and scale type of the MLX weights mkw_quant makes (tests change them) */
 static int mlx_gs = 64;
+static enum toast_dtype mlx_sb = TOAST_DT_BF16;
 /* > 0: test_moe's bf16 router rows repeat with this period, so the logits tie in groups (the
  * experts chosen among equal logits: the lower index first) */
 static int moe_tie_period;
-static enum toast_dtype mlx_sb = TOAST_DT_BF16;
 
 /* scale or bias v stored as mlx_sb at p[i] */
 static void mlx_sb_put(void *p, size_t i, float v)
@@ -982,8 +982,8 @@ static void test_backend(struct ctx *c)
 	test_moe(c, 3, 64, 512, 10, 16, 16, true, true);
 	test_moe(c, 1, 32, 500, 33, 8, 0, false, false);
 	test_moe(c, 2, 64, 600, 8, 16, 0, true, false);
-	/* tied logits: in groups of 5 or 6 (the top 10 among fewer than 32 at or above the 10th lane
-	 * maximum), of 170 (more), of 7 among 64 experts */
+	/* tied logits, in groups of 5 or 6 and of 170 among 512 experts, of 7 among 64: which of
+	 * the tied experts run is decided by the tie rule (the lower index first) */
 	int periods[] = {100, 3, 9};
 	for (int i = 0; i < 3; i++) {
 		moe_tie_period = periods[i];
