@@ -732,12 +732,14 @@ __device__ __forceinline__ void cu_stage_norm(const float *x, const float *w, in
  */
 #define CU_K4_MAGIC 0x43004300u /* two bf16 128.0 */
 
-/* (v & 0x000f000f) | magic in one LOP3 (the compiler makes two of it with both constants
- * immediate): the codes at bits 0 and 16 of v as two bf16 128 + q */
-__device__ __forceinline__ unsigned cu_k4_two(uint32_t v, uint32_t magic)
+/* (v & mask) | magic in one LOP3 (the compiler makes two of it with both constants
+ * immediate): the BITS-bit codes (4: Q4_K, MLX4; 6: Q6_K) at bits 0 and 16 of v as two bf16
+ * 128 + q */
+template <int BITS>
+__device__ __forceinline__ unsigned cu_two_codes(uint32_t v, uint32_t magic)
 {
 	unsigned r;
-	asm("lop3.b32 %0, %1, 0x000f000f, %2, 0xea;" : "=r"(r) : "r"(v), "r"(magic));
+	asm("lop3.b32 %0, %1, %3, %2, 0xea;" : "=r"(r) : "r"(v), "r"(magic), "n"(((1u << BITS) - 1) * 0x10001u));
 	return r;
 }
 
@@ -808,8 +810,10 @@ struct cu_kq<TOAST_DT_Q4_K> {
 #pragma unroll
 				for (int w = 0; w < 2; w++) {
 					uint32_t wa = w ? L.a[p].y : L.a[p].x, wb = w ? L.b[p].y : L.b[p].x;
-					unsigned fa[4] = {cu_k4_two(wa >> (4 * h), magic), cu_k4_two(wb >> (4 * h), magic),
-							  cu_k4_two(wa >> (4 * h + 8), magic), cu_k4_two(wb >> (4 * h + 8), magic)};
+					unsigned fa[4] = {cu_two_codes<4>(wa >> (4 * h), magic),
+							  cu_two_codes<4>(wb >> (4 * h), magic),
+							  cu_two_codes<4>(wa >> (4 * h + 8), magic),
+							  cu_two_codes<4>(wb >> (4 * h + 8), magic)};
 					cu_mma_bf16(c, fa, w ? bx.z : bx.x, w ? bx.w : bx.y);
 				}
 				int s = 2 * p + h;
@@ -836,14 +840,6 @@ __device__ __forceinline__ uint32_t cu_nib_sel(uint32_t a, uint32_t b)
 {
 	uint32_t r;
 	asm("lop3.b32 %0, %1, %2, 0x0f0f0f0f, 0xd8;" : "=r"(r) : "r"(b), "r"(a)); /* (second & third) | (first & ~third) */
-	return r;
-}
-
-/* (v & 0x003f003f) | magic: the 6-bit codes at bits 0 and 16 of v as two bf16 128 + q */
-__device__ __forceinline__ unsigned cu_k6_two(uint32_t v, uint32_t magic)
-{
-	unsigned r;
-	asm("lop3.b32 %0, %1, 0x003f003f, %2, 0xea;" : "=r"(r) : "r"(v), "r"(magic));
 	return r;
 }
 
@@ -920,8 +916,9 @@ struct cu_kq<TOAST_DT_Q6_K> {
 #pragma unroll
 			for (int qq = 0; qq < 4; qq++) {
 				int s = 8 * (u >> 1) + 2 * qq + (u & 1);
-				unsigned fa[4] = {cu_k6_two(c[0][qq], magic), cu_k6_two(c[1][qq], magic),
-						  cu_k6_two(c[0][qq] >> 8, magic), cu_k6_two(c[1][qq] >> 8, magic)};
+				unsigned fa[4] = {cu_two_codes<6>(c[0][qq], magic), cu_two_codes<6>(c[1][qq], magic),
+						  cu_two_codes<6>(c[0][qq] >> 8, magic),
+						  cu_two_codes<6>(c[1][qq] >> 8, magic)};
 				uint2 bx = *(const uint2 *)(x + 16 * s + 4 * t);
 				float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 				cu_mma_bf16(cc, fa, bx.x, bx.y);
@@ -997,11 +994,11 @@ struct cu_kq<TOAST_DT_MLX4> {
 			for (int w = 0; w < 2; w++) {
 				uint32_t wa = w ? L.a[p].y : L.a[p].x, wb = w ? L.b[p].y : L.b[p].x;
 				uint4 bx = *(const uint4 *)(x + 64 * p + 16 * t + 8 * w); /* both k-steps' B */
-				unsigned f0[4] = {cu_k4_two(wa, magic), cu_k4_two(wb, magic), cu_k4_two(wa >> 4, magic),
-						  cu_k4_two(wb >> 4, magic)};
+				unsigned f0[4] = {cu_two_codes<4>(wa, magic), cu_two_codes<4>(wb, magic),
+						  cu_two_codes<4>(wa >> 4, magic), cu_two_codes<4>(wb >> 4, magic)};
 				cu_mma_bf16(c, f0, bx.x, bx.y);
-				unsigned f1[4] = {cu_k4_two(wa >> 8, magic), cu_k4_two(wb >> 8, magic), cu_k4_two(wa >> 12, magic),
-						  cu_k4_two(wb >> 12, magic)};
+				unsigned f1[4] = {cu_two_codes<4>(wa >> 8, magic), cu_two_codes<4>(wb >> 8, magic),
+						  cu_two_codes<4>(wa >> 12, magic), cu_two_codes<4>(wb >> 12, magic)};
 				cu_mma_bf16(c, f1, bx.z, bx.w);
 			}
 			float2 sa = sc[p * 16 + g], sb = sc[p * 16 + g + 8];

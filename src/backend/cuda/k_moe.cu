@@ -742,9 +742,8 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	 * its own rows are in. Staged after the loads were issued, h waited behind them (an SM with
 	 * ~96 KB in flight holds a load's issue until others return), the barrier after it for
 	 * nearly all of the SM's rows, and every warp's MMAs ran after that (2.7 us; 0.7 us a
-	 * launch slower, docs/PERF.md). The
-	 * shared expert's rows too wait for the router: asked for while it ran, they slowed the
-	 * step (-1%, docs/PERF.md) */
+	 * launch slower, docs/PERF.md). The shared expert's rows too wait for the router: asked
+	 * for while it ran, they slowed the step (-1%, docs/PERF.md) */
 	bool early = E / 8 <= 2 * (int)blockDim.x;
 	float hv[2][8];
 	__shared__ int e_s;
@@ -1434,8 +1433,7 @@ static bool moe_gateup_tc(struct cuda_backend *cb, const moe_ff_args &f, int nsl
 
 /* down (all nslot slots, the shared expert as wide as the rest) on tensor cores, the same way */
 template <int TYPE>
-static bool moe_down_tc(struct cuda_backend *cb, const moe_ff_args &f, int nslot, const int32_t *sel, const float *wt,
-			const float *ms)
+static bool moe_down_tc(struct cuda_backend *cb, const moe_ff_args &f, int nslot)
 {
 	const moe_dims &d = f.d;
 	size_t smem = moe_k4_down_smem(d, nslot, cu_kq<TYPE>::SUB);
@@ -1443,8 +1441,8 @@ static bool moe_down_tc(struct cuda_backend *cb, const moe_ff_args &f, int nslot
 	    d.F % 256 || smem > 48 * 1024)
 		return false;
 	dim3 grid((unsigned)(d.E + 15) / 16, d.T);
-	cu_launch_pdl(cb, k_moe_down_k4<TYPE>, grid, MK_WARPS * 32, smem, d, f.x, f.D, sel, wt, ms, f.SD, 0, nslot, f.sgate,
-		      (const float *)f.act);
+	cu_launch_pdl(cb, k_moe_down_k4<TYPE>, grid, MK_WARPS * 32, smem, d, f.x, f.D, (const int32_t *)f.pk.sel,
+		      (const float *)f.pk.lv, (const float *)f.pk.ms, f.SD, 0, nslot, f.sgate, (const float *)f.act);
 	return true;
 }
 
@@ -1513,8 +1511,8 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	}
 	cu_launched(cb, "moe gate/up");
 	int td = moe_ktype(D.type), tsd = d.Fs ? moe_ktype(SD.type) : td;
-	if (!moe_down_tc<TOAST_DT_Q4_K>(cb, fa, nslot, sel, wt, ms) && !moe_down_tc<TOAST_DT_Q6_K>(cb, fa, nslot, sel, wt, ms) &&
-	    !moe_down_tc<TOAST_DT_MLX4>(cb, fa, nslot, sel, wt, ms)) {
+	if (!moe_down_tc<TOAST_DT_Q4_K>(cb, fa, nslot) && !moe_down_tc<TOAST_DT_Q6_K>(cb, fa, nslot) &&
+	    !moe_down_tc<TOAST_DT_MLX4>(cb, fa, nslot)) {
 		if (td == tsd && (!d.Fs || d.Fs == d.F)) {
 			moe_down(cb, td, fa, 0, nslot, asm_);
 		} else {
