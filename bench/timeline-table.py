@@ -92,12 +92,13 @@ def main():
             agg[name][k].append(v)
         pos.append((i, name, grid, row))
     cols = ["share", "in0", "in50", "in100", "rel", "rel100", "after", "sms"]
+    order = sorted(agg.items(), key=lambda kv: -sum(kv[1]["share"]))  # the largest share of the step first
     print(f"  {'kernel':<30} {'n':>3} " + " ".join(f"{c:>7}" for c in cols))
-    for name, d in sorted(agg.items(), key=lambda kv: -sum(kv[1]["share"])):
+    for name, d in order:
         vals = [f"{statistics.mean(d[c]):7.2f}" if d.get(c) else f"{'':>7}" for c in cols]
         print(f"  {name:<30} {len(d['share']):>3} " + " ".join(vals))
     mcols = [f"m{m}/{q}" for m in range(NMARK) for q in (50, 100)]
-    marked = [(n, d) for n, d in sorted(agg.items(), key=lambda kv: -sum(kv[1]["share"])) if d.get("m0/50")]
+    marked = [(n, d) for n, d in order if d.get("m0/50")]
     if marked:
         print(f"\n  {'marks (us from prev_end)':<30} {'n':>3} " + " ".join(f"{c:>7}" for c in ["rel100"] + mcols))
         for name, d in marked:
