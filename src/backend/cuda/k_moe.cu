@@ -549,7 +549,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		a = moe_dot_row<TYPE>(gd, e, rr, hs, E, lane);
 		b = moe_dot_row<TYPE>(ud, e, rr, hs, E, lane);
 	}
-	cu_pdl_trigger();
+	if (!one_wave)
+		cu_pdl_trigger();
 	a = cu_warp_sum(a), b = cu_warp_sum(b);
 	if (lane == 0)
 		act[((size_t)t * (d.k + 1) + slot) * d.Fmax + r] = cu_silu(a) * b;
@@ -792,7 +793,8 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	moe_k4_part(part + 16 * warp, acc, lane);
 	__syncthreads();
 	cu_tl_mark(3); /* every warp's */
-	cu_pdl_trigger();
+	if (!one_wave)
+		cu_pdl_trigger();
 	if (threadIdx.x < 16 && r0 + threadIdx.x < n) /* gate: warps 0-3, up: 4-7 */
 		act[((size_t)t * (d.k + 1) + slot) * d.Fmax + r0 + threadIdx.x] =
 			cu_silu(moe_k4_sum(part, threadIdx.x, 0, 4)) * moe_k4_sum(part, threadIdx.x, 4, 8);
