@@ -886,6 +886,11 @@ static void test_quant(struct ctx *c)
 	test_moe_types(c, 3, 256, 4, 2, 512, 512, false, true, &q6);
 	test_moe_types(c, 2, 256, 8, 3, 256, 256, true, true, &mixed);
 	test_moe_types(c, 1, 256, 8, 3, 256, 0, true, false, &small);
+	/* a Q4_K_M file's experts: Q4_K gate/up and Q6_K down, both on tensor cores, at the
+	 * Qwen3-Next widths with ten of sixteen experts, and eight of 64 without renormalising */
+	struct moe_types q4km = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q6_K, TOAST_DT_Q6_K};
+	test_moe_types(c, 2, 2048, 16, 10, 512, 0, true, false, &q4km);
+	test_moe_types(c, 1, 2048, 64, 8, 256, 0, false, false, &q4km);
 	/* every decode kernel variant of the three split or blocked types: n_embd 2048 (rows loaded
 	 * whole) or not, n_ff 512 (down rows loaded whole) or not, with and without a shared expert */
 	enum toast_dtype grid_types[] = {TOAST_DT_Q4_K, TOAST_DT_Q8_0, TOAST_DT_Q6_K};
