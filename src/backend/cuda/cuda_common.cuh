@@ -101,6 +101,16 @@ static inline unsigned cu_blocks(size_t n, unsigned per)
 	return (unsigned)((n + per - 1) / per);
 }
 
+/* blocks of fn (threads each, smem bytes of dynamic shared memory) resident on one SM at once;
+ * 0 when the query fails (its error cleared: a failed query is no launch error) */
+static inline int cu_per_sm(const void *fn, int threads, size_t smem)
+{
+	int n = 0;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, threads, smem) != cudaSuccess)
+		cudaGetLastError(), n = 0;
+	return n;
+}
+
 /* ---- launches ----
  * cu_launch(cb, kernel, grid, block, smem, args...) launches on the backend's stream (cu_launch_on:
  * on any stream, returning the launch's error; bench/decode_probe.cu measures these launches);

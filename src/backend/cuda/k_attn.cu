@@ -689,9 +689,9 @@ static int attn_mma_per_sm(struct cuda_backend *cb)
 	static int per_sm;
 	if (!per_sm) {
 		cu_allow_smem(cb, (const void *)k_attn_mma<D, 4>);
-		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_attn_mma<D, 4>, 128, am_smem(D, 4)) != cudaSuccess ||
-		    per_sm < 1)
-			cudaGetLastError(), per_sm = 1;
+		per_sm = cu_per_sm((const void *)k_attn_mma<D, 4>, 128, am_smem(D, 4));
+		if (per_sm < 1)
+			per_sm = 1;
 	}
 	return per_sm;
 }

@@ -578,15 +578,10 @@ static void gemv_launch_rows(struct cuda_backend *cb, gemv_args &a)
 		blocks4 += (a.job[k].n_out + GEMV_WARPS * 4 - 1) / (GEMV_WARPS * 4);
 	}
 	bool four = rows >= (int64_t)cb->n_sm * GEMV_WARPS * 4 * 2;
-	int per_sm = 0;
 	if (four && gemv_room<TYPE, T, 4>(cb)) {
-		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv<TYPE, T, 4>, GEMV_WARPS * 32,
-								  (size_t)T * a.n_in * 4) == cudaSuccess) {
-			int64_t slots = (int64_t)per_sm * cb->n_sm;
-			four = blocks4 <= slots || blocks4 >= 4 * slots;
-		} else {
-			cudaGetLastError(); /* a failed query is no launch error: keep four rows */
-		}
+		int64_t slots = (int64_t)cu_per_sm((const void *)k_gemv<TYPE, T, 4>, GEMV_WARPS * 32, (size_t)T * a.n_in * 4) *
+				cb->n_sm; /* (0 when the query fails: four rows kept) */
+		four = blocks4 <= slots || blocks4 >= 4 * slots;
 	}
 	if (four)
 		gemv_launch<TYPE, T, 4>(cb, a);
@@ -626,9 +621,7 @@ static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 	const int sub = cu_kq<TYPE>::SUB;
 	if (!room) {
 		room = cu_allow_smem(cb, (const void *)k_gemv_k4<T, TYPE>);
-		if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemv_k4<T, TYPE>, GQ_WARPS * 32,
-								  gq_smem(T, 2048, T > 1 ? 4 : 8, sub)) != cudaSuccess)
-			cudaGetLastError(), per_sm = 1;
+		per_sm = cu_per_sm((const void *)k_gemv_k4<T, TYPE>, GQ_WARPS * 32, gq_smem(T, 2048, T > 1 ? 4 : 8, sub));
 	}
 	if (a.xf || a.n_in % 256 ||
 	    ((uintptr_t)a.act | (uintptr_t)a.norm_x | (uintptr_t)a.norm_w | (uintptr_t)a.norm_out) & 15)

@@ -1366,10 +1366,7 @@ struct moe_ff_args {
  */
 static bool moe_one_wave(struct cuda_backend *cb, const void *fn, dim3 grid, int threads, size_t smem)
 {
-	int per_sm = 0;
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, smem) != cudaSuccess)
-		cudaGetLastError(), per_sm = 0;
-	return (int64_t)grid.x * grid.y * grid.z <= (int64_t)cb->n_sm * per_sm;
+	return (int64_t)grid.x * grid.y * grid.z <= (int64_t)cb->n_sm * cu_per_sm(fn, threads, smem);
 }
 
 template <int TYPE, int CPL>
