@@ -19,25 +19,13 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 {
 	__shared__ float red[32];
 	extern __shared__ float sh[];
-	cu_pdl_wait();
-	cu_pdl_trigger(); /* the decode grids here are one wave */
 	int t = blockIdx.x, hh = blockIdx.y, d = threadIdx.x;
-	int pos = step[0] + t;
+	int pos = __ldcg(step) + t; /* uploaded before the step's first kernel */
 	bool isq = hh < n_head;
 	int kvh = hh - n_head, kvd = n_kv * hd, qs = gated ? 2 * hd : hd;
-	float x = 0;
-	if (d < hd)
-		x = isq ? q[((size_t)t * n_head + hh) * qs + d] : k[(size_t)t * kvd + kvh * hd + d];
+	/* before the wait, what depends on no kernel: the norm's weight and the rotation at pos */
 	const float *nw = isq ? qn : kn;
-	if (nw) {
-		float ss = cu_block_sum(x * x, red);
-		float r = rsqrtf(ss / hd + eps);
-		if (d < hd)
-			x = x * r * (plus_one ? 1.0f + nw[d] : nw[d]);
-	}
-	if (d < hd)
-		sh[d] = x;
-	__syncthreads();
+	float w = nw && d < hd ? (plus_one ? 1.0f + nw[d] : nw[d]) : 0.0f, c = 1.0f, s = 0.0f;
 	int half = n_rot / 2;
 	if (d < n_rot) {
 		int i = d < half ? d : d - half;
@@ -46,10 +34,23 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 			inv = __bfloat162float(__float2bfloat16(inv));
 		else if (freq_type == TOAST_DT_F16)
 			inv = __half2float(__float2half(inv));
-		float s, c;
 		sincosf((float)pos * inv, &s, &c);
-		x = d < half ? sh[d] * c - sh[d + half] * s : sh[d] * c + sh[d - half] * s;
 	}
+	cu_pdl_wait();
+	cu_pdl_trigger(); /* the decode grids here are one wave */
+	float x = 0;
+	if (d < hd)
+		x = isq ? q[((size_t)t * n_head + hh) * qs + d] : k[(size_t)t * kvd + kvh * hd + d];
+	if (nw) {
+		float ss = cu_block_sum(x * x, red);
+		float r = rsqrtf(ss / hd + eps);
+		x = x * r * w;
+	}
+	if (d < hd)
+		sh[d] = x;
+	__syncthreads();
+	if (d < n_rot)
+		x = d < half ? sh[d] * c - sh[d + half] * s : sh[d] * c + sh[d - half] * s;
 	if (d >= hd)
 		return;
 	if (isq) {
@@ -562,10 +563,12 @@ __global__ void __launch_bounds__(512)
 		       int hw)
 {
 	extern __shared__ float ac[];
-	cu_pdl_wait();
-	cu_pdl_trigger();
 	int ng = blockDim.x / hw, t = blockIdx.x, h = blockIdx.y, grp = threadIdx.x / hw, dd = threadIdx.x % hw;
 	int d = blockIdx.z * hw + dd, lane = threadIdx.x & 31, per = ng * AC_BATCH;
+	/* the gate before the wait: the projection that wrote q ended before the prep pass began */
+	float gate = gated && grp == 0 && d < hd ? q[((size_t)t * n_head + h) * 2 * hd + hd + d] : 0.0f;
+	cu_pdl_wait();
+	cu_pdl_trigger();
 	bool few = n_split <= 8 && n_split <= per; /* (prefill) every thread reads the few m and l itself */
 	int dl = few ? 0 : lane, ds = few ? 1 : 32; /* the splits a thread sums into den: dl, dl + ds, .. */
 	int n_rep = n_head / n_kv, kvh = h / n_rep, r = h % n_rep;
@@ -609,7 +612,7 @@ __global__ void __launch_bounds__(512)
 		num += sum[g * hw + dd];
 	float v = num / den;
 	if (gated)
-		v *= cu_sigmoid(q[((size_t)t * n_head + h) * 2 * hd + hd + d]);
+		v *= cu_sigmoid(gate);
 	out[((size_t)t * n_head + h) * hd + d] = __float2bfloat16(v);
 }
 
