@@ -955,10 +955,11 @@ static void test_backend(struct ctx *c)
 	test_attention(c, 2, 1, 256, 64, true, true, 260, 1, 0);
 	test_attention(c, 4, 2, 64, 64, true, true, 600, 1, 2048);
 	test_attention(c, 16, 2, 256, 64, true, true, 5, 1, 2048);
-	/* decode in one split (the kernel prepares the step and writes the output itself): the new
-	 * key in a tile the ring loads after the wait, without norms or gate; at pos 0, then 1 */
+	/* decode in one split (the attention kernel writes the output, 64 dims a block): the new
+	 * key in a late tile, without norms or gate; at pos 0, then 1; 16 query heads a KV head */
 	test_attention(c, 6, 2, 128, 32, false, false, 200, 1, 0);
 	test_attention(c, 4, 2, 64, 64, true, true, 1, 1, 0);
+	test_attention(c, 16, 1, 128, 128, true, true, 100, 1, 0);
 	struct gdn_shape flat = {2, 4, 32, 48, 4, false, false}, grouped = {2, 4, 32, 48, 4, true, false};
 	struct gdn_shape odd = {3, 3, 7, 5, 3, false, false}, big = {2, 6, 128, 128, 4, true, false};
 	int p1[] = {1, 1, 1}, p2[] = {12}, p3[] = {5, 1, 70}, p4[] = {64, 64, 1, 3}, p5[] = {131};

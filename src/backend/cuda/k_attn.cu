@@ -4,10 +4,11 @@
  * Three kernels: prep (q/k RMSNorm, partial NeoX RoPE, K/V appended to the cache), a split-K
  * flash-decoding pass (each block serves all query heads of its KV head, so a K/V row is read
  * once for the group; on tensor cores, k_attn_mma, at head_dim 64/128/256, else the SIMT
- * k_attn_tile), and a combine pass that merges the splits and applies the sigmoid output gate.
- * At decode the split count depends only on the span the step is recorded for (or the cache
- * size), never on pos, so a recorded step stays valid while the context grows within it: empty
- * splits just report nothing.
+ * k_attn_tile), and a combine pass that merges the splits and applies the sigmoid output gate
+ * (decode on tensor cores in one split, i.e. at short context, finishes in the split-K pass
+ * instead, a block per 64 dims of the output). At decode the split count depends only on the
+ * span the step is recorded for (or the cache size), never on pos, so a recorded step stays
+ * valid while the context grows within it: empty splits just report nothing.
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -222,7 +223,10 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
  * next V while the next S runs; in decode through a ring of am_stages() tiles, all but one in
  * flight. Keys past the split are zero-filled (V too: 0 x garbage would be NaN). With KW > 1
  * the warps of a row group merge their softmax states through shared memory at the end.
- * The partials go to k_attn_combine like k_attn_tile's, with m in natural-log units.
+ * The partials go to k_attn_combine like k_attn_tile's, with m in natural-log units; decode in
+ * one split (FO) has no partials: D / 64 blocks a KV head each take 64 dims of P·V and write
+ * them gated, as the combine would (at context 0 on an H100: 6.1 us a layer, where two blocks
+ * and then the combine took 5.6 + 3.6: docs/PERF.md).
  */
 #define AM_KEYS 64
 
@@ -281,18 +285,22 @@ __host__ __device__ static constexpr size_t am_smem(int D, int KW)
 	return (size_t)(64 / KW + 2 * AM_KEYS * am_stages(KW)) * D * 2;
 }
 
-template <int D, int KW>
+template <int D, int KW, bool FO>
 __global__ void __launch_bounds__(128, 2)
 	k_attn_mma(const float *qf, const bf16 *kc, const bf16 *vc, float *part, int n_head, int n_kv, int n_split, int T,
-		   const int32_t *step)
+		   const int32_t *step, const float *q, bf16 *out, int gated)
 {
 	constexpr int ROWS = 64 / KW, NT = 8 / KW, KS = 4 / KW; /* rows a block; n-tiles of S and k-steps of P·V a warp */
 	constexpr int NS = am_stages(KW); /* KW > 1: a ring of NS (K, V) tile pairs */
+	/* FO (decode in one split): block y takes dims y DL.. of P·V and writes them as the output */
+	constexpr int DS = FO ? D / 64 : 1, DL = D / DS;
 	static_assert(KW == 1 || KW == 4, "one row group, or four");
-	static_assert(KW == 1 || am_smem(D, KW) >= ((size_t)KW * 16 * am_mrow(D) + 16 * (KW + 1)) * 4, "merge space");
+	static_assert(!FO || (KW > 1 && D >= 64), "the output in the kernel: decode, 64 dims a block");
+	static_assert(KW == 1 || am_smem(D, KW) >= ((size_t)KW * 16 * am_mrow(DL) + 16 * (KW + 1)) * 4, "merge space");
 	extern __shared__ __align__(16) bf16 am[];
 	bf16 *Qs = am, *Ks = Qs + ROWS * D, *Vs = Ks + AM_KEYS * D;
-	int rb = gridDim.x - 1 - blockIdx.x, split = blockIdx.y, kvh = blockIdx.z; /* the longest rows first */
+	int rb = gridDim.x - 1 - blockIdx.x, split = FO ? 0 : blockIdx.y, kvh = blockIdx.z; /* the longest rows first */
+	int d0 = FO ? blockIdx.y * DL : 0;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = (lane & 3) * 2;
 	int rg = warp / KW, kw = warp % KW, kofs = kw * (AM_KEYS / KW); /* row group, its keys in a tile */
 	int n_rep = n_head / n_kv, kvd = n_kv * D, R = T * n_rep, r0 = rb * ROWS;
@@ -300,6 +308,19 @@ __global__ void __launch_bounds__(128, 2)
 	auto prow = [&](int gr) {
 		return part + ((((size_t)(gr / n_rep) * n_kv + kvh) * n_split + split) * n_rep + gr % n_rep) * (D + 2);
 	};
+	/* FO: where query row gr's head starts in q's rows (its gate: D on) and in out */
+	auto orow = [&](int gr) { return ((size_t)(gr / n_rep) * n_head + kvh * n_rep + gr % n_rep) * D; };
+	/* FO: the gates of the final merge's items (item k: x = threadIdx.x + 128 k, as below), read
+	 * before the wait: the projection that wrote q ended before the prep pass began */
+	constexpr int NI = 16 * (DL / 4) / 128;
+	float4 gt[FO ? NI : 1];
+	if constexpr (FO)
+#pragma unroll
+		for (int k = 0; k < NI; k++) {
+			int x = threadIdx.x + 128 * k, gr = r0 + x / (DL / 4);
+			gt[k] = gated && gr < R ? *(const float4 *)(q + 2 * orow(gr) + D + d0 + x % (DL / 4) * 4)
+						: make_float4(0, 0, 0, 0);
+		}
 	cu_pdl_wait();
 	int pos0 = step[0];
 	int L = pos0 + min(T - 1, (r0 + ROWS - 1) / n_rep) + 1; /* keys the block's last row sees */
@@ -350,9 +371,9 @@ __global__ void __launch_bounds__(128, 2)
 	int qr0 = rg * 16 + g; /* this thread's rows: qr0 and qr0 + 8 of the block */
 	int qpos0 = pos0 + (r0 + qr0) / n_rep, qpos1 = pos0 + (r0 + qr0 + 8) / n_rep;
 	int jall = min(j1, pos0 + r0 / n_rep + 1); /* keys before this one: in the split, seen by every row */
-	float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+	float o[DL / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
 #pragma unroll
-	for (int i = 0; i < D / 8; i++)
+	for (int i = 0; i < DL / 8; i++)
 		o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0;
 	float s[NT][4];
 	/* S = Q·Kᵀ for the warp's keys of the tile at K */
@@ -414,7 +435,7 @@ __global__ void __launch_bounds__(128, 2)
 		 * same bits, D / 2 multiplications a thread fewer) */
 		if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f))
 #pragma unroll
-			for (int i = 0; i < D / 8; i++) {
+			for (int i = 0; i < DL / 8; i++) {
 				o[i][0] *= corr[0], o[i][1] *= corr[0];
 				o[i][2] *= corr[1], o[i][3] *= corr[1];
 			}
@@ -427,10 +448,10 @@ __global__ void __launch_bounds__(128, 2)
 					  cu_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
 					  cu_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-			for (int dt = 0; dt < D / 16; dt++) {
+			for (int dt = 0; dt < DL / 16; dt++) {
 				unsigned b[4];
 				cu_ldsm4<true>(b, V + am_swz<D>(kofs + kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
-								2 * dt + (lane >> 4)));
+								(d0 / 8) + 2 * dt + (lane >> 4)));
 				cu_mma_bf16(o[2 * dt], pa, b[0], b[1]);
 				cu_mma_bf16(o[2 * dt + 1], pa, b[2], b[3]);
 			}
@@ -478,7 +499,7 @@ __global__ void __launch_bounds__(128, 2)
 		 * merges 4 dims of some rows. (A thread a (row, dim) that reweighed the warps itself,
 		 * with a division to find its row, was ~2,000 of the ~4,150 instructions a warp issued
 		 * for a decode block at short context: docs/PERF.md.) */
-		constexpr int MR = am_mrow(D);
+		constexpr int MR = am_mrow(DL);
 		cu_cp_wait<0>();
 		__syncthreads();
 		float *mg = (float *)am, *fw = mg + KW * 16 * MR; /* [KW][16][MR], [16][KW + 1] */
@@ -486,11 +507,11 @@ __global__ void __launch_bounds__(128, 2)
 		for (int h = 0; h < 2; h++) {
 			float *dst = mg + (kw * 16 + g + 8 * h) * MR;
 #pragma unroll
-			for (int i = 0; i < D / 8; i++)
+			for (int i = 0; i < DL / 8; i++)
 				*(float2 *)(dst + i * 8 + c) = make_float2(o[i][2 * h], o[i][2 * h + 1]);
 			if ((lane & 3) == 0) {
-				dst[D] = m[h];
-				dst[D + 1] = l[h];
+				dst[DL] = m[h];
+				dst[DL + 1] = l[h];
 			}
 		}
 		__syncthreads();
@@ -499,23 +520,26 @@ __global__ void __launch_bounds__(128, 2)
 			float mt = -INFINITY, den = 0;
 #pragma unroll
 			for (int w = 0; w < KW; w++)
-				mt = fmaxf(mt, mg[(w * 16 + row) * MR + D]);
+				mt = fmaxf(mt, mg[(w * 16 + row) * MR + DL]);
 #pragma unroll
 			for (int w = 0; w < KW; w++) {
 				const float *src = mg + (w * 16 + row) * MR;
-				float f = src[D] == -INFINITY ? 0.0f : exp2f(src[D] - mt);
+				float f = src[DL] == -INFINITY ? 0.0f : exp2f(src[DL] - mt);
 				fw[row * (KW + 1) + w] = f;
-				den += f * src[D + 1];
+				den += f * src[DL + 1];
 			}
-			if (gr < R) {
+			if (FO) {
+				fw[row * (KW + 1) + KW] = den;
+			} else if (gr < R) {
 				float *dst = prow(gr);
 				dst[D] = mt * 0.6931471805599453f; /* -inf stays -inf: combine skips the split */
 				dst[D + 1] = den;
 			}
 		}
 		__syncthreads();
-		for (int x = threadIdx.x; x < 16 * (D / 4); x += 128) {
-			int row = x / (D / 4), d = x % (D / 4) * 4, gr = r0 + row;
+#pragma unroll
+		for (int k = 0; k < NI; k++) {
+			int x = threadIdx.x + 128 * k, row = x / (DL / 4), d = x % (DL / 4) * 4, gr = r0 + row;
 			if (gr >= R)
 				break; /* the rows only grow with x */
 			float4 acc = make_float4(0, 0, 0, 0);
@@ -524,6 +548,17 @@ __global__ void __launch_bounds__(128, 2)
 				float f = fw[row * (KW + 1) + w];
 				float4 v = *(const float4 *)(mg + (w * 16 + row) * MR + d);
 				acc.x += f * v.x, acc.y += f * v.y, acc.z += f * v.z, acc.w += f * v.w;
+			}
+			if constexpr (FO) { /* as k_attn_combine makes it of one split */
+				float den = fw[row * (KW + 1) + KW];
+				float v[4] = {acc.x / den, acc.y / den, acc.z / den, acc.w / den};
+				float gv[4] = {gt[k].x, gt[k].y, gt[k].z, gt[k].w};
+				if (gated)
+#pragma unroll
+					for (int u = 0; u < 4; u++)
+						v[u] *= cu_sigmoid(gv[u]);
+				*(uint2 *)(out + orow(gr) + d0 + d) = make_uint2(cu_pack_bf16(v[0], v[1]), cu_pack_bf16(v[2], v[3]));
+				continue;
 			}
 			float *dst = prow(gr);
 			*(float2 *)(dst + d) = make_float2(acc.x, acc.y);
@@ -656,32 +691,37 @@ static void attn_tile(struct cuda_backend *cb, const struct toast_attn_args *a, 
 	cu_launched(cb, "attention");
 }
 
-template <int D, int KW>
+template <int D, int KW, bool FO>
 static void attn_mma_d(struct cuda_backend *cb, const struct toast_attn_args *a, const float *qf, float *part,
 		       int n_split)
 {
 	static size_t room;
 	size_t smem = am_smem(D, KW);
 	if (!room)
-		room = cu_allow_smem(cb, (const void *)k_attn_mma<D, KW>);
+		room = cu_allow_smem(cb, (const void *)k_attn_mma<D, KW, FO>);
 	if (smem > room) {
 		cu_fail_msg(cb, "attention: head_dim %d needs more shared memory than the GPU has", D);
 		return;
 	}
-	dim3 grid(cu_blocks((size_t)a->T * (a->n_head / a->n_head_kv), 64 / KW), n_split, a->n_head_kv);
-	cu_launch_ex(cb, a->T == 1, k_attn_mma<D, KW>, grid, 128, smem, qf, (const bf16 *)a->k_cache, (const bf16 *)a->v_cache, part,
-		  a->n_head, a->n_head_kv, n_split, a->T, (const int32_t *)cb->d_step);
+	dim3 grid(cu_blocks((size_t)a->T * (a->n_head / a->n_head_kv), 64 / KW), FO ? D / 64 : n_split, a->n_head_kv);
+	cu_launch_ex(cb, a->T == 1, k_attn_mma<D, KW, FO>, grid, 128, smem, qf, (const bf16 *)a->k_cache,
+		     (const bf16 *)a->v_cache, part, a->n_head, a->n_head_kv, n_split, a->T, (const int32_t *)cb->d_step, a->q,
+		     (bf16 *)a->out, (int)a->gated);
 	cu_launched(cb, "attention (tensor cores)");
 }
 
+/* decode in one split writes the output itself (64 dims a block), with more splits partials for
+ * the combine; prefill partials */
 template <int D>
 static void attn_mma_kw(struct cuda_backend *cb, const struct toast_attn_args *a, const float *qf, float *part,
 			int n_split)
 {
-	if (a->T == 1)
-		attn_mma_d<D, 4>(cb, a, qf, part, n_split);
+	if (a->T == 1 && n_split == 1)
+		attn_mma_d<D, 4, true>(cb, a, qf, part, n_split);
+	else if (a->T == 1)
+		attn_mma_d<D, 4, false>(cb, a, qf, part, n_split);
 	else
-		attn_mma_d<D, 1>(cb, a, qf, part, n_split);
+		attn_mma_d<D, 1, false>(cb, a, qf, part, n_split);
 }
 
 /* blocks of the decode kernel an SM (its ring of tiles takes most of the shared memory at
@@ -691,8 +731,8 @@ static int attn_mma_per_sm(struct cuda_backend *cb)
 {
 	static int per_sm;
 	if (!per_sm) {
-		cu_allow_smem(cb, (const void *)k_attn_mma<D, 4>);
-		per_sm = cu_per_sm((const void *)k_attn_mma<D, 4>, 128, am_smem(D, 4));
+		cu_allow_smem(cb, (const void *)k_attn_mma<D, 4, false>);
+		per_sm = cu_per_sm((const void *)k_attn_mma<D, 4, false>, 128, am_smem(D, 4));
 		if (per_sm < 1)
 			per_sm = 1;
 	}
@@ -732,12 +772,14 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 		n_split = n_split > by_keys ? by_keys : n_split;
 		n_split = n_split < 1 ? 1 : n_split;
 	}
+	/* decode on tensor cores in one split: no partials, no combine */
+	bool one = T == 1 && n_split == 1 && attn_mma_fits(a);
 	size_t qbytes = (size_t)T * a->n_head * hd * 4;
-	size_t pbytes = (size_t)T * a->n_head_kv * n_split * n_rep * (hd + 2) * 4;
+	size_t pbytes = one ? 0 : (size_t)T * a->n_head_kv * n_split * n_rep * (hd + 2) * 4;
 	char *scr = (char *)cu_scratch(cb, qbytes + pbytes);
 	if (!scr)
 		return;
-	float *qf = (float *)scr, *part = (float *)(scr + qbytes);
+	float *qf = (float *)scr, *part = one ? NULL : (float *)(scr + qbytes);
 	int threads = (hd + 31) / 32 * 32;
 	dim3 pg(T, a->n_head + a->n_head_kv);
 	cu_launch_ex(cb, T == 1, k_attn_prep, pg, threads, hd * sizeof(float), a->q, a->k, a->v,
@@ -753,7 +795,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 		attn_mma_kw<128>(cb, a, qf, part, n_split);
 	else
 		attn_mma_kw<256>(cb, a, qf, part, n_split);
-	if (cb->failed)
+	if (cb->failed || one)
 		return;
 	/* decode: 32 dims a block, a warp a group of splits; prefill: whole heads (thousands of rows
 	 * already fill the GPU), as many groups as 512 threads hold */
