@@ -960,6 +960,8 @@ static void test_backend(struct ctx *c)
 	test_attention(c, 6, 2, 128, 32, false, false, 200, 1, 0);
 	test_attention(c, 4, 2, 64, 64, true, true, 1, 1, 0);
 	test_attention(c, 16, 1, 128, 128, true, true, 100, 1, 0);
+	/* the same heads in four splits (partials and the combine) */
+	test_attention(c, 16, 1, 128, 128, true, true, 300, 1, 1024);
 	struct gdn_shape flat = {2, 4, 32, 48, 4, false, false}, grouped = {2, 4, 32, 48, 4, true, false};
 	struct gdn_shape odd = {3, 3, 7, 5, 3, false, false}, big = {2, 6, 128, 128, 4, true, false};
 	int p1[] = {1, 1, 1}, p2[] = {12}, p3[] = {5, 1, 70}, p4[] = {64, 64, 1, 3}, p5[] = {131};
