@@ -271,6 +271,13 @@ __host__ __device__ static constexpr int am_stages(int KW)
 	return KW > 1 ? 3 : 1;
 }
 
+/* blocks a KV head takes of the output's dims: decode in one split (FO), 64 dims each; else
+ * one block has them all (the grid's y is then the split) */
+__host__ __device__ static constexpr int am_dslices(int D, bool FO)
+{
+	return FO ? D / 64 : 1;
+}
+
 /* shared memory of k_attn_mma<D, KW>: Q rows, then a K tile and a V tile (bf16) a stage, which
  * the final merge of KW > 1 reuses: KW x 16 rows of am_mrow(D) floats (o, then m and l; the pad
  * puts a warp's float2 stores of 8 rows in two wavefronts), then 16 x (KW + 1) floats (a row's
@@ -293,7 +300,7 @@ __global__ void __launch_bounds__(128, 2)
 	constexpr int ROWS = 64 / KW, NT = 8 / KW, KS = 4 / KW; /* rows a block; n-tiles of S and k-steps of P·V a warp */
 	constexpr int NS = am_stages(KW); /* KW > 1: a ring of NS (K, V) tile pairs */
 	/* FO (decode in one split): block y takes dims y DL.. of P·V and writes them as the output */
-	constexpr int DS = FO ? D / 64 : 1, DL = D / DS;
+	constexpr int DL = D / am_dslices(D, FO);
 	static_assert(KW == 1 || KW == 4, "one row group, or four");
 	static_assert(!FO || (KW > 1 && D >= 64), "the output in the kernel: decode, 64 dims a block");
 	static_assert(KW == 1 || am_smem(D, KW) >= ((size_t)KW * 16 * am_mrow(DL) + 16 * (KW + 1)) * 4, "merge space");
@@ -528,7 +535,7 @@ __global__ void __launch_bounds__(128, 2)
 				fw[row * (KW + 1) + w] = f;
 				den += f * src[DL + 1];
 			}
-			if (FO) {
+			if constexpr (FO) {
 				fw[row * (KW + 1) + KW] = den;
 			} else if (gr < R) {
 				float *dst = prow(gr);
@@ -703,7 +710,8 @@ static void attn_mma_d(struct cuda_backend *cb, const struct toast_attn_args *a,
 		cu_fail_msg(cb, "attention: head_dim %d needs more shared memory than the GPU has", D);
 		return;
 	}
-	dim3 grid(cu_blocks((size_t)a->T * (a->n_head / a->n_head_kv), 64 / KW), FO ? D / 64 : n_split, a->n_head_kv);
+	dim3 grid(cu_blocks((size_t)a->T * (a->n_head / a->n_head_kv), 64 / KW), FO ? am_dslices(D, FO) : n_split,
+		  a->n_head_kv);
 	cu_launch_ex(cb, a->T == 1, k_attn_mma<D, KW, FO>, grid, 128, smem, qf, (const bf16 *)a->k_cache,
 		     (const bf16 *)a->v_cache, part, a->n_head, a->n_head_kv, n_split, a->T, (const int32_t *)cb->d_step, a->q,
 		     (bf16 *)a->out, (int)a->gated);
