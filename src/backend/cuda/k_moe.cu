@@ -326,8 +326,12 @@ __device__ __forceinline__ void moe_stage_rows(float *as, const float *act, cons
 }
 
 /* decode: norm + router + shared gate + (last block, unless d.pick) top-k. smem: hs [T][E]
- * (staged for TYPE) then ne floats for the top-k. CPL > 0: n_embd == 32 * CPL chunks, the router
- * row's loads are issued before the norm is computed. */
+ * (staged for TYPE) then ne floats for the top-k. A warp per router row; CPL > 0: n_embd == 32 *
+ * CPL chunks, the row's loads are issued before the wait. With sgw, one more block (the last)
+ * takes the shared expert's gate, h · sh_gate_inp, over all its threads, its first MOE_SG_PER *
+ * blockDim floats of sgw loaded before the wait: as one warp's loop of loads after the norm it
+ * ended 2.4 us after every router row and set the kernel's end (docs/PERF.md). */
+#define MOE_SG_PER 8
 template <int TYPE, int CPL>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_route(moe_dims d, const float *x, const float *nw, float eps, int plus_one, cu_wd R, const float *sgw,
@@ -339,12 +343,20 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	int E = d.E;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int e = blockIdx.x * MOE_WARPS + warp;
+	bool sgb = sgw && blockIdx.x == gridDim.x - 1; /* the shared gate's block (no router rows) */
 	cu_wrow row = cu_row(R, 0, min(e, d.ne - 1));
 	typename qk<TYPE>::chunk rw[CPL > 0 ? CPL : 1];
 	if (CPL > 0 && e < d.ne)
 #pragma unroll
 		for (int p = 0; p < CPL; p++) /* the router rows are weights: their loads fly while the previous kernel ends */
 			rw[p] = cu_qload<TYPE>(R, row, 0, e, lane + 32 * p);
+	float sg[MOE_SG_PER];
+	if (sgb)
+#pragma unroll
+		for (int k = 0; k < MOE_SG_PER; k++) {
+			int i = threadIdx.x + k * blockDim.x;
+			sg[k] = i < E ? sgw[i] : 0.0f;
+		}
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* one wave of blocks: the next kernel may take the other SMs now */
 	for (int t = 0; t < d.T; t++)
@@ -370,13 +382,20 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 			if (lane == 0)
 				logits[(size_t)t * d.ne + e] = v;
 		}
-	} else if (e == d.ne && sgw) { /* one more warp: the shared expert's gate, h · sh_gate_inp */
+	} else if (sgb) {
 		for (int t = 0; t < d.T; t++) {
+			const float *ht = hs + t * E;
 			float v = 0;
-			for (int i = lane; i < E; i += 32)
-				v += hs[t * E + cu_qpos<TYPE>(i)] * sgw[i];
-			v = cu_warp_sum(v);
-			if (lane == 0)
+#pragma unroll
+			for (int k = 0; k < MOE_SG_PER; k++) {
+				int i = threadIdx.x + k * blockDim.x;
+				if (i < E)
+					v += ht[cu_qpos<TYPE>(i)] * sg[k];
+			}
+			for (int i = threadIdx.x + MOE_SG_PER * blockDim.x; i < E; i += blockDim.x)
+				v += ht[cu_qpos<TYPE>(i)] * sgw[i];
+			v = cu_block_sum(v, red);
+			if (threadIdx.x == 0)
 				sgate[t] = cu_sigmoid(v);
 		}
 	}
@@ -1494,7 +1513,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		d.pick = d.ne <= 32 * MOE_WARP_TOPK;
 		moe_route_args ra = {d, a->x, (const float *)a->norm_w->dev, a->eps, a->plus_one, cu_wd_weight(a->router), sgw,
 				     h, logits, sel, wt, sgate, cb->counters};
-		unsigned nb = cu_blocks((size_t)d.ne + (sgw ? 1 : 0), MOE_WARPS); /* (+ the shared gate's warp) */
+		unsigned nb = cu_blocks((size_t)d.ne, MOE_WARPS) + (sgw ? 1 : 0); /* (+ the shared gate's block) */
 		if (rtype == TOAST_DT_BF16)
 			moe_route<TOAST_DT_BF16>(cb, ra, nb, route_smem);
 		else if (rtype == TOAST_DT_MLX8)
