@@ -858,6 +858,15 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 		L[0] = load(warp);
 	if (warp + MK_WARPS < units)
 		L[1] = load(warp + MK_WARPS);
+	/* x, the residual this block adds to, is read before the wait too when this is the op's first
+	 * down launch: gate/up, the kernel before it, writes only act and lets this kernel start only
+	 * after its own wait returned, so x's last writer (the projection before the router) has
+	 * completed (a later launch would follow one that adds to x). Its round trip was at the
+	 * kernel's end. */
+	float xr = 0.0f;
+	bool pre = slot0 == 0 && threadIdx.x < 16 && r0 + threadIdx.x < E;
+	if (pre)
+		xr = __ldcg(x + (size_t)t * E + r0 + threadIdx.x);
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
 	moe_k4_stage<TYPE>(act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d.Fmax, nslot, F, xs, xsum);
@@ -884,7 +893,9 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	moe_k4_part(part + 16 * warp, acc, lane);
 	__syncthreads();
 	cu_tl_mark(2); /* every warp's */
-	if (threadIdx.x < 16 && r0 + threadIdx.x < E)
+	if (pre)
+		x[(size_t)t * E + r0 + threadIdx.x] = xr + moe_k4_sum(part, threadIdx.x, 0, MK_WARPS);
+	else if (threadIdx.x < 16 && r0 + threadIdx.x < E)
 		x[(size_t)t * E + r0 + threadIdx.x] += moe_k4_sum(part, threadIdx.x, 0, MK_WARPS);
 }
 
