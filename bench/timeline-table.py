@@ -18,7 +18,8 @@ times in us from the end of the kernel before (prev_end), averaged per kernel ov
   sms      the SMs its blocks ran on
 
 Then, for kernels with marks (cu_tl_mark(i): a point inside the kernel, noted by thread 0), the
-median and the last block's mark i - prev_end, per mark (mN/50, mN/100).
+median and the last block's mark i - prev_end, per mark (mN/50, mN/100); and the three block
+indices whose last mark lies furthest past the launch's median one (medians over the launches).
 
 The two clocks differ by a constant: the smallest t_in - start of any kernel is taken as zero.
 """
@@ -38,7 +39,7 @@ def main():
     blocks = defaultdict(list)
     for r in csv.DictReader(open(sys.argv[2])):
         marks = tuple(int(r.get(f"mark{i}") or 0) for i in range(NMARK))
-        blocks[int(r["grid"])].append((int(r["t_in"]), int(r["t_out"]), int(r["smid"]), marks))
+        blocks[int(r["grid"])].append((int(r["t_in"]), int(r["t_out"]), int(r["smid"]), marks, int(r["block"])))
     # CUPTI's grid id is a graph node's, the same in every replay: the replay noted is the one
     # whose kernels all lie one same offset from the block times (the two clocks differ by a
     # constant); that offset is taken as the smallest t_in - start of any kernel
@@ -64,10 +65,11 @@ def main():
         return 1
     _, off, graph, step = best
     for g in blocks:
-        blocks[g] = [(a - off, b - off, c, tuple(x - off if x else None for x in m)) for a, b, c, m in blocks[g]]
+        blocks[g] = [(a - off, b - off, c, tuple(x - off if x else None for x in m), i) for a, b, c, m, i in blocks[g]]
     print(f"graph {graph}: a replay of {len(step)} kernels, {sum(k[4] in blocks for k in step)} with block "
           f"records, step {(step[-1][1] - step[0][0]) / 1e3:.1f} us (clock offset {off / 1e3:.2f} us)")
     agg = defaultdict(lambda: defaultdict(list))
+    late = defaultdict(lambda: defaultdict(list))  # (kernel, grid) -> block -> its last mark - the launch's median
     pos = []
     for i, (st, en, name, grid, g) in enumerate(step):
         if i == 0:
@@ -88,6 +90,11 @@ def main():
                 if ts:
                     row[f"m{m}/50"] = (ts[len(ts) // 2] - prev) / 1e3
                     row[f"m{m}/100"] = (ts[-1] - prev) / 1e3
+            last = [(max(t for t in x[3] if t is not None), x[4]) for x in b if any(t is not None for t in x[3])]
+            if last:
+                med = statistics.median(t for t, _ in last)
+                for t, i in last:
+                    late[(name, grid)][i].append((t - med) / 1e3)
         for k, v in row.items():
             agg[name][k].append(v)
         pos.append((i, name, grid, row))
@@ -104,6 +111,14 @@ def main():
         for name, d in marked:
             vals = [f"{statistics.mean(d[c]):7.2f}" if d.get(c) else f"{'':>7}" for c in ["rel100"] + mcols]
             print(f"  {name:<30} {len(d['share']):>3} " + " ".join(vals))
+    # the blocks that end last launch after launch (by their last mark): a straggler sets a
+    # kernel's end (the router's shared-gate block did, docs/PERF.md)
+    if late:
+        print(f"\n  {'latest blocks (last mark - median)':<30} {'grid':>5}  " + "  ".join(["block: us"] * 3))
+        for name, d in order:
+            for (n, grid) in sorted(k for k in late if k[0] == name):
+                top = sorted(((statistics.median(v), i) for i, v in late[(n, grid)].items()), reverse=True)[:3]
+                print(f"  {name:<30} {grid:>5}  " + "  ".join(f"{i:>5}: {t:5.2f}" for t, i in top))
     if len(sys.argv) > 3:
         with open(sys.argv[3], "w") as f:
             for i, name, grid, row in pos:
