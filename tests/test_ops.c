@@ -994,6 +994,10 @@ static void test_backend(struct ctx *c)
 	test_moe(c, 3, 64, 512, 10, 16, 16, true, true);
 	test_moe(c, 1, 32, 500, 33, 8, 0, false, false);
 	test_moe(c, 2, 64, 600, 8, 16, 0, true, false);
+	/* a shared expert's gate over more of n_embd than the router's gate block holds in registers
+	 * (2,048 of it; the rest loaded after the wait), with experts that are not whole warps of the
+	 * router's blocks */
+	test_moe(c, 1, 2304, 12, 3, 16, 16, true, true);
 	/* tied logits, in groups of 5 or 6 and of 170 or 171 among 512 experts, of 7 or 8 among
 	 * 64: which of the tied experts run is decided by the tie rule (the lower index first) */
 	int periods[] = {100, 3, 9};
