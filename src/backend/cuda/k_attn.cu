@@ -328,8 +328,10 @@ __global__ void __launch_bounds__(128, 2)
 			gt[k] = gated && gr < R ? *(const float4 *)(q + 2 * orow(gr) + D + d0 + x % (DL / 4) * 4)
 						: make_float4(0, 0, 0, 0);
 		}
+	/* the position, uploaded before the step's first kernel, is read before the wait: after it, its
+	 * round trip came before the keys' loads, which need it */
+	int pos0 = __ldcg(step);
 	cu_pdl_wait();
-	int pos0 = step[0];
 	int L = pos0 + min(T - 1, (r0 + ROWS - 1) / n_rep) + 1; /* keys the block's last row sees */
 	int chunk = (L + n_split - 1) / n_split;
 	int j0 = split * chunk, j1 = min(L, j0 + chunk);

@@ -191,6 +191,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		dtbv = dtb[h];
 		An = a_neg_exp ? A[h] : -expf(A[h]);
 	}
+	int pos = __ldcg(step); /* uploaded before the step's first kernel; the conv state's slot */
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* a block per value head: one wave */
 	/* what the previous kernel wrote, all loads issued together: the gates' inputs, the output
@@ -212,7 +213,6 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	};
 	if (tid < dv)
 		zpre = zval(tid);
-	int pos = step[0];
 	size_t slot = (size_t)(K - 1) * g.conv_dim;
 	const float *st = conv_state + (pos & 1) * slot;
 	float *sn = conv_state + ((pos + 1) & 1) * slot;
