@@ -192,6 +192,15 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		An = a_neg_exp ? A[h] : -expf(A[h]);
 	}
 	int pos = __ldcg(step); /* uploaded before the step's first kernel; the conv state's slot */
+	size_t slot = (size_t)(K - 1) * g.conv_dim;
+	const float *st = conv_state + (pos & 1) * slot;
+	float *sn = conv_state + ((pos + 1) & 1) * slot;
+	/* and the conv history of the thread's first channel: this kernel wrote it, a step ago */
+	float hist[GDN_DEC_TAPS - 1];
+	if (taps)
+#pragma unroll
+		for (int j = 0; j < GDN_DEC_TAPS - 1; j++)
+			hist[j] = st[(size_t)j * g.conv_dim + chan(tid)];
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* a block per value head: one wave */
 	/* what the previous kernel wrote, all loads issued together: the gates' inputs, the output
@@ -213,18 +222,16 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	};
 	if (tid < dv)
 		zpre = zval(tid);
-	size_t slot = (size_t)(K - 1) * g.conv_dim;
-	const float *st = conv_state + (pos & 1) * slot;
-	float *sn = conv_state + ((pos + 1) & 1) * slot;
 	bool own_qk = gdn_first_of_kh(g, h);
 	for (int cl = tid; cl < 2 * dk + dv; cl += blockDim.x) {
 		int c = chan(cl);
 		float x = qkv[gdn_chan(g, c)], acc;
-		if (taps && cl == tid) {
+		bool mine = taps && cl == tid;
+		if (mine) {
 			acc = tap[GDN_DEC_TAPS - 1] * x;
 #pragma unroll
 			for (int j = 0; j < GDN_DEC_TAPS - 1; j++)
-				acc += tap[j] * st[(size_t)j * g.conv_dim + c];
+				acc += tap[j] * hist[j];
 		} else {
 			acc = cu_ldw(cw, cwt, (size_t)c * K + K - 1) * x;
 			for (int j = 0; j < K - 1; j++)
@@ -232,8 +239,13 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		}
 		sm[cl] = cu_silu(acc);
 		if (cl >= 2 * dk || own_qk) {
-			for (int j = 0; j < K - 2; j++)
-				sn[(size_t)j * g.conv_dim + c] = st[(size_t)(j + 1) * g.conv_dim + c];
+			if (mine)
+#pragma unroll
+				for (int j = 0; j < GDN_DEC_TAPS - 2; j++)
+					sn[(size_t)j * g.conv_dim + c] = hist[j + 1];
+			else
+				for (int j = 0; j < K - 2; j++)
+					sn[(size_t)j * g.conv_dim + c] = st[(size_t)(j + 1) * g.conv_dim + c];
 			sn[(size_t)(K - 2) * g.conv_dim + c] = x;
 		}
 	}
