@@ -970,6 +970,10 @@ static void test_backend(struct ctx *c)
 	test_gdn(c, grouped, p2, 1);
 	test_gdn(c, grouped, p3, 3);
 	test_gdn(c, odd, p4, 4);
+	/* the decode kernel's other register layouts: key heads of 64 and 256 */
+	struct gdn_shape k64 = {2, 4, 64, 64, 4, false, false}, k256 = {1, 2, 256, 32, 4, true, false};
+	test_gdn(c, k64, p3, 3);
+	test_gdn(c, k256, p1, 3);
 	test_gdn(c, big, p5, 1);
 	test_gdn(c, big, p1, 3);
 	/* the CUDA fast path (d_k 128, d_v a multiple of 32): two blocks of state rows, many chunks
