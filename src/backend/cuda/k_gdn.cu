@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 #pragma unroll
 		for (int j = 0; j < GDN_DEC_TAPS; j++)
 			tap[j] = cu_ldw(cw, cwt, (size_t)chan(tid) * GDN_DEC_TAPS + j);
-	float dtbv = 0, An = 0;
+	float dtbv = 0, An = 0, nwv = tid < dv ? nw[tid] : 0.0f; /* (nwv: the output norm's weight) */
 	if (tid == 0) {
 		dtbv = dtb[h];
 		An = a_neg_exp ? A[h] : -expf(A[h]);
@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	float rr = rsqrtf(ss / dv + eps);
 	for (int j = tid; j < dv; j += blockDim.x) {
 		float zv = j == tid ? zpre : zval(j);
-		out[(size_t)h * dv + j] = __float2bfloat16(os[j] * rr * nw[j] * cu_silu(zv));
+		out[(size_t)h * dv + j] = __float2bfloat16(os[j] * rr * (j == tid ? nwv : nw[j]) * cu_silu(zv));
 	}
 }
 
