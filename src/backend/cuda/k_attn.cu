@@ -720,13 +720,13 @@ static void attn_mma_d(struct cuda_backend *cb, const struct toast_attn_args *a,
 	cu_launched(cb, "attention (tensor cores)");
 }
 
-/* decode in one split writes the output itself (64 dims a block), with more splits partials for
- * the combine; prefill partials */
+/* decode in one split (one) writes the output itself (64 dims a block; part is NULL), with more
+ * splits partials for the combine; prefill partials */
 template <int D>
 static void attn_mma_kw(struct cuda_backend *cb, const struct toast_attn_args *a, const float *qf, float *part,
-			int n_split)
+			int n_split, bool one)
 {
-	if (a->T == 1 && n_split == 1)
+	if (one)
 		attn_mma_d<D, 4, true>(cb, a, qf, part, n_split);
 	else if (a->T == 1)
 		attn_mma_d<D, 4, false>(cb, a, qf, part, n_split);
@@ -800,11 +800,11 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	if (!attn_mma_fits(a))
 		attn_tile(cb, a, qf, part, n_split);
 	else if (hd == 64)
-		attn_mma_kw<64>(cb, a, qf, part, n_split);
+		attn_mma_kw<64>(cb, a, qf, part, n_split, one);
 	else if (hd == 128)
-		attn_mma_kw<128>(cb, a, qf, part, n_split);
+		attn_mma_kw<128>(cb, a, qf, part, n_split, one);
 	else
-		attn_mma_kw<256>(cb, a, qf, part, n_split);
+		attn_mma_kw<256>(cb, a, qf, part, n_split, one);
 	if (cb->failed || one)
 		return;
 	/* decode: 32 dims a block, a warp a group of splits; prefill: whole heads (thousands of rows

@@ -863,10 +863,8 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	 * after its own wait returned, so x's last writer (the projection before the router) has
 	 * completed (a later launch would follow one that adds to x). Its round trip was at the
 	 * kernel's end. */
-	float xr = 0.0f;
-	bool pre = slot0 == 0 && threadIdx.x < 16 && r0 + threadIdx.x < E;
-	if (pre)
-		xr = __ldcg(x + (size_t)t * E + r0 + threadIdx.x);
+	bool mine = threadIdx.x < 16 && r0 + threadIdx.x < E, pre = mine && slot0 == 0; /* (mine: an output row) */
+	float *xo = x + (size_t)t * E + r0 + threadIdx.x, xr = pre ? __ldcg(xo) : 0.0f;
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
 	moe_k4_stage<TYPE>(act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d.Fmax, nslot, F, xs, xsum);
@@ -893,10 +891,8 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	moe_k4_part(part + 16 * warp, acc, lane);
 	__syncthreads();
 	cu_tl_mark(2); /* every warp's */
-	if (pre)
-		x[(size_t)t * E + r0 + threadIdx.x] = xr + moe_k4_sum(part, threadIdx.x, 0, MK_WARPS);
-	else if (threadIdx.x < 16 && r0 + threadIdx.x < E)
-		x[(size_t)t * E + r0 + threadIdx.x] += moe_k4_sum(part, threadIdx.x, 0, MK_WARPS);
+	if (mine)
+		*xo = (pre ? xr : *xo) + moe_k4_sum(part, threadIdx.x, 0, MK_WARPS);
 }
 
 static size_t moe_k4_down_smem(const moe_dims &d, int nslot, int sub)
