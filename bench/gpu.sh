@@ -2,7 +2,7 @@
 # One GPU session's work in one call: correctness of every CUDA op and model against the CPU
 # oracle, then timing. Run on the device machine from the repository root, with carry/gpu
 # (made here by tools/gpu-bundle.sh) carried. Full logs go to $OUT; a short table is printed last.
-# Usage: bench/gpu.sh [quick|full|perf|cache|quant|ab|probe]   (cache: only the session cache's checks and benchmark)
+# Usage: bench/gpu.sh [quick|full|perf|cache|quant|ab|pab|probe]   (cache: only the session cache's checks and benchmark)
 #   probe: bench/decode_probe.cu, what a chain of dependent GEMVs costs by way of running it
 #   quant: quantised weights (issue 7): test_ops (every op, every weight type, against the
 #   reference), the op timings with 4-bit weights, and the whole Qwen3-Next-80B-A3B (48 layers)
@@ -86,6 +86,43 @@ if [ "$MODE" = ab ]; then
 		grep -A12 "^graph" "$OUT/trace-$v.log"
 	done
 	[ "${AB_NCU:-0}" = 1 ] && command -v ncu >/dev/null && timeout 300 bash bench/ncu-decode.sh q4_k
+	echo
+	echo "==== summary ===="
+	printf '%s\n' "${summary[@]}"
+	exit 0
+fi
+# pab: the prefill side of ab: test_ops, then the 17K prompt (the bf16 slice at its default pass,
+# Q4_K in passes of 4,096 and in one) by every binary in turn, AB_ROUNDS rounds, and each
+# binary's per-kernel profile of a 4,096-token pass of the bf16 slice
+if [ "$MODE" = pab ]; then
+	olds=()
+	for f in carry/gpu/ab/*.xz; do
+		[ -e "$f" ] || continue
+		n=$(basename "$f" .xz)
+		python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f" >$B/$n
+		chmod +x $B/$n
+		olds+=("$n")
+	done
+	timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
+	summary+=("test_ops: rc=$? $(grep -c 'failed' "$OUT/test_ops.log") failures, $(tail -1 "$OUT/test_ops.log")")
+	grep -E "failed" "$OUT/test_ops.log" | head -20
+	timeout 240 $B/test_ops --perf >"$OUT/ops-perf.log" 2>&1
+	grep -h "gdn prefill" "$OUT/ops-perf.log"
+	for r in $(seq ${AB_ROUNDS:-2}); do
+		for v in "${olds[@]}" toasted; do
+			for t in "--layers 12" "--type q4_k --chunk 4096" "--type q4_k --chunk 32768"; do
+				timeout 200 $B/$v bench --synthetic qwen3-next-80b-a3b $t --backend cuda --prompt 17408 --ctx 0 \
+					--decode 1 >"$OUT/ab.tmp" 2>&1
+				summary+=("round $r $v $t: $(awk '/^prefill/ {printf "%s ms, %s x GEMM", $4, $7}' "$OUT/ab.tmp")")
+			done
+		done
+	done
+	rm -f "$OUT/ab.tmp"
+	for v in "${olds[@]}" toasted; do
+		echo "== profile of $v"
+		TOASTED_CUDA_PROFILE=1 timeout 200 $B/$v bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda \
+			--chunk 4096 --prompt 4096 --ctx 0 --decode 1 2>&1 | grep -A40 "cuda profile" | tee "$OUT/profile-$v.txt" | head -24
+	done
 	echo
 	echo "==== summary ===="
 	printf '%s\n' "${summary[@]}"

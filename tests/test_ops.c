@@ -636,8 +636,11 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 		for (int j = 0; j < dv; j++)
 			for (int i = 0; i < dk; i++)
 				sref[((size_t)h * dv + j) * dk + i] = S[((size_t)h * dk + i) * dv + j];
+	/* the state is f32 on every backend (no 16-bit rounding on its path), so it is held to f32's
+	 * accuracy and not to the activations' tolerance */
 	e = relerr(st, sref, (size_t)nv * dv * dk);
-	CHECK(e < c->tol * 3, "%s gdn state T %s: error %.3g", c->name, pdesc, e);
+	CHECK(e < (c->tol * 3 < 1e-4 ? c->tol * 3 : 1e-4), "%s gdn state nk %d nv %d dk %d dv %d T %s: error %.3g",
+	      c->name, nk, nv, dk, dv, pdesc, e);
 	be->ops->release(be, conv), be->ops->release(be, ssm);
 	free(st), free(sref), free(xin), free(z), free(b), free(av), free(out), free(S), free(ref), free(cv), free(o);
 	freew(&cw), freew(&Al), freew(&dt), freew(&nw);

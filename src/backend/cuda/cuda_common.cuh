@@ -369,6 +369,27 @@ __device__ __forceinline__ void cu_mma_bf16(float *d, const unsigned *a, unsigne
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* mma.m16n8k8 with tf32 operands, lane l (g = l / 4, t = l % 4): A (16 x 8, row-major) a0 = A[g][t],
+ * a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]; B (8 x 8, k x n) b0 = B[t][g], b1 = B[t+4][g];
+ * C as for cu_mma_bf16. */
+__device__ __forceinline__ void cu_mma_tf32(float *d, const unsigned *a, unsigned b0, unsigned b1)
+{
+	asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	    "{%0,%1,%2,%3};\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* x as two tf32s, hi + lo: hi is x's top 19 bits (sign, exponent, 10 bits of mantissa; exact) and
+ * lo = x - hi (exact in f32), of which the tensor core reads the top 19 bits, so the pair holds x
+ * to ~2^-20 of it. A product of two such pairs taken as lo*hi + hi*lo + hi*hi (lo*lo is below
+ * that) keeps f32's accuracy on tensor cores (the state-pass test holds it to 1e-4). */
+__device__ __forceinline__ void cu_tf32_split(float x, unsigned &hi, unsigned &lo)
+{
+	hi = __float_as_uint(x) & 0xffffe000u;
+	lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
 /* a shared-memory pointer as the 32-bit address ldmatrix and cp.async take */
 __device__ __forceinline__ unsigned cu_smem_addr(const void *p)
 {

@@ -7,8 +7,9 @@
  * key dims contiguous), so blocks own (value head, 32 rows): that fills the GPU at decode.
  * Value head h reads key head gdn_kh(): h / (n_v/n_k), or h % n_k when the heads are tiled.
  * Decode (T == 1) runs the token recurrence, one warp per row; prefill runs the chunked form
- * (docs/qwen3next-spec.md §4.1) with a chunk in shared memory, all in f32: register-tiled
- * kernels for d_k 128 and d_v a multiple of 32 (Qwen3-Next), simple ones for other head dims.
+ * (docs/qwen3next-spec.md §4.1) with a chunk in shared memory, all to f32's accuracy: for d_k 128
+ * and d_v a multiple of 32 (Qwen3-Next) a register-tiled chunk pass and a state pass on tensor
+ * cores (tf32 pairs), simple kernels for other head dims.
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -525,10 +526,13 @@ __global__ void k_gdn_state(gdn_dims g, gdn_chunks ch, const float *conv, float 
 #define GDN_FPP (GDN_FC + 4)  /* padded row of a chunk-by-chunk matrix */
 #define GDN_FTHREADS 256
 /* shared memory of k_gdn_intra_f (K, Q, A, beta, beta e^gam, gam) and k_gdn_state_f (K, Q, W,
- * S, P, U, V' decayed, gam) */
+ * S as tf32 pairs, P, U, V' decayed, gam) */
 #define GDN_FSMEM1 ((2 * GDN_FC * GDN_FKP + GDN_FC * GDN_FPP + 3 * GDN_FC) * sizeof(float))
+#define GDN_FKK (GDN_FDK + 8) /* K's rows in the state pass, read down a column: 8 banks apart */
+#define GDN_FUP (GDN_ROWS + 8) /* U's and V's rows in the state pass, read down a column */
 #define GDN_FSMEM2                                                                                                  \
-	((3 * GDN_FC * GDN_FKP + GDN_ROWS * GDN_FKP + GDN_FC * GDN_FPP + 2 * GDN_FC * GDN_ROWS + GDN_FC) * sizeof(float))
+	((GDN_FC * GDN_FKK + 2 * GDN_FC * GDN_FKP + 2 * GDN_ROWS * GDN_FKP + GDN_FC * GDN_FPP + 2 * GDN_FC * GDN_FUP + \
+	  GDN_FC) * sizeof(float))
 
 __device__ __forceinline__ float4 gdn_ld4(const float *p)
 {
@@ -706,57 +710,88 @@ __device__ __forceinline__ void gdn_load_kpu(const gdn_dims &g, const gdn_chunks
 {
 	int t0 = c * GDN_FC, L = min(GDN_FC, g.T - t0);
 	size_t base = (size_t)c * g.nv + h;
-	gdn_cp_rows(Ks, GDN_FKP, conv + (size_t)t0 * g.conv_dim + g.key_dim + kh * GDN_FDK, g.conv_dim, GDN_FC, L,
+	gdn_cp_rows(Ks, GDN_FKK, conv + (size_t)t0 * g.conv_dim + g.key_dim + kh * GDN_FDK, g.conv_dim, GDN_FC, L,
 		    GDN_FDK / 4);
 	gdn_cp_rows(Ps, GDN_FPP, ch.P + base * GDN_FC * GDN_FC, GDN_FC, GDN_FC, GDN_FC, GDN_FC / 4);
-	gdn_cp_rows(Us, GDN_ROWS, ch.U + base * GDN_FC * g.dv + jb, g.dv, GDN_FC, GDN_FC, GDN_ROWS / 4);
+	gdn_cp_rows(Us, GDN_FUP, ch.U + base * GDN_FC * g.dv + jb, g.dv, GDN_FC, GDN_FC, GDN_ROWS / 4);
 	gdn_cp_rows(gam, 0, ch.gam + base * GDN_FC, 0, 1, 1, GDN_FC / 4);
 	cu_cp_commit();
 }
 
-/* pass 2, block (value head, GDN_ROWS state rows), sequential over chunks. Each product is
- * register-tiled: W S0 and Q S0 (and O) rows rg and rg + 32 by 4 columns, the state 4 rows by
- * 4 key dims, held in registers between chunks. The next chunk's Q and W load during this
- * chunk's V', O and state update, its K, P and U during its own S0 products. */
+/* the A fragment of cu_mma_tf32 at p (A[g][t] of a row-major matrix with rows `stride` apart), as
+ * tf32 pairs */
+__device__ __forceinline__ void gdn_a_split(const float *p, int stride, unsigned *hi, unsigned *lo)
+{
+	cu_tf32_split(p[0], hi[0], lo[0]);
+	cu_tf32_split(p[8 * stride], hi[1], lo[1]);
+	cu_tf32_split(p[4], hi[2], lo[2]);
+	cu_tf32_split(p[8 * stride + 4], hi[3], lo[3]);
+}
+
+/* d += A B for A and B as tf32 pairs (B's two registers b0, b1 each as hi and lo), the small
+ * terms first */
+__device__ __forceinline__ void gdn_mma3(float *d, const unsigned *ah, const unsigned *al, unsigned bh0, unsigned bh1,
+					 unsigned bl0, unsigned bl1)
+{
+	cu_mma_tf32(d, al, bh0, bh1);
+	cu_mma_tf32(d, ah, bl0, bl1);
+	cu_mma_tf32(d, ah, bh0, bh1);
+}
+
+/* pass 2, block (value head, GDN_ROWS state rows), sequential over chunks; every product on
+ * tensor cores in tf32 pairs (f32 accuracy). Warp w: W S0, Q S0, V' and O at chunk rows 16 (w % 4)..
+ * and state rows 16 (w / 4).. of the block's 32; the state update at state rows 16 (w % 2).. and
+ * key dims 32 (w / 2)..; the state stays in registers (C fragments) between chunks, and in shared
+ * memory as tf32 pairs for the next chunk's S0 products. The next chunk's Q and W load during
+ * this chunk's V', O and state update, its K, P and U during its own S0 products. */
 __global__ void __launch_bounds__(GDN_FTHREADS, 1)
 	k_gdn_state_f(gdn_dims g, gdn_chunks ch, const float *conv, float *S, float *o)
 {
 	extern __shared__ float4 smem4[];
-	float *Ks = (float *)smem4, *Qs = Ks + GDN_FC * GDN_FKP, *Ws = Qs + GDN_FC * GDN_FKP, *Ss = Ws + GDN_FC * GDN_FKP,
-	      *Ps = Ss + GDN_ROWS * GDN_FKP, *Us = Ps + GDN_FC * GDN_FPP, *Vd = Us + GDN_FC * GDN_ROWS,
-	      *gam = Vd + GDN_FC * GDN_ROWS;
+	float *Ks = (float *)smem4, *Qs = Ks + GDN_FC * GDN_FKK, *Ws = Qs + GDN_FC * GDN_FKP;
+	unsigned *Sh = (unsigned *)(Ws + GDN_FC * GDN_FKP), *Sl = Sh + GDN_ROWS * GDN_FKP;
+	float *Ps = (float *)(Sl + GDN_ROWS * GDN_FKP), *Us = Ps + GDN_FC * GDN_FPP, *Vd = Us + GDN_FC * GDN_FUP,
+	      *gam = Vd + GDN_FC * GDN_FUP;
 	int h = blockIdx.x, kh = gdn_kh(g, h), dv = g.dv, jb = blockIdx.y * GDN_ROWS;
-	int tid = threadIdx.x, w = tid >> 5, l = tid & 31;
-	int rg = (w & 1) * 16 + (l & 15), cg = (w >> 1) * 2 + (l >> 4); /* rows rg, rg + 32; columns 4 cg.. */
-	int ig = (w & 3) * 8 + (l & 7), jg = (w >> 2) * 4 + (l >> 3); /* state rows 4 jg.., key dims 4 ig.. */
+	int w = threadIdx.x >> 5, l = threadIdx.x & 31, gq = l >> 2, tq = l & 3;
+	int r0 = 16 * (w & 3) + gq, c0 = 16 * (w >> 2);	     /* rows r0, r0 + 8; columns c0 + 8 n + 2 tq (+1) */
+	int j0 = 16 * (w & 1) + gq, i0 = 32 * (w >> 1) + 2 * tq; /* state rows j0, j0 + 8; key dims i0 + 8 n (+1) */
 	float *Sg = S + ((size_t)h * dv + jb) * GDN_FDK;
 	gdn_load_qw(g, ch, conv, 0, h, kh, Qs, Ws);
 	gdn_load_kpu(g, ch, conv, 0, h, kh, jb, Ks, Ps, Us, gam);
-	float4 st[4];
+	float st[4][4]; /* S[j0 (+8)][i0 + 8 n (+1)] */
 #pragma unroll
-	for (int m = 0; m < 4; m++) {
-		st[m] = gdn_ld4(Sg + (4 * jg + m) * GDN_FDK + 4 * ig);
-		gdn_st4(Ss + (4 * jg + m) * GDN_FKP + 4 * ig, st[m]);
-	}
+	for (int n = 0; n < 4; n++)
+#pragma unroll
+		for (int m = 0; m < 2; m++) {
+			int j = j0 + 8 * m, i = i0 + 8 * n;
+			float2 v = *(const float2 *)(Sg + (size_t)j * GDN_FDK + i);
+			st[n][2 * m] = v.x, st[n][2 * m + 1] = v.y;
+			cu_tf32_split(v.x, Sh[j * GDN_FKP + i], Sl[j * GDN_FKP + i]);
+			cu_tf32_split(v.y, Sh[j * GDN_FKP + i + 1], Sl[j * GDN_FKP + i + 1]);
+		}
 	for (int c = 0; c < ch.n_chunks; c++) {
 		int t0 = c * GDN_FC, L = min(GDN_FC, g.T - t0);
 		cu_cp_wait<1>();
 		__syncthreads();
-		/* W S0 and Q S0 */
-		float ws[2][4], qs[2][4];
+		/* W S0 and Q S0: A = W or Q (chunk rows x key dims), B[i][j] = S0[j][i] */
+		float wa[2][4], qa[2][4];
 #pragma unroll
-		for (int n = 0; n < 4; n++)
-			ws[0][n] = ws[1][n] = qs[0][n] = qs[1][n] = 0.0f;
-		for (int k = 0; k < GDN_FDK; k += 4) {
-			float4 w0 = gdn_ld4(Ws + rg * GDN_FKP + k), w1 = gdn_ld4(Ws + (rg + 32) * GDN_FKP + k);
-			float4 q0 = gdn_ld4(Qs + rg * GDN_FKP + k), q1 = gdn_ld4(Qs + (rg + 32) * GDN_FKP + k);
+		for (int n = 0; n < 2; n++)
 #pragma unroll
-			for (int n = 0; n < 4; n++) {
-				float4 sv = gdn_ld4(Ss + (4 * cg + n) * GDN_FKP + k);
-				ws[0][n] = gdn_dot4(w0, sv, ws[0][n]);
-				ws[1][n] = gdn_dot4(w1, sv, ws[1][n]);
-				qs[0][n] = gdn_dot4(q0, sv, qs[0][n]);
-				qs[1][n] = gdn_dot4(q1, sv, qs[1][n]);
+			for (int e = 0; e < 4; e++)
+				wa[n][e] = qa[n][e] = 0.0f;
+#pragma unroll 4
+		for (int k = 0; k < GDN_FDK; k += 8) {
+			unsigned wh[4], wl[4], qh[4], ql[4];
+			gdn_a_split(Ws + r0 * GDN_FKP + k + tq, GDN_FKP, wh, wl);
+			gdn_a_split(Qs + r0 * GDN_FKP + k + tq, GDN_FKP, qh, ql);
+#pragma unroll
+			for (int n = 0; n < 2; n++) {
+				int b = (c0 + 8 * n + gq) * GDN_FKP + k + tq;
+				unsigned bh0 = Sh[b], bh1 = Sh[b + 4], bl0 = Sl[b], bl1 = Sl[b + 4];
+				gdn_mma3(wa[n], wh, wl, bh0, bh1, bl0, bl1);
+				gdn_mma3(qa[n], qh, ql, bh0, bh1, bl0, bl1);
 			}
 		}
 		cu_cp_wait<0>();
@@ -767,77 +802,83 @@ __global__ void __launch_bounds__(GDN_FTHREADS, 1)
 		float gl = gam[L - 1], oa[2][4];
 #pragma unroll
 		for (int m = 0; m < 2; m++) {
-			int r = rg + 32 * m;
-			float4 u = gdn_ld4(Us + r * GDN_ROWS + 4 * cg);
-			u.x -= ws[m][0], u.y -= ws[m][1], u.z -= ws[m][2], u.w -= ws[m][3];
-			gdn_st4(Us + r * GDN_ROWS + 4 * cg, u);
+			int r = r0 + 8 * m;
 			float d = expf(gl - gam[r]), eg = expf(gam[r]);
-			gdn_st4(Vd + r * GDN_ROWS + 4 * cg, make_float4(d * u.x, d * u.y, d * u.z, d * u.w));
 #pragma unroll
-			for (int n = 0; n < 4; n++)
-				oa[m][n] = eg * qs[m][n];
-		}
-		__syncthreads();
-		/* O += P V'; P is zero above the diagonal, so rows below 32 stop at column 32 */
-#pragma unroll 2
-		for (int s = 0; s < 32; s += 4) {
-			float4 p0 = gdn_ld4(Ps + rg * GDN_FPP + s), p1 = gdn_ld4(Ps + (rg + 32) * GDN_FPP + s);
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				float4 v = gdn_ld4(Us + (s + e) * GDN_ROWS + 4 * cg);
-#pragma unroll
-				for (int n = 0; n < 4; n++) {
-					oa[0][n] = fmaf(gdn_at(p0, e), gdn_at(v, n), oa[0][n]);
-					oa[1][n] = fmaf(gdn_at(p1, e), gdn_at(v, n), oa[1][n]);
-				}
+			for (int n = 0; n < 2; n++) {
+				float *u = Us + r * GDN_FUP + c0 + 8 * n + 2 * tq;
+				float2 v = make_float2(u[0] - wa[n][2 * m], u[1] - wa[n][2 * m + 1]);
+				*(float2 *)u = v;
+				*(float2 *)(Vd + (u - Us)) = make_float2(d * v.x, d * v.y);
+				oa[n][2 * m] = eg * qa[n][2 * m];
+				oa[n][2 * m + 1] = eg * qa[n][2 * m + 1];
 			}
 		}
+		__syncthreads();
+		/* O += P V'; P is zero above the diagonal, so row tile w % 4 stops at column 16 (w % 4 + 1) */
 #pragma unroll 2
-		for (int s = 32; s < GDN_FC; s += 4) {
-			float4 p1 = gdn_ld4(Ps + (rg + 32) * GDN_FPP + s);
+		for (int s = 0; s < 16 * ((w & 3) + 1); s += 8) {
+			unsigned ph[4], pl[4];
+			gdn_a_split(Ps + r0 * GDN_FPP + s + tq, GDN_FPP, ph, pl);
 #pragma unroll
-			for (int e = 0; e < 4; e++) {
-				float4 v = gdn_ld4(Us + (s + e) * GDN_ROWS + 4 * cg);
-#pragma unroll
-				for (int n = 0; n < 4; n++)
-					oa[1][n] = fmaf(gdn_at(p1, e), gdn_at(v, n), oa[1][n]);
+			for (int n = 0; n < 2; n++) {
+				unsigned bh0, bh1, bl0, bl1;
+				cu_tf32_split(Us[(s + tq) * GDN_FUP + c0 + 8 * n + gq], bh0, bl0);
+				cu_tf32_split(Us[(s + tq + 4) * GDN_FUP + c0 + 8 * n + gq], bh1, bl1);
+				gdn_mma3(oa[n], ph, pl, bh0, bh1, bl0, bl1);
 			}
 		}
 #pragma unroll
 		for (int m = 0; m < 2; m++) {
-			int r = rg + 32 * m;
+			int r = r0 + 8 * m;
 			if (r < L)
-				gdn_st4(o + ((size_t)(t0 + r) * g.nv + h) * dv + jb + 4 * cg,
-					make_float4(oa[m][0], oa[m][1], oa[m][2], oa[m][3]));
+#pragma unroll
+				for (int n = 0; n < 2; n++)
+					*(float2 *)(o + ((size_t)(t0 + r) * g.nv + h) * dv + jb + c0 + 8 * n + 2 * tq) =
+						make_float2(oa[n][2 * m], oa[n][2 * m + 1]);
 		}
-		/* S = e^gam_L S0 + sum_s (V'_s e^(gam_L - gam_s)) k_s^T */
-		float egl = expf(gl), sa[4][4];
+		/* S = e^gam_L S0 + sum_s (V'_s e^(gam_L - gam_s)) k_s^T: A[j][s] = V'd[s][j], B = K */
+		float egl = expf(gl);
 #pragma unroll
-		for (int m = 0; m < 4; m++)
+		for (int n = 0; n < 4; n++)
 #pragma unroll
-			for (int n = 0; n < 4; n++)
-				sa[m][n] = egl * gdn_at(st[m], n);
-#pragma unroll 4
-		for (int s = 0; s < GDN_FC; s++) {
-			float4 vd = gdn_ld4(Vd + s * GDN_ROWS + 4 * jg), kk = gdn_ld4(Ks + s * GDN_FKP + 4 * ig);
+			for (int e = 0; e < 4; e++)
+				st[n][e] *= egl;
+#pragma unroll 2
+		for (int s = 0; s < GDN_FC; s += 8) {
+			unsigned vh[4], vl[4];
+			const float *va = Vd + (s + tq) * GDN_FUP + j0;
+			cu_tf32_split(va[0], vh[0], vl[0]);
+			cu_tf32_split(va[8], vh[1], vl[1]);
+			cu_tf32_split(va[4 * GDN_FUP], vh[2], vl[2]);
+			cu_tf32_split(va[4 * GDN_FUP + 8], vh[3], vl[3]);
 #pragma unroll
-			for (int m = 0; m < 4; m++)
-#pragma unroll
-				for (int n = 0; n < 4; n++)
-					sa[m][n] = fmaf(gdn_at(vd, m), gdn_at(kk, n), sa[m][n]);
+			for (int n = 0; n < 4; n++) {
+				unsigned bh0, bh1, bl0, bl1;
+				const float *kb = Ks + (s + tq) * GDN_FKK + i0 - 2 * tq + 8 * n + gq;
+				cu_tf32_split(kb[0], bh0, bl0);
+				cu_tf32_split(kb[4 * GDN_FKK], bh1, bl1);
+				gdn_mma3(st[n], vh, vl, bh0, bh1, bl0, bl1);
+			}
 		}
 #pragma unroll
-		for (int m = 0; m < 4; m++) {
-			st[m] = make_float4(sa[m][0], sa[m][1], sa[m][2], sa[m][3]);
-			gdn_st4(Ss + (4 * jg + m) * GDN_FKP + 4 * ig, st[m]);
-		}
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int m = 0; m < 2; m++) {
+				int b = (j0 + 8 * m) * GDN_FKP + i0 + 8 * n;
+				cu_tf32_split(st[n][2 * m], Sh[b], Sl[b]);
+				cu_tf32_split(st[n][2 * m + 1], Sh[b + 1], Sl[b + 1]);
+			}
 		__syncthreads();
 		if (c + 1 < ch.n_chunks)
 			gdn_load_kpu(g, ch, conv, c + 1, h, kh, jb, Ks, Ps, Us, gam);
 	}
 #pragma unroll
-	for (int m = 0; m < 4; m++)
-		gdn_st4(Sg + (4 * jg + m) * GDN_FDK + 4 * ig, st[m]);
+	for (int n = 0; n < 4; n++)
+#pragma unroll
+		for (int m = 0; m < 2; m++)
+			*(float2 *)(Sg + (size_t)(j0 + 8 * m) * GDN_FDK + i0 + 8 * n) =
+				make_float2(st[n][2 * m], st[n][2 * m + 1]);
 }
 
 /* out = RMSNorm(o) * w * SiLU(z), one warp per (token, value head): no block barriers */
