@@ -381,7 +381,7 @@ __device__ __forceinline__ void cu_mma_tf32(float *d, const unsigned *a, unsigne
 }
 
 /* x as two tf32s, hi + lo: hi is x's top 19 bits (sign, exponent, 10 bits of mantissa; exact) and
- * lo = x - hi (exact in f32), of which the tensor core reads the top 19 bits, so the pair holds x
+ * lo = x - hi (exact in f32), of which the tensor core takes 19 bits (a tf32), so the pair holds x
  * to ~2^-20 of it. A product of two such pairs taken as lo*hi + hi*lo + hi*hi (lo*lo is below
  * that) keeps f32's accuracy on tensor cores (the state-pass test holds it to 1e-4). */
 __device__ __forceinline__ void cu_tf32_split(float x, unsigned &hi, unsigned &lo)
