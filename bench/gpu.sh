@@ -42,14 +42,8 @@ if [ "$MODE" = cache ]; then
 	printf '%s\n' "${summary[@]}"
 	exit 0
 fi
-# ab: a kernel change against the binaries before it (carry/gpu/ab/NAME.xz, put there by hand,
-# e.g. toasted-old.xz: an sm_90a build of the older commit, strip, xz -9e; ~4 MB each):
-# test_ops, then decode of the 48-layer Q4_K and MLX4 models and the bf16 slice by every binary
-# in turn (same machine; AB_MODELS="--type q4_k,--layers 12": a comma-separated list;
-# AB_ROUNDS, default 2; AB_ENVS="VAR=1,VAR=2": settings the new binary also runs under), then
-# the decode timeline of each (bench/trace-decode.sh, of --type AB_TRACE_TYPE, default q4_k).
-# AB_PERF=1: the op timings too; AB_NCU=1: Nsight Compute on one DeltaNet layer.
-if [ "$MODE" = ab ]; then
+# the older binaries of carry/gpu/ab (NAME.xz) unpacked beside toasted; their names in olds
+unpack_olds() {
 	olds=()
 	for f in carry/gpu/ab/*.xz; do
 		[ -e "$f" ] || continue
@@ -58,6 +52,16 @@ if [ "$MODE" = ab ]; then
 		chmod +x $B/$n
 		olds+=("$n")
 	done
+}
+# ab: a kernel change against the binaries before it (carry/gpu/ab/NAME.xz, put there by hand,
+# e.g. toasted-old.xz: an sm_90a build of the older commit, strip, xz -9e; ~4 MB each):
+# test_ops, then decode of the 48-layer Q4_K and MLX4 models and the bf16 slice by every binary
+# in turn (same machine; AB_MODELS="--type q4_k,--layers 12": a comma-separated list;
+# AB_ROUNDS, default 2; AB_ENVS="VAR=1,VAR=2": settings the new binary also runs under), then
+# the decode timeline of each (bench/trace-decode.sh, of --type AB_TRACE_TYPE, default q4_k).
+# AB_PERF=1: the op timings too; AB_NCU=1: Nsight Compute on one DeltaNet layer.
+if [ "$MODE" = ab ]; then
+	unpack_olds
 	timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
 	summary+=("test_ops: rc=$? $(grep -c 'failed' "$OUT/test_ops.log") failures, $(tail -1 "$OUT/test_ops.log")")
 	grep -E "failed" "$OUT/test_ops.log" | head -20
@@ -95,14 +99,7 @@ fi
 # Q4_K in passes of 4,096 and in one) by every binary in turn, AB_ROUNDS rounds, and each
 # binary's per-kernel profile of a 4,096-token pass of the bf16 slice
 if [ "$MODE" = pab ]; then
-	olds=()
-	for f in carry/gpu/ab/*.xz; do
-		[ -e "$f" ] || continue
-		n=$(basename "$f" .xz)
-		python3 -c 'import lzma, sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f" >$B/$n
-		chmod +x $B/$n
-		olds+=("$n")
-	done
+	unpack_olds
 	timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
 	summary+=("test_ops: rc=$? $(grep -c 'failed' "$OUT/test_ops.log") failures, $(tail -1 "$OUT/test_ops.log")")
 	grep -E "failed" "$OUT/test_ops.log" | head -20

@@ -760,16 +760,24 @@ __global__ void __launch_bounds__(GDN_FTHREADS, 1)
 	gdn_load_qw(g, ch, conv, 0, h, kh, Qs, Ws);
 	gdn_load_kpu(g, ch, conv, 0, h, kh, jb, Ks, Ps, Us, gam);
 	float st[4][4]; /* S[j0 (+8)][i0 + 8 n (+1)] */
+	auto stash = [&]() { /* the state into shared memory as tf32 pairs */
+#pragma unroll
+		for (int n = 0; n < 4; n++)
+#pragma unroll
+			for (int m = 0; m < 2; m++) {
+				int b = (j0 + 8 * m) * GDN_FKP + i0 + 8 * n;
+				cu_tf32_split(st[n][2 * m], Sh[b], Sl[b]);
+				cu_tf32_split(st[n][2 * m + 1], Sh[b + 1], Sl[b + 1]);
+			}
+	};
 #pragma unroll
 	for (int n = 0; n < 4; n++)
 #pragma unroll
 		for (int m = 0; m < 2; m++) {
-			int j = j0 + 8 * m, i = i0 + 8 * n;
-			float2 v = *(const float2 *)(Sg + (size_t)j * GDN_FDK + i);
+			float2 v = *(const float2 *)(Sg + (size_t)(j0 + 8 * m) * GDN_FDK + i0 + 8 * n);
 			st[n][2 * m] = v.x, st[n][2 * m + 1] = v.y;
-			cu_tf32_split(v.x, Sh[j * GDN_FKP + i], Sl[j * GDN_FKP + i]);
-			cu_tf32_split(v.y, Sh[j * GDN_FKP + i + 1], Sl[j * GDN_FKP + i + 1]);
 		}
+	stash();
 	for (int c = 0; c < ch.n_chunks; c++) {
 		int t0 = c * GDN_FC, L = min(GDN_FC, g.T - t0);
 		cu_cp_wait<1>();
@@ -861,14 +869,7 @@ __global__ void __launch_bounds__(GDN_FTHREADS, 1)
 				gdn_mma3(st[n], vh, vl, bh0, bh1, bl0, bl1);
 			}
 		}
-#pragma unroll
-		for (int n = 0; n < 4; n++)
-#pragma unroll
-			for (int m = 0; m < 2; m++) {
-				int b = (j0 + 8 * m) * GDN_FKP + i0 + 8 * n;
-				cu_tf32_split(st[n][2 * m], Sh[b], Sl[b]);
-				cu_tf32_split(st[n][2 * m + 1], Sh[b + 1], Sl[b + 1]);
-			}
+		stash();
 		__syncthreads();
 		if (c + 1 < ch.n_chunks)
 			gdn_load_kpu(g, ch, conv, c + 1, h, kh, jb, Ks, Ps, Us, gam);
