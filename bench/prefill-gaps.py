@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Where a prefill pass's wall time goes by the GPU's own clock: the kernels outside graphs in a
-CUPTI trace (bench/cupti_trace.c) split into runs at each embedding kernel or idle stretch of over
-2 ms (a run is one pass of a prompt), and for the longest run: wall time, time with no kernel running, the largest gaps (with
-the kernels on either side) and busy time per kernel. Usage: prefill-gaps.py trace.csv"""
+CUPTI trace (bench/cupti_trace.c) split into runs at each embedding kernel or idle stretch of
+over 2 ms (a run is one pass of a prompt), and for the longest run: wall time, time with no
+kernel running, the largest gaps (with the kernels on either side) and busy time per kernel.
+Usage: prefill-gaps.py trace.csv"""
 import collections
 import re
 import sys
@@ -27,17 +28,23 @@ runs, cur, end = [], [], 0
 for r in rows:
     if cur and (r[0] - end > 2_000_000 or r[2].startswith("k_embed")):
         runs.append(cur)
-        cur = []
+        cur, end = [], 0
     cur.append(r)
-    end = max(end, r[1]) if cur[:-1] else r[1]
+    end = max(end, r[1])
 if cur:
     runs.append(cur)
+
+
+def span(run):
+    return max(k[1] for k in run) - run[0][0]
+
+
 for i, run in enumerate(runs):
-    print(f"run {i}: {len(run)} kernels, {(run[-1][1] - run[0][0]) / 1e6:.2f} ms")
+    print(f"run {i}: {len(run)} kernels, {span(run) / 1e6:.2f} ms")
 # the longest pass (not the synthetic weights' generation, which runs before any embedding)
 passes = [r for r in runs if not any(k[2].startswith(("k_q_synth", "k_fill_synthetic")) for k in r)]
-run = max(passes, key=lambda r: r[-1][1] - r[0][0])
-wall = run[-1][1] - run[0][0]
+run = max(passes, key=span)
+wall = span(run)
 gaps, busy, end = [], collections.Counter(), run[0][0]
 for j, (s, e, n) in enumerate(run):
     if s > end:

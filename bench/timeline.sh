@@ -9,13 +9,10 @@ OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 . bench/gpu-env.sh
 [ -x $B/toasted-tl ] || { echo "timeline: no toasted-tl in carry/gpu/bin"; exit 1; }
-lib=$(ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13 /usr/local/cuda/lib64/libcupti.so.13 2>/dev/null | head -1)
-[ -n "$lib" ] || lib=$(find / -xdev -name 'libcupti.so.13' 2>/dev/null | head -1)
-[ -n "$lib" ] || { echo "timeline: no libcupti.so.13 on this machine"; exit 1; }
-export LD_LIBRARY_PATH=$(dirname "$lib"):$LD_LIBRARY_PATH
+. bench/cupti-env.sh
 [ $# -gt 0 ] || set -- --type q4_k --ctx 0
 tag=${TL_TAG:-}$(echo "$*" | tr -c 'a-z0-9_\n' '_') # (TL_TAG: a prefix, for runs of one model under settings)
-CUDA_INJECTION64_PATH=$PWD/carry/gpu/lib/libcupti_trace.so TOASTED_TRACE_OUT=$OUT/tl-trace-$tag.csv \
+CUDA_INJECTION64_PATH=$CUPTI_TRACE TOASTED_TRACE_OUT=$OUT/tl-trace-$tag.csv \
 	TOASTED_TIMELINE=$OUT/tl-blocks-$tag.csv TOASTED_TIMELINE_STEP=${TL_STEP:-16} timeout 300 \
 	$B/toasted-tl bench --synthetic qwen3-next-80b-a3b --backend cuda --prompt 1 --decode 32 "$@" 2>&1 |
 	grep -E "^decode@|timeline:"

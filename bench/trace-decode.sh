@@ -7,12 +7,9 @@ set -u
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 . bench/gpu-env.sh
-lib=$(ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13 /usr/local/cuda/lib64/libcupti.so.13 2>/dev/null | head -1)
-[ -n "$lib" ] || lib=$(find / -xdev -name 'libcupti.so.13' 2>/dev/null | head -1)
-[ -n "$lib" ] || { echo "trace-decode: no libcupti.so.13 on this machine"; exit 1; }
-export LD_LIBRARY_PATH=$(dirname "$lib"):$LD_LIBRARY_PATH
+. bench/cupti-env.sh
 [ $# -gt 0 ] || set -- --type q4_k --ctx 0,68000
-CUDA_INJECTION64_PATH=$PWD/carry/gpu/lib/libcupti_trace.so TOASTED_TRACE_OUT=$OUT/trace.csv timeout 300 \
+CUDA_INJECTION64_PATH=$CUPTI_TRACE TOASTED_TRACE_OUT=$OUT/trace.csv timeout 300 \
 	${BIN:-$B/toasted} bench --synthetic qwen3-next-80b-a3b --backend cuda --prompt 1 --decode 32 "$@" 2>&1 | grep -A3 "^decode@"
 python3 bench/trace-table.py "$OUT/trace.csv" "$OUT/trace-positions.txt"
 xz -T4 "$OUT/trace.csv"

@@ -7,12 +7,9 @@ set -u
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 . bench/gpu-env.sh
-lib=$(ls /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13 /usr/local/cuda/lib64/libcupti.so.13 2>/dev/null | head -1)
-[ -n "$lib" ] || lib=$(find / -xdev -name 'libcupti.so.13' 2>/dev/null | head -1)
-[ -n "$lib" ] || { echo "trace-prefill: no libcupti.so.13 on this machine"; exit 1; }
-export LD_LIBRARY_PATH=$(dirname "$lib"):$LD_LIBRARY_PATH
+. bench/cupti-env.sh
 [ $# -gt 0 ] || set -- --layers 12
-CUDA_INJECTION64_PATH=$PWD/carry/gpu/lib/libcupti_trace.so TOASTED_TRACE_OUT=$OUT/prefill.csv timeout 300 \
+CUDA_INJECTION64_PATH=$CUPTI_TRACE TOASTED_TRACE_OUT=$OUT/prefill.csv timeout 300 \
 	${BIN:-$B/toasted} bench --synthetic qwen3-next-80b-a3b --backend cuda --prompt 17408 --ctx 0 --decode 1 "$@" 2>&1 |
 	grep -E "^prefill"
 python3 bench/prefill-gaps.py "$OUT/prefill.csv"
