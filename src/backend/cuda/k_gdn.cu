@@ -539,11 +539,6 @@ __device__ __forceinline__ float4 gdn_ld4(const float *p)
 	return *(const float4 *)p;
 }
 
-__device__ __forceinline__ void gdn_st4(float *p, float4 v)
-{
-	*(float4 *)p = v;
-}
-
 /* component i of v (i a compile-time constant after unrolling) */
 __device__ __forceinline__ float gdn_at(const float4 &v, int i)
 {
