@@ -1017,6 +1017,22 @@ static void test_backend(struct ctx *c)
 	test_moe_types(c, 2, 256, 64, 10, 256, 256, true, true, &q4k);
 }
 
+/* The tensor-core gate/up kernel choosing 10 of 512 experts, Qwen3-Next's decode (each block
+ * picks its slot's expert from the router's logits), with tied logits in groups of 5 or 6 and of
+ * 170 or 171 (test_backend has these only for bf16 experts, which take the other kernel, and
+ * Q4_K among 64). GPU only: the weights of 512 experts are the test's cost, and the CPU backend
+ * chooses the same way at any number of experts (test_backend). */
+static void test_moe_pick(struct ctx *c)
+{
+	struct moe_types q4k = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q4_K, TOAST_DT_Q4_K};
+	int periods[] = {0, 100, 3};
+	for (int i = 0; i < 3; i++) {
+		moe_tie_period = periods[i];
+		test_moe_types(c, i ? 1 : 2, 256, 512, 10, 256, i ? 0 : 256, true, true, &q4k);
+	}
+	moe_tie_period = 0;
+}
+
 /* MoE at prefill sizes (T > 8), the CUDA backend's grouped GEMMs (n_embd % 128, n_ff % 64): row
  * tiles of 64 token-slots per expert, several per expert and partial, experts with no rows,
  * Qwen3-Next's n_embd 2048 / n_ff 512 and narrower, bf16 and packed weights, gate and up of two
@@ -1390,6 +1406,7 @@ int main(int argc, char **argv)
 		struct ctx c = {be, "cuda", 1.5e-2};
 		test_backend(&c);
 		test_quant(&c);
+		test_moe_pick(&c);
 		test_moe_prefill(&c);
 		test_cuda_refusals(&c);
 		toast_backend_free(be);
