@@ -654,6 +654,7 @@ struct moe_types {
 };
 
 static const struct moe_types moe_bf16 = {TOAST_DT_BF16, TOAST_DT_BF16, TOAST_DT_BF16, TOAST_DT_BF16};
+static const struct moe_types moe_q4k = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q4_K, TOAST_DT_Q4_K};
 
 /* the routed experts' up of type up (gate: ty->gate_up) */
 static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, bool norm_topk, bool sh_gate,
@@ -858,16 +859,15 @@ static void test_quant(struct ctx *c)
 	test_matmul_types(c, mix, 12, o3, 4, 256, TOAST_MM_F32, true, true);
 	/* MoE: the Qwen3-Next widths (n_embd 2048: gate/up rows loaded whole; n_ff 512: down rows
 	 * loaded whole), narrower ones, mixed types, prefill */
-	struct moe_types q4k = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q4_K, TOAST_DT_Q4_K};
 	struct moe_types mlx4 = {TOAST_DT_MLX8, TOAST_DT_MLX4, TOAST_DT_MLX4, TOAST_DT_MLX4};
 	struct moe_types q8 = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q8_0};
 	struct moe_types q6 = {TOAST_DT_BF16, TOAST_DT_Q6_K, TOAST_DT_Q6_K, TOAST_DT_Q6_K};
 	struct moe_types mixed = {TOAST_DT_Q8_0, TOAST_DT_Q4_K, TOAST_DT_Q6_K, TOAST_DT_MLX4};
 	struct moe_types small = {TOAST_DT_Q4_1, TOAST_DT_Q5_K, TOAST_DT_Q4_0, TOAST_DT_MLX8};
-	test_moe_types(c, 1, 2048, 3, 2, 256, 256, true, true, &q4k);
-	test_moe_types(c, 1, 256, 4, 2, 512, 512, true, true, &q4k);
-	test_moe_types(c, 3, 2048, 4, 2, 512, 512, true, true, &q4k); /* three tokens, three expert sets */
-	test_moe_types(c, 1, 256, 4, 2, 256, 512, true, true, &q4k);  /* a shared expert wider than the rest */
+	test_moe_types(c, 1, 2048, 3, 2, 256, 256, true, true, &moe_q4k);
+	test_moe_types(c, 1, 256, 4, 2, 512, 512, true, true, &moe_q4k);
+	test_moe_types(c, 3, 2048, 4, 2, 512, 512, true, true, &moe_q4k); /* three tokens, three expert sets */
+	test_moe_types(c, 1, 256, 4, 2, 256, 512, true, true, &moe_q4k);  /* a shared expert wider than the rest */
 	test_moe_types(c, 2, 2048, 3, 2, 256, 256, true, true, &mlx4);
 	test_moe_types(c, 2, 256, 4, 3, 512, 512, true, true, &mlx4);
 	/* MLX4 on tensor cores with groups of 128 and f16 scales, f32 scales; groups of 32 (two
@@ -905,7 +905,7 @@ static void test_quant(struct ctx *c)
 					struct moe_types ty = {TOAST_DT_BF16, t, t, t};
 					test_moe_types(c, 1, E, 3, 2, F, Fs, true, Fs > 0, &ty);
 				}
-	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &q4k); /* prefill-sized: the grouped GEMM */
+	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &moe_q4k); /* prefill-sized: the grouped GEMM */
 	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &mlx4);
 	test_moe_types(c, 33, 256, 8, 2, 256, 256, true, true, &mixed);
 	/* value heads in llama.cpp's tiled order */
@@ -1013,8 +1013,7 @@ static void test_backend(struct ctx *c)
 		test_moe(c, 2, 64, i < 2 ? 512 : 64, 10, 16, 16, true, true);
 	}
 	moe_tie_period = 0;
-	struct moe_types q4k = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q4_K, TOAST_DT_Q4_K};
-	test_moe_types(c, 2, 256, 64, 10, 256, 256, true, true, &q4k);
+	test_moe_types(c, 2, 256, 64, 10, 256, 256, true, true, &moe_q4k);
 }
 
 /* The tensor-core gate/up kernel choosing 10 of 512 experts, Qwen3-Next's decode (each block
@@ -1024,11 +1023,10 @@ static void test_backend(struct ctx *c)
  * chooses the same way at any number of experts (test_backend). */
 static void test_moe_pick(struct ctx *c)
 {
-	struct moe_types q4k = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q4_K, TOAST_DT_Q4_K};
 	int periods[] = {0, 100, 3};
 	for (int i = 0; i < 3; i++) {
 		moe_tie_period = periods[i];
-		test_moe_types(c, i ? 1 : 2, 256, 512, 10, 256, i ? 0 : 256, true, true, &q4k);
+		test_moe_types(c, i ? 1 : 2, 256, 512, 10, 256, i ? 0 : 256, true, true, &moe_q4k);
 	}
 	moe_tie_period = 0;
 }
@@ -1039,14 +1037,13 @@ static void test_moe_pick(struct ctx *c)
  * types. Run on the GPU only: the CPU backend has no such path, and the reference is the cost. */
 static void test_moe_prefill(struct ctx *c)
 {
-	struct moe_types q4k = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q4_K, TOAST_DT_Q4_K};
 	struct moe_types mlx4 = {TOAST_DT_MLX8, TOAST_DT_MLX4, TOAST_DT_MLX4, TOAST_DT_MLX4};
 	struct moe_types q8 = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q8_0};
 	struct moe_types k5 = {TOAST_DT_BF16, TOAST_DT_Q5_K, TOAST_DT_Q6_K, TOAST_DT_BF16};
 	struct moe_types q4k_bf16 = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_BF16, TOAST_DT_BF16};
 	/* 300 slots over 3 experts: about 100 rows each, two tiles, the second partial */
 	test_moe_types(c, 150, 2048, 3, 2, 512, 512, true, true, &moe_bf16);
-	test_moe_types(c, 150, 2048, 3, 2, 512, 512, true, true, &q4k);
+	test_moe_types(c, 150, 2048, 3, 2, 512, 512, true, true, &moe_q4k);
 	test_moe_types(c, 150, 2048, 3, 2, 512, 0, true, false, &mlx4);
 	test_moe_types(c, 150, 2048, 3, 2, 512, 512, false, true, &q8);
 	/* 520 slots over 2 experts: every token on both, 260 rows: four whole tiles and one of 4 */
@@ -1055,12 +1052,12 @@ static void test_moe_prefill(struct ctx *c)
 	test_moe_types(c, 20, 256, 64, 2, 128, 0, true, false, &moe_bf16);
 	test_moe_types(c, 20, 256, 64, 2, 128, 128, true, true, &q8);
 	test_moe_types(c, 20, 256, 64, 2, 128, 128, true, true, &mlx4);
-	test_moe_types(c, 20, 256, 64, 2, 256, 256, true, true, &q4k);
+	test_moe_types(c, 20, 256, 64, 2, 256, 256, true, true, &moe_q4k);
 	/* narrower: n_embd 256 (two 128-column tiles of down), n_ff 128 (two 64-column tiles of
 	 * gate/up, two k steps of down); n_ff 256 for the 256-element blocks */
 	test_moe_types(c, 100, 256, 4, 3, 128, 128, true, true, &moe_bf16);
 	test_moe_types(c, 100, 256, 4, 3, 128, 128, true, true, &q8);
-	test_moe_types(c, 100, 256, 4, 3, 256, 0, true, false, &q4k);
+	test_moe_types(c, 100, 256, 4, 3, 256, 0, true, false, &moe_q4k);
 	test_moe_types(c, 100, 256, 4, 3, 256, 256, true, true, &k5);
 	/* gate and up of two types: the kernel's any-type path */
 	test_moe_up(c, 100, 256, 4, 3, 256, 256, true, true, &q4k_bf16, TOAST_DT_Q8_0);
