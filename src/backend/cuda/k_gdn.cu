@@ -713,14 +713,14 @@ __device__ __forceinline__ void gdn_load_kpu(const gdn_dims &g, const gdn_chunks
 	cu_cp_commit();
 }
 
-/* the A fragment of cu_mma_tf32 at p (A[g][t] of a row-major matrix with rows `stride` apart), as
- * tf32 pairs */
-__device__ __forceinline__ void gdn_a_split(const float *p, int stride, unsigned *hi, unsigned *lo)
+/* the A fragment of cu_mma_tf32 at p (A[g][t] at p + g rs + t cs: rs the row stride of a
+ * row-major A, cs the column stride of a column-major one), as tf32 pairs */
+__device__ __forceinline__ void gdn_a_split(const float *p, int rs, int cs, unsigned *hi, unsigned *lo)
 {
 	cu_tf32_split(p[0], hi[0], lo[0]);
-	cu_tf32_split(p[8 * stride], hi[1], lo[1]);
-	cu_tf32_split(p[4], hi[2], lo[2]);
-	cu_tf32_split(p[8 * stride + 4], hi[3], lo[3]);
+	cu_tf32_split(p[8 * rs], hi[1], lo[1]);
+	cu_tf32_split(p[4 * cs], hi[2], lo[2]);
+	cu_tf32_split(p[8 * rs + 4 * cs], hi[3], lo[3]);
 }
 
 /* d += A B for A and B as tf32 pairs (B's two registers b0, b1 each as hi and lo), the small
@@ -787,8 +787,8 @@ __global__ void __launch_bounds__(GDN_FTHREADS, 1)
 #pragma unroll 4
 		for (int k = 0; k < GDN_FDK; k += 8) {
 			unsigned wh[4], wl[4], qh[4], ql[4];
-			gdn_a_split(Ws + r0 * GDN_FKP + k + tq, GDN_FKP, wh, wl);
-			gdn_a_split(Qs + r0 * GDN_FKP + k + tq, GDN_FKP, qh, ql);
+			gdn_a_split(Ws + r0 * GDN_FKP + k + tq, GDN_FKP, 1, wh, wl);
+			gdn_a_split(Qs + r0 * GDN_FKP + k + tq, GDN_FKP, 1, qh, ql);
 #pragma unroll
 			for (int n = 0; n < 2; n++) {
 				int b = (c0 + 8 * n + gq) * GDN_FKP + k + tq;
@@ -822,7 +822,7 @@ __global__ void __launch_bounds__(GDN_FTHREADS, 1)
 #pragma unroll 2
 		for (int s = 0; s < 16 * ((w & 3) + 1); s += 8) {
 			unsigned ph[4], pl[4];
-			gdn_a_split(Ps + r0 * GDN_FPP + s + tq, GDN_FPP, ph, pl);
+			gdn_a_split(Ps + r0 * GDN_FPP + s + tq, GDN_FPP, 1, ph, pl);
 #pragma unroll
 			for (int n = 0; n < 2; n++) {
 				unsigned bh0, bh1, bl0, bl1;
@@ -850,11 +850,7 @@ __global__ void __launch_bounds__(GDN_FTHREADS, 1)
 #pragma unroll 2
 		for (int s = 0; s < GDN_FC; s += 8) {
 			unsigned vh[4], vl[4];
-			const float *va = Vd + (s + tq) * GDN_FUP + j0;
-			cu_tf32_split(va[0], vh[0], vl[0]);
-			cu_tf32_split(va[8], vh[1], vl[1]);
-			cu_tf32_split(va[4 * GDN_FUP], vh[2], vl[2]);
-			cu_tf32_split(va[4 * GDN_FUP + 8], vh[3], vl[3]);
+			gdn_a_split(Vd + (s + tq) * GDN_FUP + j0, 1, GDN_FUP, vh, vl);
 #pragma unroll
 			for (int n = 0; n < 4; n++) {
 				unsigned bh0, bh1, bl0, bl1;
