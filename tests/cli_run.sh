@@ -71,6 +71,13 @@ printf ' iets momentoscontro想找 ' | cmp -s - "$T/stop" || no "--stop: got '$(
 run "hi" --temperature 1 --seed 42 --max-tokens 12 --ignore-eos --print-ids </dev/null >"$T/s1" || no "seeded run failed"
 run "hi" --temperature 1 --seed 42 --max-tokens 12 --ignore-eos --print-ids </dev/null >"$T/s2" || no "seeded run failed"
 cmp -s "$T/s1" "$T/s2" || no "--seed does not reproduce"
+# "--" ends the options: a prompt may begin with '-'; a third argument is refused
+run --temperature 0 --ignore-eos --max-tokens 24 --print-ids -- "Explain quicksort in one sentence." </dev/null >"$T/dashdash" ||
+	no "run -- PROMPT failed"
+cmp -s "$T/dashdash" "$T/case0/ids" || no "run -- PROMPT is not the user message"
+run --temperature 0 --max-tokens 2 -- "-v" </dev/null >/dev/null || no "run -- -v (a prompt) failed"
+run "hi" -- "there" </dev/null >/dev/null 2>&1
+[ $? = 2 ] || no "a second prompt after -- accepted"
 # --stats on stderr
 run "hi" --temperature 0 --max-tokens 3 --ignore-eos --stats </dev/null >/dev/null 2>"$T/stats" || no "--stats failed"
 grep -q "prompt: 9 tokens" "$T/stats" && grep -q "tok/s" "$T/stats" || no "--stats: $(cat "$T/stats")"

@@ -71,7 +71,7 @@ static int run_cb(void *ud, int32_t id, const char *text, size_t len)
 static int run_usage(void)
 {
 	fprintf(stderr,
-		"usage: toasted run MODEL_DIR [PROMPT] [options]   (stdin, when not a terminal, is appended to PROMPT)\n"
+		"usage: toasted run MODEL_DIR [PROMPT] [options] [-- PROMPT]   (stdin, when not a terminal, is appended to PROMPT)\n"
 		"  --system TEXT        system message\n"
 		"  --messages FILE      an OpenAI-style JSON array of messages to start from\n"
 		"  --max-tokens N       stop after N generated tokens (default: until the end of the reply)\n"
@@ -95,10 +95,23 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 	toast_engine_opts_init(&o->eo);
 	toast_sampling_init(&o->go.sampling);
 	o->go.stop = o->stop;
+	bool rest = false; /* after "--": the model and the prompt only (a prompt may begin with '-') */
 	for (int i = 1; i < argc; i++) {
 		const char *v;
 		long n;
 		double d;
+		if (!rest && strcmp(argv[i], "--") == 0) {
+			rest = true;
+			continue;
+		}
+		if (rest || argv[i][0] != '-' || !argv[i][1]) {
+			if (o->prompt) {
+				fprintf(stderr, "toasted run: unexpected argument %s (quote the prompt)\n", argv[i]);
+				return 2;
+			}
+			*(o->model ? &o->prompt : &o->model) = argv[i];
+			continue;
+		}
 		int eo = cli_engine_opt(argc, argv, &i, CLI_EO_QUANT, &o->eo);
 		if (eo < 0)
 			return 2;
@@ -161,15 +174,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 			o->stats = true;
 		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			return run_usage();
-		} else if (argv[i][0] == '-' && argv[i][1]) {
-			fprintf(stderr, "toasted run: unknown option %s\n", argv[i]);
-			return 2;
-		} else if (!o->model) {
-			o->model = argv[i];
-		} else if (!o->prompt) {
-			o->prompt = argv[i];
 		} else {
-			fprintf(stderr, "toasted run: unexpected argument %s (quote the prompt)\n", argv[i]);
+			fprintf(stderr, "toasted run: unknown option %s\n", argv[i]);
 			return 2;
 		}
 	}
