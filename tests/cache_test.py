@@ -89,7 +89,10 @@ def test_prefill_only_new():
         C.check(u2["cached_tokens"] >= u1["prompt_tokens"] and new < 40,
                 f"the hit prefills only the new tokens: {new} of {u2['prompt_tokens']} ({u2})")
         p1, p2 = d1["timings"]["prefill_ms"], d2["timings"]["prefill_ms"]
-        C.check(p2 * 3 < p1, f"prefill time follows the new tokens, not the history: {p2:.1f} ms vs {p1:.1f} ms")
+        # on the CPU a pass costs what its tokens cost; on a GPU this tiny model's passes cost their
+        # launches (22 against 8 ms on an H100), so there the token counts above are the check
+        if d.status()["backend"] == "cpu":
+            C.check(p2 * 3 < p1, f"prefill time follows the new tokens, not the history: {p2:.1f} ms vs {p1:.1f} ms")
         a = [x for x in d.audit() if x.get("type") == "chat"]
         C.check(len(a) == 2 and a[0]["cache"] == "miss" and a[1]["cache"] == "hit" and
                 a[1]["cached_tokens"] == u2["cached_tokens"], f"the audit log: {a}")
