@@ -50,6 +50,37 @@ void srv_job_unref(struct srv_job *j)
 	free(j);
 }
 
+/*
+ * On a GPU the first step of each kind pays for loading its kernels, setting up cuBLAS and
+ * recording the decode graph (~90 ms of a tiny model's first request on an H100, docs/PERF.md).
+ * Paid here, before the daemon serves, on the worker's own session (the recorded decode step is
+ * keyed on it; the state is reset after): a prompt-sized pass, a continuation-sized one and two
+ * decode steps, so that the first request is as quick as the next. The CPU has nothing to load.
+ */
+static enum toast_status worker_warm(struct srv_worker *w, struct toast_error *err)
+{
+	const struct toast_model_info *in = toast_engine_info(w->e);
+	int n = toast_session_n_ctx(w->sess) - 2;
+	if (strcmp(in->backend, "cpu") == 0 || n < 2)
+		return TOAST_OK;
+	int32_t ids[64];
+	n = n < 64 ? n : 64;
+	for (int i = 0; i < n; i++)
+		ids[i] = i % in->n_vocab;
+	int32_t top;
+	float v;
+	int n_cont = n / 8 > 1 ? n / 8 : 1;
+	enum toast_status rc = toast_session_feed(w->sess, ids, n - n_cont, NULL, err);
+	if (rc == TOAST_OK)
+		rc = toast_session_feed(w->sess, ids, n_cont, NULL, err);
+	for (int k = 0; k < 2 && rc == TOAST_OK; k++)
+		if ((rc = toast_session_feed(w->sess, ids + k, 1, NULL, err)) == TOAST_OK &&
+		    toast_session_top(w->sess, 1, &top, &v, err) < 0)
+			rc = TOAST_ERR_BACKEND;
+	toast_session_reset(w->sess);
+	return rc;
+}
+
 enum toast_status srv_worker_init(struct srv_worker *w, struct toast_engine *e, int n_ctx, int queue_depth,
 				  bool debug, struct toast_error *err)
 {
@@ -66,7 +97,8 @@ enum toast_status srv_worker_init(struct srv_worker *w, struct toast_engine *e, 
 	w->q = calloc((size_t)queue_depth, sizeof(*w->q));
 	if (!w->q)
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
-	return toast_session_new(e, n_ctx, &w->sess, err);
+	enum toast_status rc = toast_session_new(e, n_ctx, &w->sess, err);
+	return rc == TOAST_OK ? worker_warm(w, err) : rc;
 }
 
 enum toast_status srv_worker_cache(struct srv_worker *w, const struct toast_cache_opts *o, struct toast_error *err)
