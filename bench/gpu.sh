@@ -2,7 +2,12 @@
 # One GPU session's work in one call: correctness of every CUDA op and model against the CPU
 # oracle, then timing. Run on the device machine from the repository root, with carry/gpu
 # (made here by tools/gpu-bundle.sh) carried. Full logs go to $OUT; a short table is printed last.
-# Usage: bench/gpu.sh [quick|full|perf|cache|quant|ab|pab|probe]   (cache: only the session cache's checks and benchmark)
+# Usage: bench/gpu.sh [quick|full|perf|cache|quant|ab|pab|probe|demo]   (cache: only the session cache's checks and benchmark)
+#   demo: the product on the GPU: the real demo model (SmolLM2-135M-Instruct, 98 MB: more than a
+#   run carries with the tree, so it comes in parts, see below) through test_smollm (CUDA against
+#   the CPU), tests/smollm_run.sh on the CUDA backend (`toasted run`, the daemon, `toast`), its
+#   speed, the daemon's first requests (bench/first_request.py), and the daemon and client suites
+#   with the CUDA backend (the default where a GPU is)
 #   probe: bench/decode_probe.cu, what a chain of dependent GEMVs costs by way of running it
 #   quant: quantised weights (issue 7): test_ops (every op, every weight type, against the
 #   reference), the op timings with 4-bit weights, and the whole Qwen3-Next-80B-A3B (48 layers)
@@ -37,6 +42,46 @@ if [ "$MODE" = cache ]; then
 		--cache --history 1000,8000,20000 --new 64 >"$OUT/bench-cache.log" 2>&1
 	summary+=("bench --cache rc=$?")
 	cat "$OUT/bench-cache.log"
+	echo
+	echo "==== summary ===="
+	printf '%s\n' "${summary[@]}"
+	exit 0
+fi
+# demo: the model's parts (split -b 25M models/SmolLM2-135M-Instruct.Q4_1.gguf carry/smol/part.)
+# arrive one a run (`mkdir -p /tmp/smol && cp carry/smol/part.* /tmp/smol/`, the machine kept
+# warm between runs); the last run carries the last part and carry/gpu and runs this
+if [ "$MODE" = demo ]; then
+	M=/tmp/smol/SmolLM2-135M-Instruct.Q4_1.gguf
+	mkdir -p /tmp/smol
+	cp carry/smol/part.* /tmp/smol/ 2>/dev/null
+	cat /tmp/smol/part.* >$M
+	echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $M" | sha256sum -c || exit 1
+	export TOASTED_SMOLLM=$M TOASTED_BIN=$B TOASTED_TESTDATA=build/testdata
+	timeout 300 $B/test_smollm >"$OUT/test_smollm.log" 2>&1
+	summary+=("test_smollm (cpu, then cuda against cpu): rc=$? $(tail -1 "$OUT/test_smollm.log")")
+	cat "$OUT/test_smollm.log"
+	BUILD=$B BACKEND=cuda timeout 200 sh tests/smollm_run.sh >"$OUT/smollm_run.log" 2>&1
+	summary+=("smollm_run.sh (cuda): rc=$? $(tail -1 "$OUT/smollm_run.log")")
+	cat "$OUT/smollm_run.log"
+	for be in cuda cpu; do
+		timeout 120 $B/toasted run $M 'Write a short story about a cat.' --temperature 0 --max-tokens 256 \
+			--backend $be --stats </dev/null >"$OUT/run-$be.txt" 2>"$OUT/run-$be.log"
+		summary+=("toasted run ($be): rc=$? $(tr '\n' ' ' <"$OUT/run-$be.log")")
+	done
+	cmp -s "$OUT/run-cpu.txt" "$OUT/run-cuda.txt" && summary+=("the story: the same text on both") ||
+		summary+=("the story differs: $(cmp "$OUT/run-cpu.txt" "$OUT/run-cuda.txt")")
+	head -c 600 "$OUT/run-cuda.txt"
+	echo
+	timeout 200 $B/toasted bench $M --backend cuda --prompt 128,1024 --ctx 0,1000 --decode 128 >"$OUT/bench-smollm.log" 2>&1
+	summary+=("bench smollm (cuda): rc=$?")
+	cat "$OUT/bench-smollm.log"
+	# the daemon's start and its first requests (ttft of request 1 against the rest)
+	timeout 200 python3 bench/first_request.py build/testdata/models/qwen3next-vocab $M 2>&1 | tee "$OUT/first_request.log"
+	for t in daemon_test cache_test toast_test fuzz_proto; do
+		timeout 300 python3 tests/$t.py >"$OUT/$t.log" 2>&1
+		summary+=("$t.py (cuda): rc=$? $(tail -1 "$OUT/$t.log")")
+		grep FAILED "$OUT/$t.log" | head -5
+	done
 	echo
 	echo "==== summary ===="
 	printf '%s\n' "${summary[@]}"
