@@ -75,6 +75,8 @@ if [ "$MODE" = demo ]; then
 	timeout 200 $B/toasted bench $M --backend cuda --prompt 128,1024 --ctx 0,1000 --decode 128 >"$OUT/bench-smollm.log" 2>&1
 	summary+=("bench smollm (cuda): rc=$?")
 	cat "$OUT/bench-smollm.log"
+	TOASTED_CUDA_PROFILE=1 timeout 100 $B/toasted bench $M --backend cuda --prompt 1 --ctx 0 --decode 20 2>&1 |
+		grep -A30 "cuda profile" | head -30
 	# the daemon's start and its first requests (ttft of request 1 against the rest)
 	timeout 200 python3 bench/first_request.py build/testdata/models/qwen3next-vocab $M 2>&1 | tee "$OUT/first_request.log"
 	for t in daemon_test cache_test toast_test fuzz_proto; do
