@@ -2,7 +2,7 @@
 # One GPU session's work in one call: correctness of every CUDA op and model against the CPU
 # oracle, then timing. Run on the device machine from the repository root, with carry/gpu
 # (made here by tools/gpu-bundle.sh) carried. Full logs go to $OUT; a short table is printed last.
-# Usage: bench/gpu.sh [quick|full|perf|cache|quant|ab|pab|probe|demo]   (cache: only the session cache's checks and benchmark)
+# Usage: bench/gpu.sh [quick|full|perf|cache|quant|ab|dab|pab|probe|demo]   (cache: only the session cache's checks and benchmark)
 #   demo: the product on the GPU: the real demo model (SmolLM2-135M-Instruct, 98 MB: more than a
 #   run carries with the tree, so it comes in parts, see below) through test_smollm (CUDA against
 #   the CPU), tests/smollm_run.sh on the CUDA backend (`toasted run`, the daemon, `toast`), its
@@ -137,6 +137,31 @@ if [ "$MODE" = ab ]; then
 		grep -A12 "^graph" "$OUT/trace-$v.log"
 	done
 	[ "${AB_NCU:-0}" = 1 ] && command -v ncu >/dev/null && timeout 300 bash bench/ncu-decode.sh q4_k
+	echo
+	echo "==== summary ===="
+	printf '%s\n' "${summary[@]}"
+	exit 0
+fi
+# dab: ab for the dense models' path (Qwen3-8B's and SmolLM2's shapes, bench/*.json, synthetic):
+# test_ops, the dense fixtures' checks, then decode at ctx 0 and 4000 by every binary in turn
+if [ "$MODE" = dab ]; then
+	unpack_olds
+	timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
+	summary+=("test_ops: rc=$? $(grep -c 'failed' "$OUT/test_ops.log") failures, $(tail -1 "$OUT/test_ops.log")")
+	grep -E "failed" "$OUT/test_ops.log" | head -20
+	for m in qwen3-tiny qwen35-tiny qwen3-odd; do
+		timeout 120 $B/toasted check build/testdata/models/$m --backend cuda --chunk 1 >"$OUT/check.tmp" 2>&1
+		summary+=("check $m chunk 1: rc=$? $(grep -E '^ids|^greedy|^toasted' "$OUT/check.tmp" | tr '\n' ' ')")
+	done
+	for r in $(seq ${AB_ROUNDS:-2}); do
+		for v in "${olds[@]}" toasted; do
+			for t in "bench/qwen3-8b.json --type q4_k" "bench/qwen3-8b.json --layers 12" "bench/smollm2-135m.json --type q4_1"; do
+				timeout 200 $B/$v bench --synthetic $t --backend cuda --prompt 1 --ctx 0,4000 --decode 64 >"$OUT/ab.tmp" 2>&1
+				summary+=("round $r $v $t: $(awk '/^[0-9]+ +[0-9.]+ +[0-9.]+/ {printf "ctx%s %s tok/s (%sx floor)  ", $1, $2, $6}' "$OUT/ab.tmp")")
+			done
+		done
+	done
+	rm -f "$OUT/ab.tmp" "$OUT/check.tmp"
 	echo
 	echo "==== summary ===="
 	printf '%s\n' "${summary[@]}"
