@@ -8,6 +8,8 @@
 #   the CPU), tests/smollm_run.sh on the CUDA backend (`toasted run`, the daemon, `toast`), its
 #   speed, the daemon's first requests (bench/first_request.py), and the daemon and client suites
 #   with the CUDA backend (the default where a GPU is)
+#   dab: ab for dense models (test_ops, the dense fixtures on CUDA, decode of the Qwen3-8B and
+#   SmolLM2 shapes in bench/*.json by every binary of carry/gpu/ab and toasted)
 #   probe: bench/decode_probe.cu, what a chain of dependent GEMVs costs by way of running it
 #   quant: quantised weights (issue 7): test_ops (every op, every weight type, against the
 #   reference), the op timings with 4-bit weights, and the whole Qwen3-Next-80B-A3B (48 layers)
