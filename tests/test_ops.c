@@ -208,7 +208,7 @@ struct ctx {
 	double tol; /* relative error bound for this backend */
 };
 
-/* ---- matmul (plain and with the fused RMSNorm input, several outputs), swiglu ---- */
+/* ---- matmul (plain and with the fused RMSNorm input, several outputs, SiLU(gate) * up) ---- */
 
 /* y = RMSNorm(x) per row in double */
 static double *ref_norm(const float *x, const float *w, int T, int n, bool plus_one)
@@ -226,7 +226,7 @@ static double *ref_norm(const float *x, const float *w, int T, int n, bool plus_
 }
 
 /* n_outs outputs of one input, weight k of types[k]; normed: the input is RMSNorm(x) (norm_out
- * checked too) */
+ * checked too); mode TOAST_MM_GLU: each output is SiLU(x · W) * (x · W2), W2 a second weight */
 static void test_matmul_types(struct ctx *c, const enum toast_dtype *types, int T, const int *n_out, int n_outs,
 			      int n_in, enum toast_mm_mode mode, bool normed, bool plus_one)
 {
@@ -247,14 +247,19 @@ static void test_matmul_types(struct ctx *c, const enum toast_dtype *types, int 
 	struct toast_mm_in in = {.act = normed ? NULL : dx, .norm_x = normed ? dx : NULL, .norm_w = &nw.w, .eps = 1e-6f,
 				 .plus_one = plus_one, .norm_out = dnorm};
 	struct toast_mm_out outs[TOAST_MM_MAX_OUT];
-	struct hw w[TOAST_MM_MAX_OUT];
+	struct hw w[TOAST_MM_MAX_OUT], w2[TOAST_MM_MAX_OUT];
 	float *y0[TOAST_MM_MAX_OUT];
-	bool act_out = mode == TOAST_MM_ACT;
+	bool act_out = mode == TOAST_MM_ACT || mode == TOAST_MM_GLU, glu = mode == TOAST_MM_GLU;
 	for (int k = 0; k < n_outs; k++) {
 		w[k] = mkw(types[k], n_out[k], n_in, 0.1, 0);
 		prep(be, &w[k]);
+		if (glu) {
+			w2[k] = mkw(types[k], n_out[k], n_in, 0.1, 0);
+			prep(be, &w2[k]);
+		}
 		y0[k] = rand_vec((size_t)T * n_out[k], 1);
-		outs[k] = (struct toast_mm_out){put(be, y0[k], (size_t)T * n_out[k], act_out), mode, &w[k].w};
+		outs[k] = (struct toast_mm_out){put(be, y0[k], (size_t)T * n_out[k], act_out), mode, &w[k].w,
+						glu ? &w2[k].w : NULL};
 	}
 	be->ops->matmul(be, &in, outs, n_outs, T);
 	for (int k = 0; k < n_outs; k++) {
@@ -263,20 +268,28 @@ static void test_matmul_types(struct ctx *c, const enum toast_dtype *types, int 
 		double typ = 0; /* the typical size of such a dot product: one output row may be near 0 */
 		for (int t = 0; t < T; t++)
 			for (int r = 0; r < n_out[k]; r++) {
-				double s = 0, s2 = 0;
+				double s = 0, s2 = 0, su = 0, su2 = 0;
 				for (int i = 0; i < n_in; i++) {
 					double p = (double)w[k].f[(size_t)r * n_in + i] * in_ref[(size_t)t * n_in + i];
 					s += p;
 					s2 += p * p;
+					if (glu) {
+						double q = (double)w2[k].f[(size_t)r * n_in + i] * in_ref[(size_t)t * n_in + i];
+						su += q;
+						su2 += q * q;
+					}
 				}
-				typ = fmax(typ, sqrt(s2));
-				ref[(size_t)t * n_out[k] + r] = (mode == TOAST_MM_ADD ? y0[k][(size_t)t * n_out[k] + r] : 0) + s;
+				typ = fmax(typ, glu ? sqrt(s2) * sqrt(su2) : sqrt(s2));
+				ref[(size_t)t * n_out[k] + r] =
+					glu ? dsilu(s) * su : (mode == TOAST_MM_ADD ? y0[k][(size_t)t * n_out[k] + r] : 0) + s;
 			}
 		double e = relerr_floor(y, ref, (size_t)T * n_out[k], typ);
 		CHECK(e < c->tol, "%s matmul %s T=%d out %d/%d %dx%d mode %d normed %d: error %.3g", c->name,
 		      toast_dtype_name(types[k]), T, k, n_outs, n_out[k], n_in, mode, normed, e);
 		be->ops->release(be, outs[k].out);
 		free(y), free(ref), free(y0[k]), freew(&w[k]);
+		if (glu)
+			freew(&w2[k]);
 	}
 	if (normed) {
 		float *yn = get(be, dnorm, (size_t)T * n_in, true);
@@ -359,7 +372,7 @@ static void test_synthetic(struct ctx *c, enum toast_dtype type, int n_out, int 
 	void *dx = put(be, x, (size_t)n_in, true);
 	float *dy = be->ops->alloc(be, (size_t)n_out * sizeof(float));
 	struct toast_mm_in in = {.act = dx};
-	struct toast_mm_out o = {dy, TOAST_MM_F32, &w};
+	struct toast_mm_out o = {.out = dy, .mode = TOAST_MM_F32, .W = &w};
 	be->ops->matmul(be, &in, &o, 1, 1);
 	float *y = get(be, dy, (size_t)n_out, false);
 	double *ref = malloc((size_t)n_out * sizeof(double));
@@ -372,25 +385,6 @@ static void test_synthetic(struct ctx *c, enum toast_dtype type, int n_out, int 
 	CHECK(e < c->tol, "%s synthetic %s %dx%d: error %.3g", c->name, toast_dtype_name(type), n_out, n_in, e);
 	be->ops->release(be, dx), be->ops->release(be, dy);
 	free(buf), free(f), free(x), free(y), free(ref);
-}
-
-static void test_swiglu(struct ctx *c, int T, int n)
-{
-	struct toast_backend *be = c->be;
-	float *g = rand_vec((size_t)T * n, 4), *u = rand_vec((size_t)T * n, 2);
-	float *dg = put(be, g, (size_t)T * n, false), *du = put(be, u, (size_t)T * n, false);
-	void *dout = be->ops->alloc(be, (size_t)T * n * be->act_size);
-	be->ops->swiglu(be, dout, dg, du, T, n);
-	float *o = get(be, dout, (size_t)T * n, true);
-	double *ref = malloc((size_t)T * n * sizeof(double));
-	for (size_t i = 0; i < (size_t)T * n; i++)
-		ref[i] = dsilu(g[i]) * u[i];
-	double e = relerr(o, ref, (size_t)T * n);
-	CHECK(e < c->tol, "%s swiglu T=%d n=%d: error %.3g", c->name, T, n, e);
-	be->ops->release(be, dg);
-	be->ops->release(be, du);
-	be->ops->release(be, dout);
-	free(g), free(u), free(o), free(ref);
 }
 
 /* ---- attention: two calls (T1 then T2 tokens) against one reference over T1+T2 ---- */
@@ -835,6 +829,11 @@ static void test_quant(struct ctx *c)
 		test_matmul(c, t, 5, o2, 2, 2048, TOAST_MM_F32, true, true);
 		test_matmul(c, t, 9, o2, 2, 512, TOAST_MM_F32, true, true); /* prefill: tensor cores on a GPU */
 		test_matmul(c, t, 33, o3, 4, 256, TOAST_MM_ACT, false, false);
+		int o8[] = {1536}, o9[] = {301};
+		test_matmul(c, t, 1, o8, 1, 512, TOAST_MM_GLU, true, false); /* tensor cores where they read t */
+		test_matmul(c, t, 1, o9, 1, 256, TOAST_MM_GLU, false, false);
+		test_matmul(c, t, 4, o9, 1, 256, TOAST_MM_GLU, true, true);
+		test_matmul(c, t, 9, o9, 1, 512, TOAST_MM_GLU, true, false); /* prefill */
 		test_embed(c, t, 37, 256);
 		test_synthetic(c, t, 17, 2048);
 	}
@@ -935,7 +934,13 @@ static void test_backend(struct ctx *c)
 	test_matmul(c, TOAST_DT_BF16, 8, o3, 4, 2048, TOAST_MM_F32, true, true);
 	test_matmul(c, TOAST_DT_BF16, 9, o2, 2, 136, TOAST_MM_F32, true, true);
 	test_matmul(c, TOAST_DT_BF16, 64, o5, 1, 4097, TOAST_MM_F32, true, true);
-	test_swiglu(c, 3, 31);
+	/* SiLU(gate) * up (a dense MLP): decode (one GEMV launch on a GPU), odd n_in, prefill */
+	int o8[] = {1536}, o9[] = {12288};
+	test_matmul(c, TOAST_DT_BF16, 1, o8, 1, 576, TOAST_MM_GLU, true, false);
+	test_matmul(c, TOAST_DT_BF16, 1, o5, 1, 31, TOAST_MM_GLU, false, false);
+	test_matmul(c, TOAST_DT_BF16, 1, o9, 1, 256, TOAST_MM_GLU, true, true); /* four rows a warp elsewhere */
+	test_matmul(c, TOAST_DT_BF16, 3, o5, 1, 136, TOAST_MM_GLU, true, false);
+	test_matmul(c, TOAST_DT_BF16, 33, o5, 1, 136, TOAST_MM_GLU, false, false);
 	test_attention(c, 4, 2, 64, 16, true, true, 5, 0, 0);
 	test_attention(c, 4, 2, 64, 16, true, true, 5, 1, 0);
 	test_attention(c, 3, 1, 32, 32, false, true, 1, 7, 0);
@@ -1230,24 +1235,28 @@ static void perf_quant(struct toast_backend *be, float *x, const struct toast_we
 	char name[80];
 	struct toast_weight wqkvz = synth_t(be, "perf.q.qkvz", type, 12288, E), wba = synth_t(be, "perf.q.ba", type, 64, E);
 	float *yq = be->ops->alloc(be, 12288 * 4), *yb = be->ops->alloc(be, 64 * 4);
-	struct perf_mm mm = {be, {.norm_x = x, .norm_w = nw, .eps = 1e-6f, .plus_one = true},
-			     {{yq, TOAST_MM_F32, &wqkvz}, {yb, TOAST_MM_F32, &wba}}, 2};
+	struct perf_mm mm = {be,
+			     {.norm_x = x, .norm_w = nw, .eps = 1e-6f, .plus_one = true},
+			     {{.out = yq, .mode = TOAST_MM_F32, .W = &wqkvz}, {.out = yb, .mode = TOAST_MM_F32, .W = &wba}},
+			     2};
 	snprintf(name, sizeof(name), "gemv %s qkvz+ba 12352x2048 (normed in)", tn);
 	perf_row(name, perf_time(be, perf_mm_fn, &mm), (double)wqkvz.n_bytes + wba.n_bytes);
 	struct toast_weight wout = synth_t(be, "perf.q.out", type, E, 4096);
 	float *a4 = rand_vec(4096, 1);
 	void *act = put(be, a4, 4096, true);
-	struct perf_mm mo = {be, {.act = act}, {{x, TOAST_MM_ADD, &wout}}, 1};
+	struct perf_mm mo = {be, {.act = act}, {{.out = x, .mode = TOAST_MM_ADD, .W = &wout}}, 1};
 	snprintf(name, sizeof(name), "gemv %s out_proj 2048x4096 (+= res.)", tn);
 	perf_row(name, perf_time(be, perf_mm_fn, &mo), (double)wout.n_bytes);
 	struct toast_weight wexp = synth_t(be, "perf.q.exp", type, 512, E);
 	float *ye = be->ops->alloc(be, 512 * 4);
-	struct perf_mm me = {be, {.norm_x = x, .norm_w = nw, .eps = 1e-6f, .plus_one = true}, {{ye, TOAST_MM_F32, &wexp}}, 1};
+	struct perf_mm me = {be, {.norm_x = x, .norm_w = nw, .eps = 1e-6f, .plus_one = true},
+			     {{.out = ye, .mode = TOAST_MM_F32, .W = &wexp}}, 1};
 	snprintf(name, sizeof(name), "gemv %s 512x2048 (one expert matrix)", tn);
 	perf_row(name, perf_time(be, perf_mm_fn, &me), (double)wexp.n_bytes);
 	struct toast_weight wlm = synth_t(be, "perf.q.lm_head", type, V, E);
 	float *lg = be->ops->alloc(be, (size_t)V * 4);
-	struct perf_mm ml = {be, {.norm_x = x, .norm_w = nw, .eps = 1e-6f, .plus_one = true}, {{lg, TOAST_MM_F32, &wlm}}, 1};
+	struct perf_mm ml = {be, {.norm_x = x, .norm_w = nw, .eps = 1e-6f, .plus_one = true},
+			     {{.out = lg, .mode = TOAST_MM_F32, .W = &wlm}}, 1};
 	snprintf(name, sizeof(name), "gemv %s lm_head 151936x2048", tn);
 	perf_row(name, perf_time(be, perf_mm_fn, &ml), (double)wlm.n_bytes);
 	perf_moe(be, x, nw, type, type == TOAST_DT_MLX4 || type == TOAST_DT_MLX8 ? TOAST_DT_MLX8 : TOAST_DT_BF16);
@@ -1267,19 +1276,22 @@ static void perf_backend(struct toast_backend *be)
 	/* GDN input projections: qkvz + ba, normed input */
 	struct toast_weight wqkvz = synth(be, "perf.qkvz", 12288, E), wba = synth(be, "perf.ba", 64, E);
 	float *yq = be->ops->alloc(be, 12288 * 4), *yb = be->ops->alloc(be, 64 * 4);
-	struct perf_mm mm = {be, {.norm_x = x, .norm_w = &nw, .eps = 1e-6f, .plus_one = true},
-			     {{yq, TOAST_MM_F32, &wqkvz}, {yb, TOAST_MM_F32, &wba}}, 2};
+	struct perf_mm mm = {be,
+			     {.norm_x = x, .norm_w = &nw, .eps = 1e-6f, .plus_one = true},
+			     {{.out = yq, .mode = TOAST_MM_F32, .W = &wqkvz}, {.out = yb, .mode = TOAST_MM_F32, .W = &wba}},
+			     2};
 	perf_row("gemv qkvz+ba 12352x2048 (normed in)", perf_time(be, perf_mm_fn, &mm), 12352.0 * E * 2);
 	/* out_proj: act input, residual add */
 	struct toast_weight wout = synth(be, "perf.out", E, 4096);
 	float *a4 = rand_vec(4096, 1);
 	void *act = put(be, a4, 4096, true);
-	struct perf_mm mo = {be, {.act = act}, {{x, TOAST_MM_ADD, &wout}}, 1};
+	struct perf_mm mo = {be, {.act = act}, {{.out = x, .mode = TOAST_MM_ADD, .W = &wout}}, 1};
 	perf_row("gemv out_proj 2048x4096 (+= residual)", perf_time(be, perf_mm_fn, &mo), 2048.0 * 4096 * 2);
 	/* lm_head */
 	struct toast_weight wlm = synth(be, "perf.lm_head", V, E);
 	float *lg = be->ops->alloc(be, (size_t)V * 4);
-	struct perf_mm ml = {be, {.norm_x = x, .norm_w = &nw, .eps = 1e-6f, .plus_one = true}, {{lg, TOAST_MM_F32, &wlm}}, 1};
+	struct perf_mm ml = {be, {.norm_x = x, .norm_w = &nw, .eps = 1e-6f, .plus_one = true},
+			     {{.out = lg, .mode = TOAST_MM_F32, .W = &wlm}}, 1};
 	perf_row("gemv lm_head 151936x2048", perf_time(be, perf_mm_fn, &ml), (double)V * E * 2);
 	/* the next token from the logits: the top 1 and the top 20 (what sampling reads) against
 	 * reading all of them */

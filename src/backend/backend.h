@@ -92,6 +92,7 @@ enum toast_mm_mode {
 	TOAST_MM_ACT, /* out (act) = in · Wᵀ */
 	TOAST_MM_F32, /* out (f32) = in · Wᵀ */
 	TOAST_MM_ADD, /* out (f32) += in · Wᵀ   (residual add) */
+	TOAST_MM_GLU, /* out (act) = SiLU(in · Wᵀ) * (in · W2ᵀ)   (a dense MLP's gate and up; the call's only output) */
 };
 
 /*
@@ -113,6 +114,7 @@ struct toast_mm_out {
 	void *out;
 	enum toast_mm_mode mode;
 	const struct toast_weight *W;
+	const struct toast_weight *W2; /* TOAST_MM_GLU: the up matrix (W's type and shape) */
 };
 
 #define TOAST_MM_MAX_OUT 4
@@ -250,8 +252,6 @@ struct toast_backend_ops {
 	 * an output never aliases the input */
 	void (*matmul)(struct toast_backend *be, const struct toast_mm_in *in, const struct toast_mm_out *outs,
 		       int n_outs, int T);
-	/* out (act [T][n]) = SiLU(g) * u, g and u f32 [T][n] */
-	void (*swiglu)(struct toast_backend *be, void *out, const float *g, const float *u, int T, int n);
 	void (*attention)(struct toast_backend *be, const struct toast_attn_args *a);
 	void (*gdn)(struct toast_backend *be, const struct toast_gdn_args *a);
 	void (*moe)(struct toast_backend *be, const struct toast_moe_args *a);

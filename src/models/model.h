@@ -128,8 +128,7 @@ struct toast_work {
 	void *o;              /* attention output (act) */
 	float *qkv, *z, *b, *a; /* gdn projections (f32) */
 	void *g_out;           /* gdn output (act) */
-	float *ff_g, *ff_u;   /* dense MLP gate and up (f32) */
-	void *ff_act;         /* SiLU(gate) * up (act) */
+	void *ff_act;         /* dense MLP: SiLU(gate) * up (act) */
 	float *logits;        /* f32 [n_vocab]: the last token's (what decode and sampling read) */
 	float *logits_all;    /* f32 [max_T][n_vocab] or NULL: every row of a chunk, made the first
 				 time a forward asks for them (a check, a hook), so that a prefill chunk

@@ -806,8 +806,8 @@ void toast_model_work_free(const struct toast_model *m, struct toast_work *w)
 	if (!w || !m || !m->be) /* no backend: the model failed to load and w was never allocated */
 		return;
 	struct toast_backend *be = m->be;
-	void *bufs[] = {w->x, w->h, w->q, w->k, w->v, w->o, w->qkv, w->z, w->b, w->a, w->g_out, w->ff_g, w->ff_u,
-			w->ff_act, w->logits, w->logits_all};
+	void *bufs[] = {w->x, w->h, w->q, w->k, w->v, w->o, w->qkv, w->z, w->b, w->a, w->g_out, w->ff_act, w->logits,
+			w->logits_all};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		be->ops->release(be, bufs[i]);
 	memset(w, 0, sizeof(*w));
@@ -834,8 +834,7 @@ enum toast_status toast_model_work_new(const struct toast_model *m, int max_T, s
 		  (w->b = be->ops->alloc(be, T * 2 * hp->ssm_n_v_head * sizeof(float) + 1)) &&
 		  (w->a = be->ops->alloc(be, T * hp->ssm_n_v_head * sizeof(float) + 1)) &&
 		  (w->g_out = be->ops->alloc(be, T * vdim * as + 1)) &&
-		  (w->ff_g = be->ops->alloc(be, T * ff * sizeof(float) + 1)) &&
-		  (w->ff_u = be->ops->alloc(be, T * ff * sizeof(float) + 1)) && (w->ff_act = be->ops->alloc(be, T * ff * as + 1)) &&
+		  (w->ff_act = be->ops->alloc(be, T * ff * as + 1)) &&
 		  (w->logits = be->ops->alloc(be, hp->n_vocab * sizeof(float)));
 	if (!ok) {
 		toast_model_work_free(m, w);
@@ -904,7 +903,9 @@ static void fwd_attention(const struct toast_model *m, const struct toast_layer 
 	struct toast_backend *be = m->be;
 	struct toast_mm_in in = fwd_normed(m, w->x, &l->attn_norm);
 	struct toast_mm_out qkv[3] = {
-		{w->q, TOAST_MM_F32, &l->wq}, {w->k, TOAST_MM_F32, &l->wk}, {w->v, TOAST_MM_F32, &l->wv}};
+		{.out = w->q, .mode = TOAST_MM_F32, .W = &l->wq},
+		{.out = w->k, .mode = TOAST_MM_F32, .W = &l->wk},
+		{.out = w->v, .mode = TOAST_MM_F32, .W = &l->wv}};
 	be->ops->matmul(be, &in, qkv, 3, T);
 	struct toast_attn_args a = {
 		.q = w->q, .k = w->k, .v = w->v,
@@ -917,7 +918,7 @@ static void fwd_attention(const struct toast_model *m, const struct toast_layer 
 	};
 	be->ops->attention(be, &a);
 	struct toast_mm_in oin = fwd_act(w->o);
-	struct toast_mm_out o = {w->x, TOAST_MM_ADD, &l->wo};
+	struct toast_mm_out o = {.out = w->x, .mode = TOAST_MM_ADD, .W = &l->wo};
 	be->ops->matmul(be, &oin, &o, 1, T);
 }
 
@@ -929,12 +930,12 @@ static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, st
 	struct toast_mm_in in = fwd_normed(m, w->x, &l->attn_norm);
 	struct toast_mm_out outs[4];
 	int n = 0;
-	outs[n++] = (struct toast_mm_out){w->qkv, TOAST_MM_F32, &l->ssm_qkv};
+	outs[n++] = (struct toast_mm_out){.out = w->qkv, .mode = TOAST_MM_F32, .W = &l->ssm_qkv};
 	if (!l->qkvz_grouped)
-		outs[n++] = (struct toast_mm_out){w->z, TOAST_MM_F32, &l->ssm_z};
-	outs[n++] = (struct toast_mm_out){w->b, TOAST_MM_F32, &l->ssm_b};
+		outs[n++] = (struct toast_mm_out){.out = w->z, .mode = TOAST_MM_F32, .W = &l->ssm_z};
+	outs[n++] = (struct toast_mm_out){.out = w->b, .mode = TOAST_MM_F32, .W = &l->ssm_b};
 	if (!l->ba_grouped)
-		outs[n++] = (struct toast_mm_out){w->a, TOAST_MM_F32, &l->ssm_a};
+		outs[n++] = (struct toast_mm_out){.out = w->a, .mode = TOAST_MM_F32, .W = &l->ssm_a};
 	be->ops->matmul(be, &in, outs, n, T);
 	struct toast_gdn_args a = {
 		.qkv = w->qkv, .z = w->z, .b = w->b, .a = w->a,
@@ -948,7 +949,7 @@ static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, st
 	};
 	be->ops->gdn(be, &a);
 	struct toast_mm_in oin = fwd_act(w->g_out);
-	struct toast_mm_out o = {w->x, TOAST_MM_ADD, &l->ssm_out};
+	struct toast_mm_out o = {.out = w->x, .mode = TOAST_MM_ADD, .W = &l->ssm_out};
 	be->ops->matmul(be, &oin, &o, 1, T);
 }
 
@@ -958,11 +959,10 @@ static void fwd_ffn(const struct toast_model *m, const struct toast_layer *l, st
 	struct toast_backend *be = m->be;
 	if (!l->is_moe) {
 		struct toast_mm_in in = fwd_normed(m, w->x, &l->ffn_norm);
-		struct toast_mm_out gu[2] = {{w->ff_g, TOAST_MM_F32, &l->ffn_gate}, {w->ff_u, TOAST_MM_F32, &l->ffn_up}};
-		be->ops->matmul(be, &in, gu, 2, T);
-		be->ops->swiglu(be, w->ff_act, w->ff_g, w->ff_u, T, hp->n_ff);
+		struct toast_mm_out gu = {.out = w->ff_act, .mode = TOAST_MM_GLU, .W = &l->ffn_gate, .W2 = &l->ffn_up};
+		be->ops->matmul(be, &in, &gu, 1, T);
 		struct toast_mm_in din = fwd_act(w->ff_act);
-		struct toast_mm_out d = {w->x, TOAST_MM_ADD, &l->ffn_down};
+		struct toast_mm_out d = {.out = w->x, .mode = TOAST_MM_ADD, .W = &l->ffn_down};
 		be->ops->matmul(be, &din, &d, 1, T);
 		return;
 	}
@@ -1022,7 +1022,7 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 	/* final norm and head: every row for all_logits (and the hook), else the last row only */
 	struct toast_mm_in in = fwd_normed(m, w->x + (size_t)(T - rows) * E, &m->output_norm);
 	in.norm_out = hook ? w->h : NULL;
-	struct toast_mm_out head = {all_rows ? w->logits_all : w->logits, TOAST_MM_F32, &m->output};
+	struct toast_mm_out head = {.out = all_rows ? w->logits_all : w->logits, .mode = TOAST_MM_F32, .W = &m->output};
 	be->ops->matmul(be, &in, &head, 1, rows);
 	if (hook)
 		rc = fwd_hook(be, hook, hook_ud, hp->n_layer, w->h, true, rows, E, err);

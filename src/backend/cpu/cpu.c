@@ -246,13 +246,6 @@ void cpu_norm_rows(const float *x, const struct toast_weight *w, int T, int n, f
 	}
 }
 
-static void cpu_swiglu(struct toast_backend *be, void *out, const float *g, const float *u, int T, int n)
-{
-	float *o = out;
-	for (size_t i = 0; i < (size_t)T * n; i++)
-		o[i] = cpu_silu(g[i]) * u[i];
-}
-
 static void cpu_free(struct toast_backend *be)
 {
 	struct cpu_backend *cb = cpu_of(be);
@@ -282,7 +275,6 @@ static const struct toast_backend_ops cpu_ops = {
 	.begin_step = cpu_begin_step,
 	.embed = cpu_embed,
 	.matmul = cpu_matmul,
-	.swiglu = cpu_swiglu,
 	.attention = cpu_attention,
 	.gdn = cpu_gdn,
 	.moe = cpu_moe,

@@ -1,5 +1,6 @@
 /*
- * cpu_matmul.c - out[T][n_out] = in[T][n_in] · Wᵀ on the CPU, split over blocks of weight rows.
+ * cpu_matmul.c - out[T][n_out] = in[T][n_in] · Wᵀ on the CPU (or SiLU(in · Wᵀ) * (in · W2ᵀ)), split
+ * over blocks of weight rows.
  * Each weight row is converted to f32 once per call and reused for all T inputs, so prefill
  * chunks read the weights once.
  */
@@ -14,9 +15,18 @@ struct mm_ctx {
 	float *out;
 	enum toast_mm_mode mode;
 	const float *in;
-	const struct toast_weight *W;
+	const struct toast_weight *W, *W2;
 	int T;
 };
+
+/* row r of W in f32: in place when W is f32, else converted into buf */
+static const float *mm_row(const struct toast_weight *W, int64_t r, float *buf)
+{
+	if (W->type == TOAST_DT_F32)
+		return (const float *)W->data + r * W->n_in;
+	cpu_to_f32(W, r * W->n_in, W->n_in, buf);
+	return buf;
+}
 
 static void mm_task(void *p, int task, int tid)
 {
@@ -26,27 +36,35 @@ static void mm_task(void *p, int task, int tid)
 	int64_t r1 = r0 + MM_ROWS_PER_TASK < W->n_out ? r0 + MM_ROWS_PER_TASK : W->n_out;
 	float *row = c->cb->scratch[tid];
 	for (int64_t r = r0; r < r1; r++) {
-		const float *wr = row;
-		if (W->type == TOAST_DT_F32)
-			wr = (const float *)W->data + r * W->n_in;
-		else
-			cpu_to_f32(W, r * W->n_in, W->n_in, row);
+		const float *wr = mm_row(W, r, row), *ur = c->W2 ? mm_row(c->W2, r, row + W->n_in) : NULL;
 		for (int t = 0; t < c->T; t++) {
-			float v = cpu_dot(wr, c->in + (size_t)t * W->n_in, W->n_in);
+			const float *x = c->in + (size_t)t * W->n_in;
+			float v = cpu_dot(wr, x, W->n_in);
 			float *o = c->out + (size_t)t * W->n_out + r;
-			*o = c->mode == TOAST_MM_ADD ? *o + v : v;
+			if (c->mode == TOAST_MM_ADD)
+				*o += v;
+			else if (c->mode == TOAST_MM_GLU)
+				*o = cpu_silu(v) * cpu_dot(ur, x, W->n_in);
+			else
+				*o = v;
 		}
 	}
+}
+
+static void mm_rows(struct cpu_backend *cb, float *out, enum toast_mm_mode mode, const float *in,
+		    const struct toast_weight *W, const struct toast_weight *W2, int T)
+{
+	if (!cpu_scratch(cb, (size_t)W->n_in * (W2 ? 2 : 1)))
+		return;
+	struct mm_ctx c = {cb, out, mode, in, W, W2, T};
+	int n_tasks = (int)((W->n_out + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK);
+	toast_pool_for(cb->pool, n_tasks, mm_task, &c);
 }
 
 void cpu_matvec_rows(struct cpu_backend *cb, float *out, enum toast_mm_mode mode, const float *in,
 		     const struct toast_weight *W, int T)
 {
-	if (!cpu_scratch(cb, (size_t)W->n_in))
-		return;
-	struct mm_ctx c = {cb, out, mode, in, W, T};
-	int n_tasks = (int)((W->n_out + MM_ROWS_PER_TASK - 1) / MM_ROWS_PER_TASK);
-	toast_pool_for(cb->pool, n_tasks, mm_task, &c);
+	mm_rows(cb, out, mode, in, W, NULL, T);
 }
 
 void cpu_matmul(struct toast_backend *be, const struct toast_mm_in *in, const struct toast_mm_out *outs, int n_outs,
@@ -65,5 +83,5 @@ void cpu_matmul(struct toast_backend *be, const struct toast_mm_in *in, const st
 		x = y;
 	}
 	for (int i = 0; i < n_outs; i++)
-		cpu_matvec_rows(cb, outs[i].out, outs[i].mode, x, outs[i].W, T);
+		mm_rows(cb, outs[i].out, outs[i].mode, x, outs[i].W, outs[i].mode == TOAST_MM_GLU ? outs[i].W2 : NULL, T);
 }

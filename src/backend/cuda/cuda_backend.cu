@@ -143,6 +143,11 @@ void *cu_scratch2(struct cuda_backend *cb, size_t n)
 	return cu_grow(cb, &cb->scratch2, &cb->scratch2_bytes, n);
 }
 
+void *cu_scratch3(struct cuda_backend *cb, size_t n)
+{
+	return cu_grow(cb, &cb->scratch3, &cb->scratch3_bytes, n);
+}
+
 /* ---- memory ---- */
 
 static void *cuda_alloc(struct toast_backend *be, size_t n)
@@ -571,12 +576,6 @@ static void cuda_matmul(struct toast_backend *be, const struct toast_mm_in *in, 
 		cu_matmul(cu_of(be), in, outs, n_outs, T);
 }
 
-static void cuda_swiglu(struct toast_backend *be, void *out, const float *g, const float *u, int T, int n)
-{
-	if (!cu_of(be)->failed)
-		cu_swiglu(cu_of(be), (bf16 *)out, g, u, T, n);
-}
-
 static void cuda_attention(struct toast_backend *be, const struct toast_attn_args *a)
 {
 	if (!cu_of(be)->failed)
@@ -626,6 +625,7 @@ static void cuda_free(struct toast_backend *be)
 	free(cb->owned);
 	cudaFree(cb->scratch);
 	cudaFree(cb->scratch2);
+	cudaFree(cb->scratch3);
 	cudaFree(cb->d_step);
 	cudaFreeHost(cb->h_step);
 	cudaFree(cb->cublas_ws);
@@ -658,7 +658,6 @@ static const struct toast_backend_ops cuda_ops = {
 	cuda_graph_end,
 	cuda_embed,
 	cuda_matmul,
-	cuda_swiglu,
 	cuda_attention,
 	cuda_gdn,
 	cuda_moe,

@@ -46,9 +46,10 @@ struct cuda_backend {
 	cudaEvent_t step_copied;
 	int step_T, step_pos;
 	/* device scratch for ops, grown outside graph capture; scratch2 for buffers sized later in an
-	 * op than the first (growing one must not move the other) */
-	void *scratch, *scratch2;
-	size_t scratch_bytes, scratch2_bytes;
+	 * op than the first (growing one must not move the other); scratch3 for an op around another
+	 * (a dense MLP's gate and up products around the matmul that makes them) */
+	void *scratch, *scratch2, *scratch3;
+	size_t scratch_bytes, scratch2_bytes, scratch3_bytes;
 	unsigned *counters; /* zeroed device counters for "last block" patterns; each user resets its own */
 	/* weights uploaded by prepare_weight/prepare_experts, freed with the backend */
 	void **owned;
@@ -95,6 +96,7 @@ size_t cu_allow_smem(struct cuda_backend *cb, const void *func);
 /* Device scratch of at least n bytes (grown when not capturing), or NULL (then failed is set). */
 void *cu_scratch(struct cuda_backend *cb, size_t n);
 void *cu_scratch2(struct cuda_backend *cb, size_t n);
+void *cu_scratch3(struct cuda_backend *cb, size_t n);
 
 static inline unsigned cu_blocks(size_t n, unsigned per)
 {

@@ -8,7 +8,9 @@
  * four weight rows in 16-byte chunks, dequantising quantised ones in registers (cu_quant.cuh);
  * Q4_K, Q6_K and MLX4 go to tensor cores (k_gemv_k4). Larger T: the normed input is written
  * once in bf16 and each output is a cuBLAS GEMM on tensor cores; a quantised weight is first
- * dequantised to bf16 in pieces of CU_DEQUANT_PIECE bytes.
+ * dequantised to bf16 in pieces of CU_DEQUANT_PIECE bytes. A dense MLP's gate and up
+ * (TOAST_MM_GLU) at decode: one GEMV launch whose warps (or blocks, on tensor cores) take the
+ * same rows of both and store SiLU(gate) * up; at other sizes their two products, then that.
  */
 #include "backend/cuda/cu_quant.cuh"
 
@@ -20,6 +22,7 @@ struct gemv_job {
 	int mode;
 	int64_t n_out;
 	int64_t first_block; /* blocks before this job's */
+	cu_wd W2;            /* TOAST_MM_GLU (the only job): the up matrix */
 };
 
 struct gemv_args {
@@ -35,6 +38,12 @@ struct gemv_args {
 	int plus_one;
 	bf16 *norm_out;        /* written by block 0 when set */
 };
+
+/* a dense MLP's act value from its gate and up products: cu_swiglu's rounding */
+__device__ __forceinline__ void gemv_store_glu(void *out, int64_t n_out, int t, int64_t r, float g, float u)
+{
+	((bf16 *)out)[t * n_out + r] = __float2bfloat16(cu_silu(g) * u);
+}
 
 __device__ __forceinline__ void gemv_store(void *out, int mode, int64_t n_out, int t, int64_t r, float v)
 {
@@ -80,13 +89,14 @@ __device__ __forceinline__ void gemv_stage(const gemv_args &a, float *xs)
  * scales) of all of them before using any; each input float4 is read once per position and
  * used for every row. The first B chunks of each row are loaded before the input is staged, so
  * their DRAM latency hides behind the staging (and the norm); each chunk's slot is refilled as
- * soon as it is used. Requires n_in % EPC == 0 and 16-byte aligned rows.
+ * soon as it is used. Requires n_in % EPC == 0 and 16-byte aligned rows. GLU: the warp's rows are
+ * ROWS / 2 rows of the gate and the same rows of the up matrix, stored as SiLU(gate) * up.
  */
-template <int TYPE, int T, int ROWS>
+template <int TYPE, int T, int ROWS, bool GLU = false>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 {
 	typedef qk<TYPE> Q;
-	const int GEMV_BLOCK_ROWS = GEMV_WARPS * ROWS;
+	const int OUT_ROWS = GLU ? ROWS / 2 : ROWS, GEMV_BLOCK_ROWS = GEMV_WARPS * OUT_ROWS;
 	const int B = T <= 2 ? 2 : 1; /* chunks in flight per row and lane */
 	extern __shared__ float xs[];
 	int j = 0;
@@ -94,14 +104,17 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 		j++;
 	const gemv_job &jb = a.job[j];
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int64_t r0 = (blockIdx.x - jb.first_block) * GEMV_BLOCK_ROWS + warp * ROWS;
+	int64_t r0 = (blockIdx.x - jb.first_block) * GEMV_BLOCK_ROWS + warp * OUT_ROWS;
 	bool live = r0 < jb.n_out;
 	int64_t n_in = a.n_in;
 	int nc = (int)(n_in / Q::EPC);
+	/* row r of the warp: its matrix and its row there */
+	auto wd = [&](int r) -> const cu_wd & { return GLU && r >= OUT_ROWS ? jb.W2 : jb.W; };
+	auto row = [&](int r) { return r0 + (GLU ? r % OUT_ROWS : r); };
 	cu_wrow w[ROWS];
 #pragma unroll
 	for (int r = 0; r < ROWS; r++)
-		w[r] = cu_row(jb.W, 0, min(r0 + r, jb.n_out - 1));
+		w[r] = cu_row(wd(r), 0, min(row(r), jb.n_out - 1));
 	typename Q::chunk k[B][ROWS];
 	if (live)
 #pragma unroll
@@ -109,7 +122,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 			if (lane + 32 * b < nc)
 #pragma unroll
 				for (int r = 0; r < ROWS; r++)
-					k[b][r] = cu_qload<TYPE>(jb.W, w[r], 0, r0 + r, lane + 32 * b);
+					k[b][r] = cu_qload<TYPE>(wd(r), w[r], 0, row(r), lane + 32 * b);
 	cu_pdl_wait();
 	gemv_stage<TYPE, T>(a, xs);
 	if (!live)
@@ -148,7 +161,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 			if (c + 32 * B < nc)
 #pragma unroll
 				for (int r = 0; r < ROWS; r++)
-					k[b][r] = cu_qload<TYPE>(jb.W, w[r], 0, r0 + r, c + 32 * B);
+					k[b][r] = cu_qload<TYPE>(wd(r), w[r], 0, row(r), c + 32 * B);
 		}
 	}
 	cu_pdl_trigger();
@@ -159,12 +172,16 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 			acc[r][t] = cu_warp_sum(acc[r][t]);
 	if (lane == 0)
 #pragma unroll
-		for (int r = 0; r < ROWS; r++)
+		for (int r = 0; r < OUT_ROWS; r++)
 			if (r0 + r < jb.n_out)
 #pragma unroll
 				for (int t = 0; t < T; t++)
-					if (t < a.nt)
-						gemv_store(jb.out, jb.mode, jb.n_out, t, r0 + r, acc[r][t]);
+					if (t < a.nt) {
+						if constexpr (GLU)
+							gemv_store_glu(jb.out, jb.n_out, t, r0 + r, acc[r][t], acc[r + OUT_ROWS][t]);
+						else
+							gemv_store(jb.out, jb.mode, jb.n_out, t, r0 + r, acc[r][t]);
+					}
 }
 
 /*
@@ -188,7 +205,7 @@ static size_t gq_smem(int T, int64_t n_in, int rt, int sub)
 	       (size_t)rt * GQ_WARPS * 16 * T * 4;
 }
 
-template <int T, int TYPE>
+template <int T, int TYPE, bool GLU = false>
 __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int rt, int one_wave)
 {
 	typedef cu_kq<TYPE> K;
@@ -200,8 +217,9 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 		j++;
 	const gemv_job &jb = a.job[j];
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-	int64_t n_in = a.n_in, tile0 = (blockIdx.x - jb.first_block) * rt;
-	int ntile = (int)min((int64_t)rt, (jb.n_out + 15) / 16 - tile0);
+	/* GLU: tile 2i is the gate's tile i, 2i + 1 the up matrix's (rt is even: a block has both) */
+	int64_t n_in = a.n_in, tile0 = (blockIdx.x - jb.first_block) * rt, tiles = (jb.n_out + 15) / 16 * (GLU ? 2 : 1);
+	int ntile = (int)min((int64_t)rt, tiles - tile0);
 	/* rows 64 bytes apart at T = 8: a B fragment's 8 columns in 2 wavefronts */
 	int nsb = (int)(n_in / 256), xstride = (int)(n_in + (T > 1 ? 32 : 0)), nsub = (int)(n_in / SUB);
 	bf16 *xs = (bf16 *)gq_sm;
@@ -217,11 +235,12 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 	};
 	int lt = 0, lk = 0; /* the next unit to load */
 	auto load = [&]() {
-		int64_t r0 = (tile0 + lt) * 16;
-		const uint8_t *ra = cu_row(jb.W, 0, min(r0 + g, jb.n_out - 1)).q;
-		const uint8_t *rb = cu_row(jb.W, 0, min(r0 + g + 8, jb.n_out - 1)).q;
-		const uint8_t *rh = cu_row(jb.W, 0, min(r0 + (lane & 15), jb.n_out - 1)).m;
-		typename K::ld L = K::load(jb.W, ra, rb, rh, warp + GQ_WARPS * lk, lane);
+		int64_t vt = tile0 + lt, r0 = (GLU ? vt >> 1 : vt) * 16;
+		const cu_wd &W = GLU && (vt & 1) ? jb.W2 : jb.W;
+		const uint8_t *ra = cu_row(W, 0, min(r0 + g, jb.n_out - 1)).q;
+		const uint8_t *rb = cu_row(W, 0, min(r0 + g + 8, jb.n_out - 1)).q;
+		const uint8_t *rh = cu_row(W, 0, min(r0 + (lane & 15), jb.n_out - 1)).m;
+		typename K::ld L = K::load(W, ra, rb, rh, warp + GQ_WARPS * lk, lane);
 		next(lt, lk);
 		return L;
 	};
@@ -342,14 +361,28 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 	__syncthreads();
 	cu_tl_mark(2); /* every warp's */
 	int nw = min(nsb, GQ_WARPS);
-	for (int q = threadIdx.x; q < ntile * 16 * T; q += blockDim.x) {
-		int tl = q / (16 * T), rc = q - tl * 16 * T, c = rc % T;
-		int64_t row = (tile0 + tl) * 16 + rc / T;
-		float v = 0;
-		for (int w = 0; w < nw; w++)
-			v += part[(tl * GQ_WARPS + w) * 16 * T + rc];
-		if (c < a.nt && row < jb.n_out)
-			gemv_store(jb.out, jb.mode, jb.n_out, c, row, v);
+	if constexpr (GLU) {
+		for (int q = threadIdx.x; q < ntile / 2 * 16 * T; q += blockDim.x) {
+			int p = q / (16 * T), rc = q - p * 16 * T, c = rc % T;
+			int64_t row = ((tile0 >> 1) + p) * 16 + rc / T;
+			float vg = 0, vu = 0;
+			for (int w = 0; w < nw; w++) {
+				vg += part[(2 * p * GQ_WARPS + w) * 16 * T + rc];
+				vu += part[((2 * p + 1) * GQ_WARPS + w) * 16 * T + rc];
+			}
+			if (c < a.nt && row < jb.n_out)
+				gemv_store_glu(jb.out, jb.n_out, c, row, vg, vu);
+		}
+	} else {
+		for (int q = threadIdx.x; q < ntile * 16 * T; q += blockDim.x) {
+			int tl = q / (16 * T), rc = q - tl * 16 * T, c = rc % T;
+			int64_t row = (tile0 + tl) * 16 + rc / T;
+			float v = 0;
+			for (int w = 0; w < nw; w++)
+				v += part[(tl * GQ_WARPS + w) * 16 * T + rc];
+			if (c < a.nt && row < jb.n_out)
+				gemv_store(jb.out, jb.mode, jb.n_out, c, row, v);
+		}
 	}
 }
 
@@ -538,20 +571,21 @@ static bool gemv_fits(struct cuda_backend *cb, const struct toast_weight *W, int
 	return (size_t)gemv_tt(type, T) * (size_t)W->n_in * 4 + 1024 <= cb->smem_optin;
 }
 
-/* the dynamic shared memory k_gemv<TYPE, T, ROWS> may use (set once) */
-template <int TYPE, int T, int ROWS>
+/* the dynamic shared memory k_gemv<TYPE, T, ROWS, GLU> may use (set once) */
+template <int TYPE, int T, int ROWS, bool GLU = false>
 static size_t gemv_room(struct cuda_backend *cb)
 {
 	static size_t room;
 	if (!room)
-		room = cu_allow_smem(cb, (const void *)k_gemv<TYPE, T, ROWS>);
+		room = cu_allow_smem(cb, (const void *)k_gemv<TYPE, T, ROWS, GLU>);
 	return room;
 }
 
-template <int TYPE, int T, int ROWS>
+template <int TYPE, int T, int ROWS, bool GLU = false>
 static void gemv_launch(struct cuda_backend *cb, gemv_args &a)
 {
-	size_t room = gemv_room<TYPE, T, ROWS>(cb);
+	const int out_rows = GEMV_WARPS * (GLU ? ROWS / 2 : ROWS);
+	size_t room = gemv_room<TYPE, T, ROWS, GLU>(cb);
 	size_t smem = (size_t)T * a.n_in * 4;
 	if (smem > room) {
 		cu_fail_msg(cb, "gemv: %zu bytes of shared memory needed, %zu allowed", smem, room);
@@ -560,14 +594,21 @@ static void gemv_launch(struct cuda_backend *cb, gemv_args &a)
 	int64_t blocks = 0;
 	for (int k = 0; k < a.n_jobs; k++) {
 		a.job[k].first_block = blocks;
-		blocks += (a.job[k].n_out + GEMV_WARPS * ROWS - 1) / (GEMV_WARPS * ROWS);
+		blocks += (a.job[k].n_out + out_rows - 1) / out_rows;
 	}
-	cu_launch_pdl(cb, k_gemv<TYPE, T, ROWS>, (unsigned)blocks, GEMV_WARPS * 32, smem, a);
+	cu_launch_pdl(cb, k_gemv<TYPE, T, ROWS, GLU>, (unsigned)blocks, GEMV_WARPS * 32, smem, a);
 }
 
 template <int TYPE, int T>
 static void gemv_launch_rows(struct cuda_backend *cb, gemv_args &a)
 {
+	if (a.job[0].mode == TOAST_MM_GLU) { /* a warp takes one row of the gate and of the up matrix */
+		if constexpr (T == 1)
+			gemv_launch<TYPE, 1, 2, true>(cb, a);
+		else
+			cu_fail_msg(cb, "gemv: SiLU(gate) * up is a decode kernel (T = 1, not %d)", T);
+		return;
+	}
 	/* four rows a warp stream more bytes per load batch; one row a warp gives small matrices
 	 * enough blocks to fill the GPU. Four rows only when their blocks fill whole waves: one
 	 * (bf16 qkvz at 3 blocks an SM), or many (lm_head); 4-bit kernels hold twice the registers
@@ -613,43 +654,46 @@ static void gemv_launch_type(struct cuda_backend *cb, gemv_args &a)
 
 /* Q4_K, Q6_K or MLX4 rows on tensor cores when the input is bf16 or normed (not the router's
  * f32 input) in 16-byte aligned rows of whole superblocks (MLX4: groups of 64k, cu_kq_fits) */
-template <int T, int TYPE>
+template <int T, int TYPE, bool GLU = false>
 static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 {
 	static size_t room;
 	static int per_sm;
 	const int sub = cu_kq<TYPE>::SUB;
 	if (!room) {
-		room = cu_allow_smem(cb, (const void *)k_gemv_k4<T, TYPE>);
-		per_sm = cu_per_sm((const void *)k_gemv_k4<T, TYPE>, GQ_WARPS * 32, gq_smem(T, 2048, T > 1 ? 4 : 8, sub));
+		room = cu_allow_smem(cb, (const void *)k_gemv_k4<T, TYPE, GLU>);
+		per_sm = cu_per_sm((const void *)k_gemv_k4<T, TYPE, GLU>, GQ_WARPS * 32, gq_smem(T, 2048, T > 1 ? 4 : 8, sub));
 	}
 	if (a.xf || a.n_in % 256 ||
 	    ((uintptr_t)a.act | (uintptr_t)a.norm_x | (uintptr_t)a.norm_w | (uintptr_t)a.norm_out) & 15)
 		return false;
-	int64_t tiles = 0;
+	int64_t tiles = 0, tw = GLU ? 2 : 1; /* GLU: the gate's and the up matrix's tiles */
 	for (int k = 0; k < a.n_jobs; k++) {
 		if (!cu_kq_fits(a.job[k].W))
 			return false;
-		tiles += (a.job[k].n_out + 15) / 16;
+		tiles += (a.job[k].n_out + 15) / 16 * tw;
 	}
 	int64_t slots = (int64_t)cb->n_sm * (per_sm > 0 ? per_sm : 1);
 	int rt = (int)((tiles + slots - 1) / slots), max_rt = T > 1 ? 4 : GQ_MAX_RT;
 	rt = rt > max_rt ? max_rt : rt;
+	rt = GLU ? (rt + 1) & ~1 : rt; /* whole pairs a block */
 	size_t smem = gq_smem(T, a.n_in, rt, sub);
 	if (smem > room)
 		return false;
 	int64_t blocks = 0;
 	for (int k = 0; k < a.n_jobs; k++) {
 		a.job[k].first_block = blocks;
-		blocks += ((a.job[k].n_out + 15) / 16 + rt - 1) / rt;
+		blocks += ((a.job[k].n_out + 15) / 16 * tw + rt - 1) / rt;
 	}
-	cu_launch_pdl(cb, k_gemv_k4<T, TYPE>, (unsigned)blocks, GQ_WARPS * 32, smem, a, rt, (int)(blocks <= slots));
+	cu_launch_pdl(cb, k_gemv_k4<T, TYPE, GLU>, (unsigned)blocks, GQ_WARPS * 32, smem, a, rt, (int)(blocks <= slots));
 	return true;
 }
 
 template <int TYPE>
 static bool gq_launch_t(struct cuda_backend *cb, gemv_args &a)
 {
+	if (a.job[0].mode == TOAST_MM_GLU) /* (T == 1) */
+		return gq_launch<1, TYPE, true>(cb, a);
 	return a.nt == 1 ? gq_launch<1, TYPE>(cb, a) : gq_launch<8, TYPE>(cb, a);
 }
 
@@ -690,17 +734,44 @@ void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const stru
 	cu_launched(cb, "gemv (f32 input)");
 }
 
-void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const struct toast_mm_out *outs, int n_outs,
-	       int T)
+/* the GEMVs' input and token count */
+static gemv_args gemv_input(const struct toast_mm_in *in, int T, int64_t n_in)
 {
-	int64_t n_in = outs[0].W->n_in;
-	/* decode-sized T: one GEMV launch per weight type among the outputs */
-	bool done[TOAST_MM_MAX_OUT] = {};
-	int left = n_outs;
 	gemv_args a = {};
 	a.nt = T, a.n_in = n_in, a.act = (const bf16 *)in->act, a.norm_x = in->norm_x;
 	a.norm_w = in->act ? NULL : (const float *)in->norm_w->dev;
 	a.eps = in->eps, a.plus_one = in->plus_one, a.norm_out = (bf16 *)in->norm_out;
+	return a;
+}
+
+void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const struct toast_mm_out *outs, int n_outs,
+	       int T)
+{
+	int64_t n_in = outs[0].W->n_in;
+	if (outs[0].mode == TOAST_MM_GLU) {
+		const struct toast_weight *G = outs[0].W, *U = outs[0].W2;
+		if (T == 1 && G->dev_type == U->dev_type && gemv_fits(cb, G, T)) {
+			/* a decode step: one GEMV launch stores SiLU(gate) * up */
+			gemv_args a = gemv_input(in, T, n_in);
+			a.job[0] = {outs[0].out, cu_wd_weight(G), (int)TOAST_MM_GLU, G->n_out, 0, cu_wd_weight(U)};
+			a.n_jobs = 1;
+			gemv_launch_any(cb, G->dev_type, a);
+			return;
+		}
+		/* the two products, then SiLU(gate) * up */
+		size_t n = (size_t)T * G->n_out;
+		float *gu = (float *)cu_scratch3(cb, n * 8);
+		if (!gu)
+			return;
+		struct toast_mm_out two[2] = {{gu, TOAST_MM_F32, G, NULL}, {gu + n, TOAST_MM_F32, U, NULL}};
+		cu_matmul(cb, in, two, 2, T);
+		cu_swiglu(cb, (bf16 *)outs[0].out, gu, gu + n, T, (int)G->n_out);
+		return;
+	}
+	/* decode-sized T: one GEMV launch per weight type among the outputs */
+	bool done[TOAST_MM_MAX_OUT] = {};
+	int left = n_outs;
+	gemv_args a = gemv_input(in, T, n_in);
 	for (int k = 0; k < n_outs; k++) {
 		if (done[k] || !gemv_fits(cb, outs[k].W, T))
 			continue;
