@@ -1,7 +1,9 @@
 /*
  * test_proto.c - the wire protocol without a daemon: line framing and its limits, request
  * parsing (every kind of bad input gets the right error code), request/event round trips, the
- * compose rule, HTTP head parsing, the history file, and the daemon's lock and stale-socket rules.
+ * compose rule, HTTP head parsing, the history file, and the daemon's lock and stale-socket rules;
+ * JSON strings written from bytes that are not UTF-8 (an error that quotes a bad request) are
+ * still valid JSON.
  */
 #include <fcntl.h>
 #include <math.h>
@@ -17,6 +19,7 @@
 #include "server/server.h"
 #include "server/srv.h"
 #include "test.h"
+#include "util/utf8.h"
 
 static void test_lines(void)
 {
@@ -211,6 +214,52 @@ static void test_roundtrip(void)
 	toast_buf_deinit(&b);
 }
 
+/* toast_buf_json_escape: valid UTF-8 as it is, controls escaped, any other byte U+FFFD */
+static void test_escape(void)
+{
+	static const struct {
+		const char *in, *want; /* want: the decoded string */
+	} cases[] = {
+		{"plain \"q\" \\ \n\t", "plain \"q\" \\ \n\t"},
+		{"\x01\x1f", "\x01\x1f"},
+		{"\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"}, /* é € 😀 */
+		{"a\xd8'", "a\xef\xbf\xbd'"},                                             /* a lone lead byte */
+		{"\xff\xfe", "\xef\xbf\xbd\xef\xbf\xbd"},
+		{"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},                               /* overlong */
+		{"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},            /* a surrogate */
+		{"\xe2\x82", "\xef\xbf\xbd\xef\xbf\xbd"},                               /* cut short */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct toast_buf b;
+		toast_buf_init(&b);
+		bool ok = toast_buf_puts(&b, "\"") && toast_buf_json_escape(&b, cases[i].in, strlen(cases[i].in)) &&
+			  toast_buf_puts(&b, "\"");
+		json_error_t je;
+		json_t *j = ok ? json_loadb(b.data, b.len, JSON_DECODE_ANY, &je) : NULL;
+		CHECK(ok && toast_utf8_valid(b.data, b.len) && j && json_is_string(j) &&
+			      strcmp(json_string_value(j), cases[i].want) == 0,
+		      "escape case %zu: %.*s", i, (int)b.len, b.data ? b.data : "");
+		json_decref(j);
+		toast_buf_deinit(&b);
+	}
+	/* a malformed request whose error quotes its bytes (a fuzzed line, fuzz_proto seed 878360) */
+	static const char line[] = "{\"v\\\xd8\x9f 1,\x1e\"i\xb0";
+	struct toast_proto_req r;
+	struct toast_proto_fail f = {0};
+	CHECK(!toast_proto_req_parse(line, sizeof(line) - 1, &r, &f) && f.code == TOAST_PROTO_BAD_REQUEST,
+	      "the fuzzed line is a bad request");
+	toast_proto_req_deinit(&r);
+	struct toast_buf b;
+	toast_buf_init(&b);
+	struct toast_proto_event ev = {0};
+	struct toast_error err = {0};
+	CHECK(toast_proto_error_write(&b, NULL, f.code, f.msg) && toast_utf8_valid(b.data, b.len) &&
+		      toast_proto_event_parse(b.data, b.len - 1, &ev, &err) && ev.kind == TOAST_EV_ERROR,
+	      "its error line is JSON: %.*s %s", (int)b.len, b.data ? b.data : "", err.msg);
+	toast_proto_event_deinit(&ev);
+	toast_buf_deinit(&b);
+}
+
 static void test_compose(void)
 {
 	struct toast_buf b;
@@ -367,6 +416,7 @@ int main(void)
 	test_lines();
 	test_requests();
 	test_roundtrip();
+	test_escape();
 	test_compose();
 	test_http();
 	test_history(dir);

@@ -1,5 +1,6 @@
 /* buf.c - growable byte buffers. */
 #include "util/buf.h"
+#include "util/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -87,8 +88,16 @@ bool toast_buf_json_escape(struct toast_buf *b, const char *s, size_t n)
 	size_t run = 0; /* bytes copied verbatim in one append */
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
-		if (c >= 0x20 && c != '"' && c != '\\')
+		if (c >= 0x80) {
+			int seq;
+			toast_utf8_next(s + i, n - i, &seq);
+			if (seq > 1) { /* valid UTF-8, as it is */
+				i += (size_t)seq - 1;
+				continue;
+			}
+		} else if (c >= 0x20 && c != '"' && c != '\\') {
 			continue;
+		}
 		if (!toast_buf_append(b, s + run, i - run))
 			return false;
 		run = i + 1;
@@ -100,10 +109,12 @@ bool toast_buf_json_escape(struct toast_buf *b, const char *s, size_t n)
 		case '\n': esc[1] = 'n'; break;
 		case '\r': esc[1] = 'r'; break;
 		case '\t': esc[1] = 't'; break;
-		default:
-			memcpy(esc, "\\u00", 4);
-			esc[4] = hex[c >> 4];
-			esc[5] = hex[c & 15];
+		default: /* a control character, or a byte of invalid UTF-8: U+FFFD */
+			memcpy(esc, c >= 0x80 ? "\\ufffd" : "\\u00", c >= 0x80 ? 6 : 4);
+			if (c < 0x80) {
+				esc[4] = hex[c >> 4];
+				esc[5] = hex[c & 15];
+			}
 			len = 6;
 		}
 		if (!toast_buf_append(b, esc, len))

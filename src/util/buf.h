@@ -24,7 +24,8 @@ bool toast_buf_puts(struct toast_buf *b, const char *s);
 bool toast_buf_printf(struct toast_buf *b, const char *fmt, ...) TOAST_PRINTF(2, 3);
 /* Drop the first n (<= len) bytes. */
 void toast_buf_consume(struct toast_buf *b, size_t n);
-/* Append s as the contents of a JSON string (without the quotes). */
+/* Append s as the contents of a JSON string (without the quotes); a byte that is not part of
+ * valid UTF-8 becomes U+FFFD, so the string is valid JSON whatever s holds. */
 bool toast_buf_json_escape(struct toast_buf *b, const char *s, size_t n);
 /* Hand the bytes over: returns data (malloc'd, NUL-terminated; never NULL unless out of memory)
  * and leaves b empty. */
