@@ -3,8 +3,9 @@
 `toast` must feel instant from the first request on, not from the second.
 
 Usage: python3 bench/first_request.py MODEL [MODEL ...]   (TOASTED_BIN as for the tests)
-Each model: a daemon started (timed until it serves), then five greedy chat requests of a few
-tokens, different each time (the session cache cannot answer them), one after the other.
+Each model, twice: a daemon started (timed until it serves), then five chat requests of 8 tokens,
+different each time (the session cache cannot answer them), one after the other; greedy, then
+(a new daemon) with the default sampling (temperature 0.7, top-k 20: the largest logits only).
 """
 import os
 import sys
@@ -17,20 +18,26 @@ QUESTIONS = ["What is the capital of France?", "Name a prime number.", "Say hell
              "What colour is the sky?", "Count to three."]
 
 
+def first_requests(model, greedy):
+    t0 = time.monotonic()
+    with Daemon(model=model, ready_timeout=300) as d:
+        ready = time.monotonic() - t0
+        st = d.status()
+        print(f"{os.path.basename(model.rstrip('/'))} ({st.get('backend')}, {'greedy' if greedy else 'sampled'}): "
+              f"serving {ready:.2f} s after start")
+        for i, q in enumerate(QUESTIONS):
+            t = time.monotonic()
+            d.chat([{"role": "user", "content": q}], max_tokens=8, **({"temperature": 0} if greedy else {}))
+            wall = time.monotonic() - t
+            a = d.audit()[-1]
+            print(f"  request {i + 1}: ttft {a.get('ttft_ms', 0):8.1f} ms, total {a.get('total_ms', 0):8.1f} ms, "
+                  f"client {wall * 1e3:8.1f} ms, prompt {a.get('prompt_tokens')} tokens")
+
+
 def main():
     for model in sys.argv[1:]:
-        t0 = time.monotonic()
-        with Daemon(model=model, ready_timeout=300) as d:
-            ready = time.monotonic() - t0
-            st = d.status()
-            print(f"{os.path.basename(model.rstrip('/'))} ({st.get('backend')}): serving {ready:.2f} s after start")
-            for i, q in enumerate(QUESTIONS):
-                t = time.monotonic()
-                d.chat([{"role": "user", "content": q}], temperature=0, max_tokens=8)
-                wall = time.monotonic() - t
-                a = d.audit()[-1]
-                print(f"  request {i + 1}: ttft {a.get('ttft_ms', 0):8.1f} ms, total {a.get('total_ms', 0):8.1f} ms, "
-                      f"client {wall * 1e3:8.1f} ms, prompt {a.get('prompt_tokens')} tokens")
+        for greedy in (True, False):
+            first_requests(model, greedy)
     return 0
 
 
