@@ -336,6 +336,12 @@ __device__ __forceinline__ float cu_silu(float x)
 	return x / (1.0f + __expf(-x));
 }
 
+/* a dense MLP's act value SiLU(g) * u in bf16: the one rounding of cu_swiglu and the GLU GEMV */
+__device__ __forceinline__ bf16 cu_swiglu1(float g, float u)
+{
+	return __float2bfloat16(cu_silu(g) * u);
+}
+
 __device__ __forceinline__ float cu_sigmoid(float x)
 {
 	return 1.0f / (1.0f + __expf(-x));

@@ -37,7 +37,7 @@ void cu_embed(struct cuda_backend *cb, float *x, const struct toast_weight *W, i
 __global__ void k_swiglu(bf16 *out, const float *g, const float *u, size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-		out[i] = __float2bfloat16(cu_silu(g[i]) * u[i]);
+		out[i] = cu_swiglu1(g[i], u[i]);
 }
 
 void cu_swiglu(struct cuda_backend *cb, bf16 *out, const float *g, const float *u, int T, int n)

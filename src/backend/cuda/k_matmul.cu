@@ -39,10 +39,10 @@ struct gemv_args {
 	bf16 *norm_out;        /* written by block 0 when set */
 };
 
-/* a dense MLP's act value from its gate and up products: cu_swiglu's rounding */
+/* a dense MLP's act value from its gate and up products (as cu_swiglu rounds it) */
 __device__ __forceinline__ void gemv_store_glu(void *out, int64_t n_out, int t, int64_t r, float g, float u)
 {
-	((bf16 *)out)[t * n_out + r] = __float2bfloat16(cu_silu(g) * u);
+	((bf16 *)out)[t * n_out + r] = cu_swiglu1(g, u);
 }
 
 __device__ __forceinline__ void gemv_store(void *out, int mode, int64_t n_out, int t, int64_t r, float v)
