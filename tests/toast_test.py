@@ -43,9 +43,8 @@ def main():
             for k in ("TOAST_API_BASE", "TOAST_API_KEY", "TOAST_MODEL"):
                 env.pop(k, None)
             g = ["--temperature", "0", "--max-tokens", "24"]
-            st = run([TOASTED, "status", "--json"], b"", env)
-            backend = json.loads(st.stdout)["backend"] if st.returncode == 0 else None
-            C.check(backend in ("cpu", "cuda"), f"the daemon's backend: {st.stdout!r} {st.stderr!r}")
+            backend = d.status().get("backend")
+            C.check(backend in ("cpu", "cuda"), f"the daemon's backend: {backend!r}")
             exact = backend == "cpu"
             same(env, b"error: disk full at /var/log\n", ["what is wrong?"] + g, ["what is wrong?"] + g,
                  "stdin + prompt, greedy")
