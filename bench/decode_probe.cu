@@ -15,6 +15,14 @@
  *   persist  one kernel for all phases, a grid barrier between them, the next phase's weights
  *            bulk-copied into shared memory while this one computes
  *   persist0 the same with no weights: what a grid barrier costs
+ *   streamD  persist with the weights of the next D phases in flight at once (a ring of D
+ *            shared buffers, each refilled by a bulk copy a row as soon as its phase has
+ *            ended in the block): whether a resident kernel keeps DRAM busy through the chain
+ *   streamcpD the same by every thread's 16-byte cp.async instead of bulk copies
+ *   regsll   regs, the vector handed over as tagged words (LL: a 64-bit store of the value and
+ *            its phase, polled by the reader) instead of the dependency wait
+ *   streamllD streamD with that hand-over instead of the grid barrier
+ *   ll0      that hand-over alone (no weights): what passing a vector between phases costs
  *
  * each kernel-a-phase way plainly (one after the other) and with programmatic dependent
  * launch (the next kernel's blocks start while this one runs). Every way must leave the same
@@ -52,6 +60,11 @@ struct probe {
 	int rows, phases, rows_block;
 	int sets; /* phase p reads weight set p % sets (sets < phases: the weights stay in L2) */
 	unsigned *count; /* grid barrier (persistent ways) */
+	int depth;       /* phases whose weights are in flight at once (stream ways) */
+	/* LL ways: [phases + 1][N_IN] words (p + 1) << 32 | bits of v[p] (p > 0), each written by one
+	 * store, so a reader that sees the tag sees the value: no fence, barrier or dependency wait
+	 * between phases (NULL: the other ways) */
+	unsigned long long *ll;
 };
 
 __device__ __forceinline__ void mbar_init(uint64_t *bar)
@@ -87,11 +100,18 @@ __device__ __forceinline__ void prefetch_l2(const void *src, unsigned bytes)
 	asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
 
-/* 8 bf16 · 8 floats of x (shared memory) */
+/* 8 bf16 · 8 floats of x (shared memory, lane l's at 32 l bytes: lanes 4-7 of each quarter
+ * warp read their second half first, so a quarter's eight 16-byte loads take every bank once) */
 __device__ __forceinline__ float dot8(uint4 u, const float *x)
 {
 	const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
-	float4 a = ((const float4 *)x)[0], b = ((const float4 *)x)[1];
+	int second = (threadIdx.x >> 2) & 1;
+	float4 a = ((const float4 *)x)[second], b = ((const float4 *)x)[second ^ 1];
+	if (second) {
+		float4 t = a;
+		a = b;
+		b = t;
+	}
 	float2 p = __bfloat1622float2(h[0]), q = __bfloat1622float2(h[1]), r = __bfloat1622float2(h[2]),
 	       s = __bfloat1622float2(h[3]);
 	return p.x * a.x + p.y * a.y + q.x * a.z + q.y * a.w + r.x * b.x + r.y * b.y + s.x * b.z + s.y * b.w;
@@ -105,12 +125,44 @@ __device__ __forceinline__ void stage_v(const probe &P, int p, float *xs)
 	__syncthreads();
 }
 
+/* v[p] into xs from the tagged words, polling each until phase p - 1 has written it */
+__device__ __forceinline__ void stage_v_ll(const probe &P, int p, float *xs)
+{
+	if (p == 0) {
+		stage_v(P, p, xs);
+		return;
+	}
+	const unsigned long long *src = P.ll + (size_t)p * N_IN;
+	unsigned long long x[N_IN / THREADS] = {};
+	bool ready;
+	do { /* every missing word asked for at once, then checked */
+#pragma unroll
+		for (int k = 0; k < N_IN / THREADS; k++)
+			if ((unsigned)(x[k] >> 32) != (unsigned)p)
+				asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(x[k]) : "l"(src + threadIdx.x + k * THREADS) : "memory");
+		ready = true;
+#pragma unroll
+		for (int k = 0; k < N_IN / THREADS; k++)
+			ready = ready && (unsigned)(x[k] >> 32) == (unsigned)p;
+	} while (!ready);
+#pragma unroll
+	for (int k = 0; k < N_IN / THREADS; k++)
+		xs[threadIdx.x + k * THREADS] = __uint_as_float((unsigned)x[k]);
+	__syncthreads();
+}
+
 __device__ __forceinline__ void store_row(const probe &P, int p, int r, float acc)
 {
 	acc = cu_warp_sum(acc);
 	if ((threadIdx.x & 31) == 0)
-		for (int i = r; i < N_IN; i += P.rows) /* rows < N_IN: the vector repeats */
-			P.v[(size_t)(p + 1) * N_IN + i] = tanhf(acc);
+		for (int i = r; i < N_IN; i += P.rows) { /* rows < N_IN: the vector repeats */
+			float y = tanhf(acc);
+			P.v[(size_t)(p + 1) * N_IN + i] = y;
+			if (P.ll)
+				asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(P.ll + (size_t)(p + 1) * N_IN + i),
+					     "l"((unsigned long long)(p + 1) << 32 | __float_as_uint(y))
+					     : "memory");
+		}
 }
 
 /* row r (local to the block) of phase p: from registers k, or from global/shared memory row */
@@ -139,7 +191,7 @@ __device__ __forceinline__ const bf16 *block_rows(const probe &P, int p, int *n)
 	return P.w + ((size_t)(p % P.sets) * P.rows + r0) * N_IN;
 }
 
-enum { W_AFTER, W_REGS, W_SMEM, W_SMEM_ROWS, W_L2, W_REGS_TMA };
+enum { W_AFTER, W_REGS, W_SMEM, W_SMEM_ROWS, W_L2, W_REGS_TMA, W_REGS_LL };
 
 /* one phase as one kernel; MIN_BLOCKS: blocks an SM the registers must allow (2: the next
  * phase's kernel fits beside this one) */
@@ -154,7 +206,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) k_phase(probe P, int p)
 	const bf16 *w = block_rows(P, p, &n);
 	uint4 k[2][CHUNKS];
 	cu_pdl_trigger();
-	if (MODE == W_REGS || MODE == W_REGS_TMA)
+	if (MODE == W_REGS || MODE == W_REGS_TMA || MODE == W_REGS_LL)
 #pragma unroll
 		for (int j = 0; j < 2; j++)
 			if (2 * warp + j < n)
@@ -190,8 +242,11 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) k_phase(probe P, int p)
 			mbar_init(&bar);
 		__syncthreads();
 	}
-	cu_pdl_wait();
-	if (MODE == W_REGS_TMA) { /* the vector by the copy engine: not queued behind the weights' loads */
+	if (MODE != W_REGS_LL)
+		cu_pdl_wait();
+	if (MODE == W_REGS_LL) {
+		stage_v_ll(P, p, xs);
+	} else if (MODE == W_REGS_TMA) { /* the vector by the copy engine: not queued behind the weights' loads */
 		if (threadIdx.x == 0)
 			bulk_load(xs, P.v + (size_t)p * N_IN, N_IN * 4, &bar);
 		mbar_wait(&bar, 0);
@@ -269,6 +324,104 @@ __global__ void __launch_bounds__(THREADS, 1) k_persist(probe P)
 			__threadfence();
 			asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(P.count) : "memory");
 		}
+	}
+}
+
+#define MAX_DEPTH 16
+
+/* phase p's rows of this block into buf, counted on bar: TMA, a bulk copy a row by warp 0's
+ * lanes (bar expects one arrival); else every thread's 16-byte cp.async, each thread arriving
+ * when its copies land (bar expects THREADS) */
+template <bool TMA>
+__device__ __forceinline__ void ring_fill(const probe &P, int p, uint4 *buf, uint64_t *bar)
+{
+	int n, lane = threadIdx.x & 31;
+	const bf16 *w = block_rows(P, p, &n);
+	if (!TMA) {
+		for (int i = threadIdx.x; i < n * (N_IN / 8); i += THREADS)
+			cu_cp16(buf + i, (const uint4 *)w + i, true);
+		asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(cu_smem_addr(bar)) : "memory");
+		return;
+	}
+	if (threadIdx.x >= 32)
+		return;
+	if (lane == 0)
+		asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(cu_smem_addr(bar)), "r"(n * N_IN * 2)
+			     : "memory");
+	__syncwarp();
+	asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the buffer's last reads were generic */
+	for (int r = lane; r < n; r += 32)
+		asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+				     cu_smem_addr(buf + r * (N_IN / 8))),
+			     "l"(w + (size_t)r * N_IN), "r"(N_IN * 2), "r"(cu_smem_addr(bar))
+			     : "memory");
+}
+
+/* every phase in one kernel, one block an SM, the weights of P.depth phases in flight */
+template <bool TMA, bool LL, bool WEIGHTS = true>
+__global__ void __launch_bounds__(THREADS, 1) k_stream(probe P)
+{
+	extern __shared__ __align__(16) unsigned char sm[];
+	float *xs = (float *)sm;
+	uint4 *ring = (uint4 *)(sm + N_IN * 4);
+	__shared__ uint64_t bar[MAX_DEPTH];
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n, D = P.depth;
+	size_t slot = (size_t)P.rows_block * (N_IN / 8);
+	block_rows(P, 0, &n);
+	if (!WEIGHTS) { /* the hand-over alone: each row's value passed on */
+		for (int p = 0; p < P.phases; p++) {
+			stage_v_ll(P, p, xs);
+			for (int r = 2 * warp; r < 2 * warp + 2 && r < n; r++)
+				store_row(P, p, blockIdx.x * P.rows_block + r, lane ? 0.0f : xs[blockIdx.x * P.rows_block + r]);
+			__syncthreads();
+		}
+		return;
+	}
+	if (threadIdx.x < D) {
+		asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(cu_smem_addr(&bar[threadIdx.x])), "r"(TMA ? 1 : THREADS)
+			     : "memory");
+		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+	}
+	__syncthreads();
+	if (n)
+		for (int q = 0; q < D && q < P.phases; q++)
+			ring_fill<TMA>(P, q, ring + q * slot, &bar[q]);
+	for (int p = 0; p < P.phases; p++) {
+		int b = p % D;
+		if (p > 0 && !LL) {
+			if (threadIdx.x == 0) {
+				unsigned want = (unsigned)p * gridDim.x, got;
+				do
+					asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(got) : "l"(P.count) : "memory");
+				while (got < want);
+			}
+			__syncthreads();
+		}
+		if (LL)
+			stage_v_ll(P, p, xs);
+		else
+			stage_v(P, p, xs);
+		if (n)
+			mbar_wait(&bar[b], (p / D) & 1);
+#pragma unroll
+		for (int j = 0; j < 2; j++) {
+			int r = 2 * warp + j;
+			if (r >= n)
+				continue;
+			const uint4 *wr = ring + b * slot + r * (N_IN / 8);
+			float acc = 0;
+#pragma unroll
+			for (int c = 0; c < CHUNKS; c++)
+				acc += dot8(wr[lane + 32 * c], xs + 8 * (lane + 32 * c));
+			store_row(P, p, blockIdx.x * P.rows_block + r, acc);
+		}
+		__syncthreads(); /* buffer b and xs are read */
+		if (threadIdx.x == 0 && !LL) {
+			__threadfence();
+			asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(P.count) : "memory");
+		}
+		if (n && p + D < P.phases)
+			ring_fill<TMA>(P, p + D, ring + b * slot, &bar[b]);
 	}
 }
 
@@ -371,6 +524,15 @@ int main(int argc, char **argv)
 	CHECK(cudaFuncSetAttribute(k_phase<W_SMEM_ROWS, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_phase));
 	CHECK(cudaFuncSetAttribute(k_persist<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_persist));
 	CHECK(cudaFuncSetAttribute(k_persist<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_persist));
+	size_t ring_slot = (size_t)P.rows_block * N_IN * 2;
+	int max_depth = (int)((prop.sharedMemPerBlockOptin - N_IN * 4 - 1024) / ring_slot);
+	max_depth = max_depth > MAX_DEPTH ? MAX_DEPTH : max_depth;
+	CHECK(cudaFuncSetAttribute(k_stream<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				   (int)(N_IN * 4 + max_depth * ring_slot)));
+	CHECK(cudaFuncSetAttribute(k_stream<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				   (int)(N_IN * 4 + max_depth * ring_slot)));
+	CHECK(cudaFuncSetAttribute(k_stream<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+				   (int)(N_IN * 4 + max_depth * ring_slot)));
 
 	printf("%s, %d SMs; copy bandwidth %.2f TB/s; %d phases of %d x %d bf16 (%.2f MB a phase, %d blocks of %d rows), "
 	       "%d weight sets (%.0f MB)\n",
@@ -383,6 +545,7 @@ int main(int argc, char **argv)
 		void (*k)(probe, int);
 		void (*kp)(probe);
 		size_t smem;
+		int depth; /* stream ways: 0 as many as fit */
 	} ways[] = {
 		{"launch", 0, k_empty, NULL, 0},
 		{"after", 1, k_phase<W_AFTER, 1>, NULL, N_IN * 4},
@@ -394,14 +557,39 @@ int main(int argc, char **argv)
 		{"l2", 1, k_phase<W_L2, 1>, NULL, N_IN * 4},
 		{"persist", 2, NULL, k_persist<true>, smem_persist},
 		{"persist0", 2, NULL, k_persist<false>, smem_persist},
+		{"stream", 2, NULL, k_stream<true, false>, 0, 2},
+		{"stream", 2, NULL, k_stream<true, false>, 0, 3},
+		{"stream", 2, NULL, k_stream<true, false>, 0, 0},
+		{"streamcp", 2, NULL, k_stream<false, false>, 0, 2},
+		{"streamcp", 2, NULL, k_stream<false, false>, 0, 3},
+		{"streamcp", 2, NULL, k_stream<false, false>, 0, 0},
+		{"regsll", 1, k_phase<W_REGS_LL, 1>, NULL, N_IN * 4},
+		{"streamll", 2, NULL, k_stream<true, true>, 0, 3},
+		{"streamll", 2, NULL, k_stream<true, true>, 0, 0},
+		{"ll0", 2, NULL, k_stream<true, true, false>, N_IN * 4},
 	};
+	unsigned long long *llbuf;
+	CHECK(cudaMalloc(&llbuf, (size_t)(phases + 1) * N_IN * 8));
 	int bad = 0;
 	bool have_ref = false;
 	for (size_t wi = 0; wi < sizeof(ways) / sizeof(ways[0]); wi++) {
+		bool stream = ways[wi].kp == k_stream<true, false> || ways[wi].kp == k_stream<false, false> ||
+			      ways[wi].kp == k_stream<true, true>;
+		bool ll = ways[wi].k == k_phase<W_REGS_LL, 1> || ways[wi].kp == k_stream<true, true> ||
+			  ways[wi].kp == k_stream<true, true, false>;
+		if (stream) {
+			P.depth = ways[wi].depth ? ways[wi].depth : max_depth;
+			if (P.depth > max_depth)
+				continue;
+			ways[wi].smem = N_IN * 4 + P.depth * ring_slot;
+		}
 		for (int pdl = 0; pdl < (ways[wi].kind == 2 ? 1 : 2); pdl++) {
 			CHECK(cudaMemcpyAsync(P.v, v0, N_IN * 4, cudaMemcpyHostToDevice, s));
 			CHECK(cudaMemsetAsync(P.v + N_IN, 0, (size_t)phases * N_IN * 4, s));
 			CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+			P.ll = ll ? llbuf : NULL;
+			if (ll) /* no tags left by the last replay */
+				CHECK(cudaMemsetAsync(llbuf, 0, (size_t)(phases + 1) * N_IN * 8, s));
 			if (ways[wi].kind == 2) {
 				CHECK(cudaMemsetAsync(P.count, 0, 4, s));
 				ways[wi].kp<<<grid, THREADS, ways[wi].smem, s>>>(P);
@@ -416,7 +604,8 @@ int main(int argc, char **argv)
 			float t = time_graph(ge, s, 15);
 			CHECK(cudaMemcpy(got, P.v + (size_t)phases * N_IN, N_IN * 4, cudaMemcpyDeviceToHost));
 			const char *check = "-";
-			if (ways[wi].kind == 1 || ways[wi].kp == k_persist<true>) {
+			bool weights = ways[wi].kind == 1 || ways[wi].kp == k_persist<true> || stream;
+			if (weights) {
 				if (!have_ref) {
 					memcpy(ref, got, N_IN * 4);
 					have_ref = true;
@@ -428,9 +617,13 @@ int main(int argc, char **argv)
 				bad += e > 1e-5;
 			}
 			double us = t * 1e3 / phases;
-			printf("%-10s %-5s %10.2f %12.0f %10.2f %s\n", ways[wi].name, ways[wi].kind == 2 ? "-" : pdl ? "yes" : "no",
-			       us, ways[wi].kind == 0 || ways[wi].kp == k_persist<false> ? 0.0 : rows * N_IN * 2.0 / us / 1e3,
-			       ways[wi].kind == 0 || ways[wi].kp == k_persist<false> ? 0.0 : us / floor_us, check);
+			char name[32];
+			if (stream) /* the name and the depth (0 in the table: as deep as fits) */
+				snprintf(name, sizeof name, "%s%d", ways[wi].name, P.depth);
+			else
+				snprintf(name, sizeof name, "%s", ways[wi].name);
+			printf("%-10s %-5s %10.2f %12.0f %10.2f %s\n", name, ways[wi].kind == 2 ? "-" : pdl ? "yes" : "no", us,
+			       weights ? rows * N_IN * 2.0 / us / 1e3 : 0.0, weights ? us / floor_us : 0.0, check);
 			cudaGraphExecDestroy(ge);
 			cudaGraphDestroy(gr);
 		}
@@ -439,6 +632,7 @@ int main(int argc, char **argv)
 	cudaFree(w);
 	cudaFree(P.v);
 	cudaFree(P.count);
+	cudaFree(llbuf);
 	free(v0);
 	free(ref);
 	free(got);

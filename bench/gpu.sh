@@ -29,7 +29,7 @@ cat "$OUT/env.log"
 sh tools/unpack-testdata.sh tests/data build/testdata >/dev/null || echo "unpack failed"
 summary=()
 if [ "$MODE" = probe ]; then
-	for args in ${PROBE_ARGS:-"2048" "512" "2048 3"}; do # (3 weight sets of 8 MB: the weights stay in L2)
+	for args in ${PROBE_ARGS:-"2048" "1024" "512" "2048 3"}; do # (3 weight sets of 8 MB: the weights stay in L2)
 		timeout 120 $B/decode_probe 256 $args | tee -a "$OUT/probe.log"
 	done
 	exit 0
