@@ -360,28 +360,22 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 		cu_pdl_trigger();
 	__syncthreads();
 	cu_tl_mark(2); /* every warp's */
+	/* the warps' partial sums of each tile (GLU: of each pair, the gate's tile and the up matrix's) */
+	const int TW = GLU ? 2 : 1;
 	int nw = min(nsb, GQ_WARPS);
-	if constexpr (GLU) {
-		for (int q = threadIdx.x; q < ntile / 2 * 16 * T; q += blockDim.x) {
-			int p = q / (16 * T), rc = q - p * 16 * T, c = rc % T;
-			int64_t row = ((tile0 >> 1) + p) * 16 + rc / T;
-			float vg = 0, vu = 0;
-			for (int w = 0; w < nw; w++) {
-				vg += part[(2 * p * GQ_WARPS + w) * 16 * T + rc];
-				vu += part[((2 * p + 1) * GQ_WARPS + w) * 16 * T + rc];
-			}
-			if (c < a.nt && row < jb.n_out)
-				gemv_store_glu(jb.out, jb.n_out, c, row, vg, vu);
-		}
-	} else {
-		for (int q = threadIdx.x; q < ntile * 16 * T; q += blockDim.x) {
-			int tl = q / (16 * T), rc = q - tl * 16 * T, c = rc % T;
-			int64_t row = (tile0 + tl) * 16 + rc / T;
-			float v = 0;
-			for (int w = 0; w < nw; w++)
-				v += part[(tl * GQ_WARPS + w) * 16 * T + rc];
-			if (c < a.nt && row < jb.n_out)
-				gemv_store(jb.out, jb.mode, jb.n_out, c, row, v);
+	for (int q = threadIdx.x; q < ntile / TW * 16 * T; q += blockDim.x) {
+		int p = q / (16 * T), rc = q - p * 16 * T, c = rc % T;
+		int64_t row = ((GLU ? tile0 >> 1 : tile0) + p) * 16 + rc / T;
+		float v[TW] = {};
+		for (int w = 0; w < nw; w++)
+#pragma unroll
+			for (int s = 0; s < TW; s++)
+				v[s] += part[((TW * p + s) * GQ_WARPS + w) * 16 * T + rc];
+		if (c < a.nt && row < jb.n_out) {
+			if constexpr (GLU)
+				gemv_store_glu(jb.out, jb.n_out, c, row, v[0], v[1]);
+			else
+				gemv_store(jb.out, jb.mode, jb.n_out, c, row, v[0]);
 		}
 	}
 }
