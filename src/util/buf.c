@@ -109,9 +109,11 @@ bool toast_buf_json_escape(struct toast_buf *b, const char *s, size_t n)
 		case '\n': esc[1] = 'n'; break;
 		case '\r': esc[1] = 'r'; break;
 		case '\t': esc[1] = 't'; break;
-		default: /* a control character, or a byte of invalid UTF-8: U+FFFD */
-			memcpy(esc, c >= 0x80 ? "\\ufffd" : "\\u00", c >= 0x80 ? 6 : 4);
-			if (c < 0x80) {
+		default: /* a byte of invalid UTF-8 as U+FFFD, a control character as itself */
+			if (c >= 0x80) {
+				memcpy(esc, "\\ufffd", 6);
+			} else {
+				memcpy(esc, "\\u00", 4);
 				esc[4] = hex[c >> 4];
 				esc[5] = hex[c & 15];
 			}
