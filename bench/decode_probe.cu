@@ -28,9 +28,11 @@
  * launch (the next kernel's blocks start while this one runs). Every way must leave the same
  * final vector (checked), and the copy bandwidth is measured in the same run.
  *
- * Usage: decode_probe [PHASES [ROWS [SETS]]]   (ROWS weight rows of 2048 bf16 a phase; default
- * 256 phases of 2048 rows: 8 MB a phase, 2 GB a pass, as a 4-bit Qwen3-Next step reads; SETS:
- * distinct weight sets, phase p reading set p % SETS, default PHASES: a few sets stay in L2)
+ * Usage: decode_probe [PHASES [ROWS [SETS [SPREAD_KB]]]]   (ROWS weight rows of 2048 bf16 a
+ * phase; default 256 phases of 2048 rows: 8 MB a phase, 2 GB a pass, as a 4-bit Qwen3-Next step
+ * reads; SETS: distinct weight sets, phase p reading set p % SETS, default PHASES: a few sets stay
+ * in L2; SPREAD_KB: each block's rows SPREAD_KB apart from the next block's, not together, so
+ * that a pass touches as many pages of as large an allocation as a step's scattered experts do)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -59,6 +61,7 @@ struct probe {
 	float *v;       /* [phases + 1][N_IN]: v[p + 1] = tanh(W_p v[p]) (cyclic when rows < N_IN) */
 	int rows, phases, rows_block;
 	int sets; /* phase p reads weight set p % sets (sets < phases: the weights stay in L2) */
+	size_t spread; /* 0: a set's rows together; else elements from one block's rows to the next's */
 	unsigned *count; /* grid barrier (persistent ways) */
 	int depth;       /* phases whose weights are in flight at once (stream ways) */
 	/* LL ways: [phases + 1][N_IN] words (p + 1) << 32 | bits of v[p] (p > 0), each written by one
@@ -188,6 +191,8 @@ __device__ __forceinline__ const bf16 *block_rows(const probe &P, int p, int *n)
 {
 	int r0 = blockIdx.x * P.rows_block;
 	*n = max(0, min(P.rows_block, P.rows - r0));
+	if (P.spread)
+		return P.w + ((size_t)(p % P.sets) * gridDim.x + blockIdx.x) * P.spread;
 	return P.w + ((size_t)(p % P.sets) * P.rows + r0) * N_IN;
 }
 
@@ -465,11 +470,14 @@ int main(int argc, char **argv)
 {
 	int phases = argc > 1 ? atoi(argv[1]) : 256, rows = argc > 2 ? atoi(argv[2]) : 2048;
 	int sets = argc > 3 ? atoi(argv[3]) : phases;
+	long spread_kb = argc > 4 ? atol(argv[4]) : 0;
 	cudaDeviceProp prop;
 	CHECK(cudaGetDeviceProperties(&prop, 0));
 	n_sm = prop.multiProcessorCount;
-	if (phases < 2 || phases > 4096 || rows < 1 || rows > n_sm * MAX_ROWS_BLOCK || sets < 1 || sets > phases) {
-		fprintf(stderr, "decode_probe: PHASES 2..4096, ROWS 1..%d, SETS 1..PHASES\n", n_sm * MAX_ROWS_BLOCK);
+	if (phases < 2 || phases > 4096 || rows < 1 || rows > n_sm * MAX_ROWS_BLOCK || sets < 1 || sets > phases ||
+	    spread_kb < 0 || (spread_kb && spread_kb * 1024 < MAX_ROWS_BLOCK * N_IN * 2) || spread_kb > (1 << 20)) {
+		fprintf(stderr, "decode_probe: PHASES 2..4096, ROWS 1..%d, SETS 1..PHASES, SPREAD_KB 0 or 64..2^20\n",
+			n_sm * MAX_ROWS_BLOCK);
 		return 2;
 	}
 	cudaStream_t s;
@@ -481,7 +489,8 @@ int main(int argc, char **argv)
 	P.rows_block = (rows + n_sm - 1) / n_sm;
 	P.rows_block = (P.rows_block + 1) & ~1; /* whole warps' pairs */
 	int grid = (rows + P.rows_block - 1) / P.rows_block;
-	size_t wn = (size_t)sets * rows * N_IN;
+	P.spread = (size_t)spread_kb * 512; /* bf16 elements */
+	size_t wn = P.spread ? (size_t)sets * grid * P.spread : (size_t)sets * rows * N_IN;
 	bf16 *w;
 	CHECK(cudaMalloc(&w, wn * 2));
 	CHECK(cudaMalloc(&P.v, (size_t)(phases + 1) * N_IN * 4));
@@ -535,8 +544,9 @@ int main(int argc, char **argv)
 				   (int)(N_IN * 4 + max_depth * ring_slot)));
 
 	printf("%s, %d SMs; copy bandwidth %.2f TB/s; %d phases of %d x %d bf16 (%.2f MB a phase, %d blocks of %d rows), "
-	       "%d weight sets (%.0f MB)\n",
-	       prop.name, n_sm, bw / 1e12, phases, rows, N_IN, rows * N_IN * 2 / 1e6, grid, P.rows_block, sets, wn * 2 / 1e6);
+	       "%d weight sets in %.0f MB (a block's rows %ld KB from the next's; 0: together)\n",
+	       prop.name, n_sm, bw / 1e12, phases, rows, N_IN, rows * N_IN * 2 / 1e6, grid, P.rows_block, sets, wn * 2 / 1e6,
+	       spread_kb);
 	printf("%-10s %-5s %10s %12s %10s %s\n", "way", "pdl", "us/phase", "GB/s", "x floor", "check");
 	double floor_us = rows * N_IN * 2.0 / bw * 1e6;
 	struct {
