@@ -37,6 +37,7 @@ struct float4 {
 	float x, y, z, w;
 };
 static inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 static long emu_misaligned; /* vector loads a GPU would refuse */

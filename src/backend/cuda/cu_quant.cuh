@@ -10,7 +10,11 @@
  *     its quants and the rest: a quant plane [n_out][nb][qb] (qb = 16, 16, 32, 128, 192: Q6_K's
  *     ql then qh), then a meta plane [n_out][nb][bs - qb] (d; d,m; d; d,dmin,scales[12];
  *     scales[16],d), so quants load as aligned 16-byte vectors (Q4_K: a superblock's codes are
- *     one 128-byte line, and the four lanes that read a 32-byte run of it read one sector);
+ *     one 128-byte line, and the four lanes that read a 32-byte run of it read one sector).
+ *     Q6_K's 192 quant bytes are 12 runs of 16 (8 of ql, 4 of qh) stored word-major: word j
+ *     (bytes 4j..4j+3) of run r at 48 j + 4 r (cu_q6_word), because a tensor-core lane takes word
+ *     j of every run (a 16-element sub-block spans one run, four lanes four words of it): its
+ *     48 bytes are then three 16-byte loads instead of twelve of 4;
  *   - MLX4/MLX8: the packed words [n_out][n_in*bits/8 bytes], then scales, then biases
  *     [n_out][n_in/group] in the checkpoint's type (bf16, f16 or f32).
  *
@@ -54,6 +58,12 @@ __host__ __device__ static inline cu_qgeo cu_qgeo_of(int type)
 	}
 }
 
+/* Q6_K: the offset in a superblock's quant bytes of word j (0..3) of run r (0..11: ql's 8, qh's 4) */
+__host__ __device__ static inline int cu_q6_word(int r, int j)
+{
+	return 48 * j + 4 * r;
+}
+
 /* the device offset of byte i of a GGUF-block tensor in file layout (identity when not split) */
 __host__ __device__ static inline size_t cu_qdev_pos(const cu_qgeo &g, size_t m_off, size_t i)
 {
@@ -61,8 +71,12 @@ __host__ __device__ static inline size_t cu_qdev_pos(const cu_qgeo &g, size_t m_
 		return i;
 	size_t b = i / (size_t)g.bs;
 	int o = (int)(i - b * (size_t)g.bs), mb = g.bs - g.qb;
-	if (o >= g.qoff && o < g.qoff + g.qb)
-		return b * (size_t)g.qb + (size_t)(o - g.qoff);
+	if (o >= g.qoff && o < g.qoff + g.qb) {
+		int q = o - g.qoff;
+		if (g.qb == 192) /* Q6_K */
+			q = cu_q6_word(q >> 4, (q >> 2) & 3) + (q & 3);
+		return b * (size_t)g.qb + (size_t)q;
+	}
 	return m_off + b * (size_t)mb + (size_t)(o < g.qoff ? o : o - g.qb);
 }
 
@@ -144,6 +158,18 @@ __device__ __forceinline__ uint4 cu_ld16(const uint8_t *p)
 __device__ __forceinline__ uint2 cu_ld8(const uint8_t *p)
 {
 	return __ldg((const uint2 *)p);
+}
+
+__device__ __forceinline__ uint32_t cu_ld4(const uint8_t *p)
+{
+	return __ldg((const uint32_t *)p);
+}
+
+/* the 16 bytes of run r of a Q6_K superblock's quants q (device layout), word by word */
+__device__ __forceinline__ uint4 cu_q6_run(const uint8_t *q, int r)
+{
+	return make_uint4(cu_ld4(q + cu_q6_word(r, 0)), cu_ld4(q + cu_q6_word(r, 1)), cu_ld4(q + cu_q6_word(r, 2)),
+			  cu_ld4(q + cu_q6_word(r, 3)));
 }
 
 __device__ __forceinline__ float cu_ldf16(const uint8_t *p)
@@ -270,9 +296,11 @@ __device__ __forceinline__ cu_dq8_raw cu_dq8_load(const cu_wd &w, size_t e, int6
 	case TOAST_DT_Q6_K: {
 		int64_t b = k >> 8;
 		int kk = (int)(k & 255), h = kk >> 7, l = kk & 31, s = (kk >> 5) & 3;
-		x.b = cu_ld8(p.q + 192 * b + 64 * h + 32 * (s & 1) + l);
-		uint2 qh = cu_ld8(p.q + 192 * b + 128 + 32 * h + l);
-		x.c = qh.x, x.d = qh.y;
+		/* ql bytes 64h + 32(s & 1) + l.., qh bytes 128 + 32h + l..: words j, j + 1 of a run */
+		const uint8_t *q = p.q + 192 * b;
+		int rl = 4 * h + 2 * (s & 1) + (l >> 4), rh = 8 + 2 * h + (l >> 4), j = (l >> 2) & 3;
+		x.b = make_uint2(cu_ld4(q + cu_q6_word(rl, j)), cu_ld4(q + cu_q6_word(rl, j + 1)));
+		x.c = cu_ld4(q + cu_q6_word(rh, j)), x.d = cu_ld4(q + cu_q6_word(rh, j + 1));
 		x.a.x = __ldg((const unsigned short *)(p.m + 18 * b + 16));
 		x.a.y = __ldg(p.m + 18 * b + kk / 16);
 		break;
@@ -483,8 +511,9 @@ struct qk<TOAST_DT_Q6_K> {
 		int hh = (int)(c >> 2) & 1, m = (int)c & 1, sc = 8 * hh + 2 * ((int)(c >> 1) & 1) + m;
 		const uint8_t *meta = w.m + 18 * b;
 		float d = cu_ldf16(meta + 16);
-		return {cu_ld16(w.q + 192 * b + 16 * (c & 7)), cu_ld16(w.q + 192 * b + 128 + 32 * hh + 16 * m),
-			d * (float)(int8_t)__ldg(meta + sc), d * (float)(int8_t)__ldg(meta + sc + 4)};
+		const uint8_t *q = w.q + 192 * b;
+		return {cu_q6_run(q, c & 7), cu_q6_run(q, 8 + 2 * hh + m), d * (float)(int8_t)__ldg(meta + sc),
+			d * (float)(int8_t)__ldg(meta + sc + 4)};
 	}
 	static __device__ __forceinline__ info prep(const chunk &k, int) { return {k.dA, -160.0f * k.dA, k.dB, -160.0f * k.dB}; }
 	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &in, int c, int i)
@@ -830,11 +859,6 @@ struct cu_kq<TOAST_DT_Q4_K> {
 	}
 };
 
-__device__ __forceinline__ uint32_t cu_ld4(const uint8_t *p)
-{
-	return __ldg((const uint32_t *)p);
-}
-
 /* (a & 0x0f0f0f0f) | (b & 0xf0f0f0f0): a's low nibbles, b's high ones */
 __device__ __forceinline__ uint32_t cu_nib_sel(uint32_t a, uint32_t b)
 {
@@ -871,14 +895,13 @@ struct cu_kq<TOAST_DT_Q6_K> {
 		int t = lane & 3;
 #pragma unroll
 		for (int r = 0; r < 2; r++) {
-			const uint8_t *q = (r ? rb : ra) + 192 * sb + 4 * t;
-#pragma unroll
-			for (int u = 0; u < 4; u++) {
-				int n = u >> 1, h = u & 1;
-				L.a[r][u] = cu_ld4(q + 64 * n + 16 * h);
-				L.b[r][u] = cu_ld4(q + 64 * n + 32 + 16 * h);
-				L.h[r][u] = cu_ld4(q + 128 + 32 * n + 16 * h);
-			}
+			/* word t of each run: of ql's runs 0-3, 4-7 and qh's 8-11 (a[u], b[u]: ql runs 4n + h and
+			 * 4n + 2 + h, h[u]: qh run 8 + 2n + h, u = 2n + h) */
+			const uint8_t *q = (r ? rb : ra) + 192 * sb + cu_q6_word(0, t);
+			uint4 v0 = cu_ld16(q), v1 = cu_ld16(q + 16), v2 = cu_ld16(q + 32);
+			L.a[r][0] = v0.x, L.a[r][1] = v0.y, L.b[r][0] = v0.z, L.b[r][1] = v0.w;
+			L.a[r][2] = v1.x, L.a[r][3] = v1.y, L.b[r][2] = v1.z, L.b[r][3] = v1.w;
+			L.h[r][0] = v2.x, L.h[r][1] = v2.y, L.h[r][2] = v2.z, L.h[r][3] = v2.w;
 		}
 		const unsigned short *m = (const unsigned short *)(rh + 18 * sb + 8 * (lane >> 4));
 		L.sc[0] = __ldg(m) | (uint32_t)__ldg(m + 1) << 16;
