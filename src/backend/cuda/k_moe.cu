@@ -1546,7 +1546,8 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	int tr = moe_ktype2(G.type, U.type), ts = d.Fs ? moe_ktype2(SG.type, SU.type) : tr;
 	moe_ff_args fa = {d, h, a->x, {sel, wt, ms}, logits, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD};
 	int nslot = d.k + (d.Fs ? 1 : 0);
-	if (!moe_gateup_tc<TOAST_DT_Q4_K>(cb, fa, nslot) && !moe_gateup_tc<TOAST_DT_MLX4>(cb, fa, nslot)) {
+	if (!moe_gateup_tc<TOAST_DT_Q4_K>(cb, fa, nslot) && !moe_gateup_tc<TOAST_DT_Q6_K>(cb, fa, nslot) &&
+	    !moe_gateup_tc<TOAST_DT_MLX4>(cb, fa, nslot)) {
 		if (tr == ts) {
 			moe_gateup(cb, tr, fa, 0, nslot, hsm);
 		} else {
