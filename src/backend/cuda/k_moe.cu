@@ -665,8 +665,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		x[(size_t)t * E + i] += acc;
 }
 
-/* ---- experts on tensor cores (cu_kq: Q4_K and MLX4, and Q6_K for down; one token a block,
- * the mma's column 0) ----
+/* ---- experts on tensor cores (cu_kq: Q4_K, Q6_K and MLX4; one token a block, the mma's
+ * column 0) ----
  * 16 rows a block, the warps splitting the superblocks two in flight a warp, every load issued
  * before the block stages its input. Gate/up: 8 warps (4 gate, 4 up) and three blocks an SM, so
  * that the 352 blocks of Qwen3-Next's decode (32 row tiles x 11 experts) are one wave: with 16
@@ -739,7 +739,7 @@ __device__ __forceinline__ float moe_k4_sum(const float *part, int r, int w0, in
 }
 
 /* act[t][slot][r0..r0+15] = SiLU(gate·h) * (up·h): warps 0-3 gate, 4-7 up, each taking
- * superblocks w % 4, w % 4 + 4, .. of n_embd; slot k is the shared expert; Q4_K or MLX4 */
+ * superblocks w % 4, w % 4 + 4, .. of n_embd; slot k is the shared expert; Q4_K, Q6_K or MLX4 */
 template <int TYPE>
 __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	k_moe_gateup_k4(moe_dims d, const float *h, cu_wd G, cu_wd U, const float *logits, moe_picks pk, cu_wd SG,
