@@ -886,6 +886,13 @@ static void test_quant(struct ctx *c)
 	test_moe_types(c, 5, 256, 4, 2, 512, 512, true, false, &q8);
 	test_moe_types(c, 3, 2048, 2, 2, 256, 0, false, true, &q6);
 	test_moe_types(c, 3, 256, 4, 2, 512, 512, false, true, &q6);
+	/* a Q5_K_M file's experts (Q5_K, down Q5_K or Q6_K): the SIMT kernels compiled for Q5_K, at
+	 * the Qwen3-Next widths (rows loaded whole) and narrower */
+	struct moe_types q5 = {TOAST_DT_BF16, TOAST_DT_Q5_K, TOAST_DT_Q5_K, TOAST_DT_Q5_K};
+	struct moe_types q5m = {TOAST_DT_BF16, TOAST_DT_Q5_K, TOAST_DT_Q6_K, TOAST_DT_Q5_K};
+	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q5);
+	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q5m);
+	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &q5);
 	test_moe_types(c, 2, 256, 8, 3, 256, 256, true, true, &mixed);
 	test_moe_types(c, 1, 256, 8, 3, 256, 0, true, false, &small);
 	/* a Q4_K_M file's experts: Q4_K gate/up and Q6_K down, both on tensor cores, at the

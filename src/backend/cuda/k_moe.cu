@@ -905,9 +905,15 @@ static size_t moe_k4_down_smem(const moe_dims &d, int nslot, int sub)
 
 static int moe_ktype(int t)
 {
-	return t == TOAST_DT_BF16 || t == TOAST_DT_Q4_K || t == TOAST_DT_MLX4 || t == TOAST_DT_Q8_0 || t == TOAST_DT_Q6_K
-		       ? t
-		       : CU_QT_ANY;
+	switch (t) {
+	case TOAST_DT_BF16:
+	case TOAST_DT_Q4_K:
+	case TOAST_DT_MLX4:
+	case TOAST_DT_Q8_0:
+	case TOAST_DT_Q5_K:
+	case TOAST_DT_Q6_K: return t;
+	default: return CU_QT_ANY;
+	}
 }
 
 /* fn(std::integral_constant<int, k>()) for a kernel type k of moe_ktype: the kernels' template
@@ -920,6 +926,7 @@ static void moe_with_ktype(int k, Fn fn)
 	case TOAST_DT_Q4_K: return fn(std::integral_constant<int, TOAST_DT_Q4_K>());
 	case TOAST_DT_MLX4: return fn(std::integral_constant<int, TOAST_DT_MLX4>());
 	case TOAST_DT_Q8_0: return fn(std::integral_constant<int, TOAST_DT_Q8_0>());
+	case TOAST_DT_Q5_K: return fn(std::integral_constant<int, TOAST_DT_Q5_K>());
 	case TOAST_DT_Q6_K: return fn(std::integral_constant<int, TOAST_DT_Q6_K>());
 	default: return fn(std::integral_constant<int, CU_QT_ANY>());
 	}
