@@ -893,6 +893,10 @@ static void test_quant(struct ctx *c)
 	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q5);
 	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q5m);
 	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &q5);
+	/* MLX 8-bit experts (an 8-bit MLX checkpoint): the SIMT kernels compiled for MLX8 */
+	struct moe_types mlx8 = {TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8};
+	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &mlx8);
+	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &mlx8);
 	test_moe_types(c, 2, 256, 8, 3, 256, 256, true, true, &mixed);
 	test_moe_types(c, 1, 256, 8, 3, 256, 0, true, false, &small);
 	/* a Q4_K_M file's experts: Q4_K gate/up and Q6_K down, both on tensor cores, at the

@@ -911,7 +911,8 @@ static int moe_ktype(int t)
 	case TOAST_DT_MLX4:
 	case TOAST_DT_Q8_0:
 	case TOAST_DT_Q5_K:
-	case TOAST_DT_Q6_K: return t;
+	case TOAST_DT_Q6_K:
+	case TOAST_DT_MLX8: return t;
 	default: return CU_QT_ANY;
 	}
 }
@@ -928,6 +929,7 @@ static void moe_with_ktype(int k, Fn fn)
 	case TOAST_DT_Q8_0: return fn(std::integral_constant<int, TOAST_DT_Q8_0>());
 	case TOAST_DT_Q5_K: return fn(std::integral_constant<int, TOAST_DT_Q5_K>());
 	case TOAST_DT_Q6_K: return fn(std::integral_constant<int, TOAST_DT_Q6_K>());
+	case TOAST_DT_MLX8: return fn(std::integral_constant<int, TOAST_DT_MLX8>());
 	default: return fn(std::integral_constant<int, CU_QT_ANY>());
 	}
 }
