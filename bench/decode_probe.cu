@@ -333,6 +333,7 @@ __global__ void __launch_bounds__(THREADS, 1) k_persist(probe P)
 }
 
 #define MAX_DEPTH 16
+#define RING_FIT (-1) /* a stream way's ring as deep as shared memory allows */
 
 /* phase p's rows of this block into buf, counted on bar: TMA, a bulk copy a row by warp 0's
  * lanes (bar expects one arrival); else every thread's 16-byte cp.async, each thread arriving
@@ -555,40 +556,38 @@ int main(int argc, char **argv)
 		void (*k)(probe, int);
 		void (*kp)(probe);
 		size_t smem;
-		int depth; /* stream ways: 0 as many as fit */
+		bool weights, ll; /* streams weights (its final vector is checked); hands over by LL */
+		int depth;        /* stream ways (a ring of weights): its depth, RING_FIT as many as fit; else 0 */
 	} ways[] = {
-		{"launch", 0, k_empty, NULL, 0},
-		{"after", 1, k_phase<W_AFTER, 1>, NULL, N_IN * 4},
-		{"regs", 1, k_phase<W_REGS, 1>, NULL, N_IN * 4},
-		{"regs2", 1, k_phase<W_REGS, 2>, NULL, N_IN * 4},
-		{"regstma", 1, k_phase<W_REGS_TMA, 1>, NULL, N_IN * 4},
-		{"smem", 1, k_phase<W_SMEM, 1>, NULL, smem_phase},
-		{"smemrows", 1, k_phase<W_SMEM_ROWS, 1>, NULL, smem_phase},
-		{"l2", 1, k_phase<W_L2, 1>, NULL, N_IN * 4},
-		{"persist", 2, NULL, k_persist<true>, smem_persist},
-		{"persist0", 2, NULL, k_persist<false>, smem_persist},
-		{"stream", 2, NULL, k_stream<true, false>, 0, 2},
-		{"stream", 2, NULL, k_stream<true, false>, 0, 3},
-		{"stream", 2, NULL, k_stream<true, false>, 0, 0},
-		{"streamcp", 2, NULL, k_stream<false, false>, 0, 2},
-		{"streamcp", 2, NULL, k_stream<false, false>, 0, 3},
-		{"streamcp", 2, NULL, k_stream<false, false>, 0, 0},
-		{"regsll", 1, k_phase<W_REGS_LL, 1>, NULL, N_IN * 4},
-		{"streamll", 2, NULL, k_stream<true, true>, 0, 3},
-		{"streamll", 2, NULL, k_stream<true, true>, 0, 0},
-		{"ll0", 2, NULL, k_stream<true, true, false>, N_IN * 4},
+		{"launch", 0, k_empty, NULL, 0, false, false, 0},
+		{"after", 1, k_phase<W_AFTER, 1>, NULL, N_IN * 4, true, false, 0},
+		{"regs", 1, k_phase<W_REGS, 1>, NULL, N_IN * 4, true, false, 0},
+		{"regs2", 1, k_phase<W_REGS, 2>, NULL, N_IN * 4, true, false, 0},
+		{"regstma", 1, k_phase<W_REGS_TMA, 1>, NULL, N_IN * 4, true, false, 0},
+		{"smem", 1, k_phase<W_SMEM, 1>, NULL, smem_phase, true, false, 0},
+		{"smemrows", 1, k_phase<W_SMEM_ROWS, 1>, NULL, smem_phase, true, false, 0},
+		{"l2", 1, k_phase<W_L2, 1>, NULL, N_IN * 4, true, false, 0},
+		{"persist", 2, NULL, k_persist<true>, smem_persist, true, false, 0},
+		{"persist0", 2, NULL, k_persist<false>, smem_persist, false, false, 0},
+		{"stream", 2, NULL, k_stream<true, false>, 0, true, false, 2},
+		{"stream", 2, NULL, k_stream<true, false>, 0, true, false, 3},
+		{"stream", 2, NULL, k_stream<true, false>, 0, true, false, RING_FIT},
+		{"streamcp", 2, NULL, k_stream<false, false>, 0, true, false, 2},
+		{"streamcp", 2, NULL, k_stream<false, false>, 0, true, false, 3},
+		{"streamcp", 2, NULL, k_stream<false, false>, 0, true, false, RING_FIT},
+		{"regsll", 1, k_phase<W_REGS_LL, 1>, NULL, N_IN * 4, true, true, 0},
+		{"streamll", 2, NULL, k_stream<true, true>, 0, true, true, 3},
+		{"streamll", 2, NULL, k_stream<true, true>, 0, true, true, RING_FIT},
+		{"ll0", 2, NULL, k_stream<true, true, false>, N_IN * 4, false, true, 0},
 	};
 	unsigned long long *llbuf;
 	CHECK(cudaMalloc(&llbuf, (size_t)(phases + 1) * N_IN * 8));
 	int bad = 0;
 	bool have_ref = false;
 	for (size_t wi = 0; wi < sizeof(ways) / sizeof(ways[0]); wi++) {
-		bool stream = ways[wi].kp == k_stream<true, false> || ways[wi].kp == k_stream<false, false> ||
-			      ways[wi].kp == k_stream<true, true>;
-		bool ll = ways[wi].k == k_phase<W_REGS_LL, 1> || ways[wi].kp == k_stream<true, true> ||
-			  ways[wi].kp == k_stream<true, true, false>;
+		bool stream = ways[wi].depth != 0, ll = ways[wi].ll;
 		if (stream) {
-			P.depth = ways[wi].depth ? ways[wi].depth : max_depth;
+			P.depth = ways[wi].depth == RING_FIT ? max_depth : ways[wi].depth;
 			if (P.depth > max_depth)
 				continue;
 			ways[wi].smem = N_IN * 4 + P.depth * ring_slot;
@@ -614,7 +613,7 @@ int main(int argc, char **argv)
 			float t = time_graph(ge, s, 15);
 			CHECK(cudaMemcpy(got, P.v + (size_t)phases * N_IN, N_IN * 4, cudaMemcpyDeviceToHost));
 			const char *check = "-";
-			bool weights = ways[wi].kind == 1 || ways[wi].kp == k_persist<true> || stream;
+			bool weights = ways[wi].weights;
 			if (weights) {
 				if (!have_ref) {
 					memcpy(ref, got, N_IN * 4);
@@ -628,7 +627,7 @@ int main(int argc, char **argv)
 			}
 			double us = t * 1e3 / phases;
 			char name[32];
-			if (stream) /* the name and the depth (0 in the table: as deep as fits) */
+			if (stream) /* the name and the ring's depth */
 				snprintf(name, sizeof name, "%s%d", ways[wi].name, P.depth);
 			else
 				snprintf(name, sizeof name, "%s", ways[wi].name);
