@@ -5,12 +5,12 @@
  * Device layout of one matrix (or one expert of a set; experts lie at a fixed stride), all
  * planes 256-byte aligned, the same bytes as the file (format/quant.h), only regrouped:
  *   - BF16: [n_out][n_in] bf16 (f32/f16 matrices are converted at upload);
- *   - Q5_K: the GGUF blocks as they are (176 bytes: 16-byte aligned);
- *   - Q4_0, Q4_1, Q8_0, Q4_K, Q6_K (blocks of 18, 20, 34, 144, 210 bytes): each block split into
- *     its quants and the rest: a quant plane [n_out][nb][qb] (qb = 16, 16, 32, 128, 192: Q6_K's
- *     ql then qh), then a meta plane [n_out][nb][bs - qb] (d; d,m; d; d,dmin,scales[12];
- *     scales[16],d), so quants load as aligned 16-byte vectors (Q4_K: a superblock's codes are
- *     one 128-byte line, and the four lanes that read a 32-byte run of it read one sector).
+ *   - Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K (blocks of 18, 20, 34, 144, 176, 210 bytes): each block
+ *     split into its quants and the rest: a quant plane [n_out][nb][qb] (qb = 16, 16, 32, 128,
+ *     160, 192: Q5_K's qh then qs, Q6_K's ql then qh), then a meta plane [n_out][nb][bs - qb] (d;
+ *     d,m; d; d,dmin,scales[12] for both K types; scales[16],d), so quants load as aligned 16-byte
+ *     vectors (Q4_K: a superblock's codes are one 128-byte line, and the four lanes that read a
+ *     32-byte run of it read one sector; Q5_K's codes are such a line 32 bytes into its 160).
  *     Q6_K's 192 quant bytes are 12 runs of 16 (8 of ql, 4 of qh) stored word-major: word j
  *     (bytes 4j..4j+3) of run r at 48 j + 4 r (cu_q6_word), because a tensor-core lane takes word
  *     j of every run (a 16-element sub-block spans one run, four lanes four words of it): its
@@ -49,7 +49,7 @@ __host__ __device__ static inline cu_qgeo cu_qgeo_of(int type)
 	case TOAST_DT_Q4_1: return {32, 20, 4, 16};
 	case TOAST_DT_Q8_0: return {32, 34, 2, 32};
 	case TOAST_DT_Q4_K: return {256, 144, 16, 128};
-	case TOAST_DT_Q5_K: return {256, 176, 0, 176};
+	case TOAST_DT_Q5_K: return {256, 176, 16, 160};
 	case TOAST_DT_Q6_K: return {256, 210, 0, 192};
 	case TOAST_DT_MLX4: return {8, 4, 0, 4};
 	case TOAST_DT_MLX8: return {4, 4, 0, 4};
@@ -285,11 +285,12 @@ __device__ __forceinline__ cu_dq8_raw cu_dq8_load(const cu_wd &w, size_t e, int6
 		break;
 	}
 	case TOAST_DT_Q5_K: {
-		const uint8_t *blk = p.q + (k >> 8) * 176;
+		int64_t b = k >> 8;
+		const uint8_t *q = p.q + 160 * b;
 		int j = (int)(k >> 5) & 7, l = (int)(k & 31);
-		x.a = cu_ld16(blk);
-		x.b = cu_ld8(blk + 48 + 32 * (j >> 1) + l);
-		uint2 qh = cu_ld8(blk + 16 + l);
+		x.a = cu_ld16(p.m + 16 * b);
+		x.b = cu_ld8(q + 32 + 32 * (j >> 1) + l);
+		uint2 qh = cu_ld8(q + l);
 		x.c = qh.x, x.d = qh.y;
 		break;
 	}
@@ -476,8 +477,8 @@ struct qk<TOAST_DT_Q5_K> {
 	static __device__ __forceinline__ int f4(int c, int i) { return qk<TOAST_DT_Q4_K>::f4(c, i); }
 	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c)
 	{
-		const uint8_t *blk = w.q + (c >> 3) * 176;
-		return {cu_ld16(blk + 48 + 16 * (c & 7)), cu_ld16(blk), cu_ld16(blk + 16 + 16 * (c & 1))};
+		const uint8_t *q = w.q + (c >> 3) * 160;
+		return {cu_ld16(q + 32 + 16 * (c & 7)), cu_ld16(w.m + (c >> 3) * 16), cu_ld16(q + 16 * (c & 1))};
 	}
 	static __device__ __forceinline__ info prep(const chunk &k, int c) { return cu_k4_info(k.h, c); }
 	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &in, int c, int i)
@@ -746,8 +747,8 @@ __device__ __forceinline__ void cu_stage_norm(const float *x, const float *w, in
  * the bf16 input staged once. About 2 instructions a weight, where dequantising in registers
  * and one FFMA a product takes 6 and more (the 4-bit kernels were issue-bound).
  *
- * cu_kq<TYPE> is one kind of weight, for kernels written once for all: Q4_K (sub-blocks of 32),
- * Q6_K (sub-blocks of 16) and MLX4 (chunks of 64). SUB is what one scale covers (the input's
+ * cu_kq<TYPE> is one kind of weight, for kernels written once for all: Q4_K and Q5_K (sub-blocks
+ * of 32), Q6_K (sub-blocks of 16) and MLX4 (chunks of 64). SUB is what one scale covers (the input's
  * sums are staged per SUB elements), PAIR4 the staged order of eight elements (x0 x4 x1 x5 x2
  * x6 x3 x7, else x0 x2 x1 x3 x4 x6 x5 x7). Each has: ld, what a lane holds of one superblock of
  * its rows g and g+8 (g = lane / 4, t = lane % 4) and of its decode row (lane % 16); load(W, ra,
@@ -772,27 +773,95 @@ __device__ __forceinline__ unsigned cu_two_codes(uint32_t v, uint32_t magic)
 	return r;
 }
 
-/* the 4-bit codes (Q4_K, MLX4: 128 bytes a row a superblock) a lane holds of superblock sb of
- * rows ra, rb: bytes 8t..8t+7 of each 32-byte run p */
-__device__ __forceinline__ void cu_k4_codes(uint2 *a, uint2 *b, const uint8_t *ra, const uint8_t *rb, int sb, int t)
+/* the 4-bit codes (Q4_K, Q5_K, MLX4: 128 bytes a row a superblock) a lane holds of a
+ * superblock of two rows at qa, qb: bytes 8t..8t+7 of each 32-byte run p */
+__device__ __forceinline__ void cu_k4_codes(uint2 *a, uint2 *b, const uint8_t *qa, const uint8_t *qb, int t)
 {
 #pragma unroll
 	for (int p = 0; p < 4; p++) {
-		a[p] = cu_ld8(ra + sb * 128 + 32 * p + 8 * t);
-		b[p] = cu_ld8(rb + sb * 128 + 32 * p + 8 * t);
+		a[p] = cu_ld8(qa + 32 * p + 8 * t);
+		b[p] = cu_ld8(qb + 32 * p + 8 * t);
 	}
 }
 
 template <int TYPE>
 struct cu_kq;
 
+/* Q5_K's fifth bits: bits k and k + 16 of v as bit 4 of two bf16 128 + q (magic: their other
+ * bits), for cu_two_codes<4> to put the low four bits into */
+__device__ __forceinline__ unsigned cu_q5_high(uint32_t v, int k, uint32_t magic)
+{
+	unsigned r, x = k <= 4 ? v << (4 - k) : v >> (k - 4);
+	asm("lop3.b32 %0, %1, %3, %2, 0xea;" : "=r"(r) : "r"(x), "r"(magic), "n"(0x00100010));
+	return r;
+}
+
 /*
- * Q4_K: a 32-byte run p of a row's codes holds sub-block 2p in its low nibbles and 2p+1 in its
- * high ones (the lane's bytes: elements 8t.. of each). The mma's k order within a sub-block is
- * ours to choose: word w of the lane's 8 bytes gives its k values 2t, 2t+1, 2t+8, 2t+9 as
- * elements 8t+4w + 0, 2, 1, 3, so the input is staged bf16 with each group of four stored as x0,
- * x2, x1, x3 and a lane reads its B fragment as one 8-byte load.
+ * Q4_K and Q5_K (cu_k4_mma): a 32-byte run p of a row's codes holds sub-block 2p in its low
+ * nibbles and 2p+1 in its high ones (the lane's bytes: elements 8t.. of each). The mma's k order
+ * within a sub-block is ours to choose: word w of the lane's 8 bytes gives its k values 2t, 2t+1,
+ * 2t+8, 2t+9 as elements 8t+4w + 0, 2, 1, 3, so the input is staged bf16 with each group of four
+ * stored as x0, x2, x1, x3 and a lane reads its B fragment as one 8-byte load. Q5_K's fifth bit
+ * of element l of sub-block s is bit s of qh[l]: the lane's qh bytes 8t..8t+7 hold those of
+ * its elements of every sub-block, word w's bytes as its codes' (cu_q5_high). Both types take
+ * the same scales: d*sc * C + (-(128 d*sc) - dmin*m) * sum(x).
  */
+template <int COLS, bool Q5>
+__device__ __forceinline__ void cu_k4_mma(float *acc, const uint2 *A, const uint2 *B, uint2 ha, uint2 hb,
+					  const void *vsc, const bf16 *x, const float *xs0, const float *xs1, float wt,
+					  int g, int t)
+{
+	const float4 *sc = (const float4 *)vsc;
+	uint32_t magic = CU_K4_MAGIC;
+	asm("" : "+r"(magic)); /* a register, not an immediate */
+#pragma unroll
+	for (int p = 0; p < 4; p++) {
+		float4 sa = sc[p * 16 + g], sb = sc[p * 16 + g + 8];
+#pragma unroll
+		for (int h = 0; h < 2; h++) { /* sub-block 2p + h: the low, then the high nibbles */
+			int s = 2 * p + h;
+			float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+			uint4 bx = *(const uint4 *)(x + 32 * s + 8 * t); /* both k-steps' B */
+#pragma unroll
+			for (int w = 0; w < 2; w++) {
+				uint32_t wa = w ? A[p].y : A[p].x, wb = w ? B[p].y : B[p].x;
+				uint32_t m[4] = {magic, magic, magic, magic}; /* bytes 0, 2 then 1, 3 of rows g, g + 8 */
+				if (Q5) {
+					uint32_t qa = w ? ha.y : ha.x, qb = w ? hb.y : hb.x;
+					m[0] = cu_q5_high(qa, s, magic), m[1] = cu_q5_high(qb, s, magic);
+					m[2] = cu_q5_high(qa, s + 8, magic), m[3] = cu_q5_high(qb, s + 8, magic);
+				}
+				unsigned fa[4] = {cu_two_codes<4>(wa >> (4 * h), m[0]), cu_two_codes<4>(wb >> (4 * h), m[1]),
+						  cu_two_codes<4>(wa >> (4 * h + 8), m[2]),
+						  cu_two_codes<4>(wb >> (4 * h + 8), m[3])};
+				cu_mma_bf16(c, fa, w ? bx.z : bx.x, w ? bx.w : bx.y);
+			}
+			float da = (h ? sa.z : sa.x) * wt, oa = (h ? sa.w : sa.y) * wt;
+			float db = (h ? sb.z : sb.x) * wt, ob = (h ? sb.w : sb.y) * wt;
+			acc[0] = fmaf(oa, xs0[s], fmaf(da, c[0], acc[0]));
+			acc[2] = fmaf(ob, xs0[s], fmaf(db, c[2], acc[2]));
+			if (COLS > 1) {
+				acc[1] = fmaf(oa, xs1[s], fmaf(da, c[1], acc[1]));
+				acc[3] = fmaf(ob, xs1[s], fmaf(db, c[3], acc[3]));
+			}
+		}
+	}
+}
+
+/* Q4_K's and Q5_K's scales of the decode row's header h into sc[4][16] float4 (pair, row: dA,
+ * oA, dB, oB; a pair's rows contiguous, so that the stores and the 8 rows a load reads take no
+ * bank twice): lane l decodes row l % 16, pairs 2 (l / 16) and 2 (l / 16) + 1 */
+__device__ __forceinline__ void cu_k4_scales(const uint4 &h, void *vsc, int lane)
+{
+	float4 *sc = (float4 *)vsc;
+#pragma unroll
+	for (int q = 0; q < 2; q++) {
+		int p = 2 * (lane >> 4) + q;
+		cu_k4info in = cu_k4_info(h, 2 * p);
+		sc[p * 16 + (lane & 15)] = make_float4(in.dA, in.oA, in.dB, in.oB);
+	}
+}
+
 template <>
 struct cu_kq<TOAST_DT_Q4_K> {
 	static constexpr int SUB = 32;
@@ -805,57 +874,52 @@ struct cu_kq<TOAST_DT_Q4_K> {
 						  int sb, int lane)
 	{
 		ld L;
-		cu_k4_codes(L.a, L.b, ra, rb, sb, lane & 3);
+		cu_k4_codes(L.a, L.b, ra + sb * 128, rb + sb * 128, lane & 3);
 		L.h = cu_ld16(rh + sb * 16);
 		return L;
 	}
-	/* sc[4][16] float4 (pair, row: dA, oA, dB, oB; a pair's rows contiguous, so that the stores
-	 * and the 8 rows a load reads take no bank twice): lane l decodes row l % 16, pairs 2 (l /
-	 * 16) and 2 (l / 16) + 1 */
 	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *vsc, int lane)
 	{
-		float4 *sc = (float4 *)vsc;
-#pragma unroll
-		for (int q = 0; q < 2; q++) {
-			int p = 2 * (lane >> 4) + q;
-			cu_k4info in = cu_k4_info(L.h, 2 * p);
-			sc[p * 16 + (lane & 15)] = make_float4(in.dA, in.oA, in.dB, in.oB);
-		}
+		cu_k4_scales(L.h, vsc, lane);
 	}
 	template <int COLS>
 	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *vsc, const bf16 *x, const float *xs0,
 						   const float *xs1, float wt, int g, int t)
 	{
-		const float4 *sc = (const float4 *)vsc;
-		uint32_t magic = CU_K4_MAGIC;
-		asm("" : "+r"(magic)); /* a register, not an immediate */
-#pragma unroll
-		for (int p = 0; p < 4; p++) {
-			float4 sa = sc[p * 16 + g], sb = sc[p * 16 + g + 8];
-#pragma unroll
-			for (int h = 0; h < 2; h++) { /* sub-block 2p + h: the low, then the high nibbles */
-				float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-				uint4 bx = *(const uint4 *)(x + 32 * (2 * p + h) + 8 * t); /* both k-steps' B */
-#pragma unroll
-				for (int w = 0; w < 2; w++) {
-					uint32_t wa = w ? L.a[p].y : L.a[p].x, wb = w ? L.b[p].y : L.b[p].x;
-					unsigned fa[4] = {cu_two_codes<4>(wa >> (4 * h), magic),
-							  cu_two_codes<4>(wb >> (4 * h), magic),
-							  cu_two_codes<4>(wa >> (4 * h + 8), magic),
-							  cu_two_codes<4>(wb >> (4 * h + 8), magic)};
-					cu_mma_bf16(c, fa, w ? bx.z : bx.x, w ? bx.w : bx.y);
-				}
-				int s = 2 * p + h;
-				float da = (h ? sa.z : sa.x) * wt, oa = (h ? sa.w : sa.y) * wt;
-				float db = (h ? sb.z : sb.x) * wt, ob = (h ? sb.w : sb.y) * wt;
-				acc[0] = fmaf(oa, xs0[s], fmaf(da, c[0], acc[0]));
-				acc[2] = fmaf(ob, xs0[s], fmaf(db, c[2], acc[2]));
-				if (COLS > 1) {
-					acc[1] = fmaf(oa, xs1[s], fmaf(da, c[1], acc[1]));
-					acc[3] = fmaf(ob, xs1[s], fmaf(db, c[3], acc[3]));
-				}
-			}
-		}
+		cu_k4_mma<COLS, false>(acc, L.a, L.b, make_uint2(0, 0), make_uint2(0, 0), vsc, x, xs0, xs1, wt, g, t);
+	}
+};
+
+/* Q5_K: a superblock's 160 quant bytes are qh[32], then codes as Q4_K's */
+template <>
+struct cu_kq<TOAST_DT_Q5_K> {
+	static constexpr int SUB = 32;
+	static constexpr bool PAIR4 = false;
+	struct ld {
+		uint2 a[4], b[4];
+		uint2 ha, hb; /* qh bytes 8t.. of rows g, g + 8 */
+		uint4 h;
+	};
+	static __device__ __forceinline__ ld load(const cu_wd &, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
+						  int sb, int lane)
+	{
+		ld L;
+		int t = lane & 3;
+		const uint8_t *qa = ra + sb * 160, *qb = rb + sb * 160;
+		cu_k4_codes(L.a, L.b, qa + 32, qb + 32, t);
+		L.ha = cu_ld8(qa + 8 * t), L.hb = cu_ld8(qb + 8 * t);
+		L.h = cu_ld16(rh + sb * 16);
+		return L;
+	}
+	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *vsc, int lane)
+	{
+		cu_k4_scales(L.h, vsc, lane);
+	}
+	template <int COLS>
+	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *vsc, const bf16 *x, const float *xs0,
+						   const float *xs1, float wt, int g, int t)
+	{
+		cu_k4_mma<COLS, true>(acc, L.a, L.b, L.ha, L.hb, vsc, x, xs0, xs1, wt, g, t);
 	}
 };
 
@@ -983,7 +1047,7 @@ struct cu_kq<TOAST_DT_MLX4> {
 	{
 		ld L;
 		int per = W.gs >> 6;
-		cu_k4_codes(L.a, L.b, ra, rb, sb, lane & 3);
+		cu_k4_codes(L.a, L.b, ra + sb * 128, rb + sb * 128, lane & 3);
 		const uint8_t *rz = rh + (W.b_off - W.m_off);
 #pragma unroll
 		for (int q = 0; q < 2; q++) {
@@ -1068,7 +1132,8 @@ __device__ __forceinline__ void cu_kq_stage8(const float *v, bf16 *xs, int j, fl
 /* whether decode kernels may take w on tensor cores (cu_kq): MLX4 needs groups of 64k */
 static inline bool cu_kq_fits(const cu_wd &w)
 {
-	return w.type == TOAST_DT_Q4_K || w.type == TOAST_DT_Q6_K || (w.type == TOAST_DT_MLX4 && w.gs % 64 == 0);
+	return w.type == TOAST_DT_Q4_K || w.type == TOAST_DT_Q5_K || w.type == TOAST_DT_Q6_K ||
+	       (w.type == TOAST_DT_MLX4 && w.gs % 64 == 0);
 }
 
 /* ---- k_quant.cu ---- */

@@ -6,7 +6,7 @@
  * block stages the input in shared memory as f32 (computing the RMSNorm there when the input is
  * a normed residual, so the norm costs no launch and no rounding), then each warp streams one or
  * four weight rows in 16-byte chunks, dequantising quantised ones in registers (cu_quant.cuh);
- * Q4_K, Q6_K and MLX4 go to tensor cores (k_gemv_k4). Larger T: the normed input is written
+ * Q4_K, Q5_K, Q6_K and MLX4 go to tensor cores (k_gemv_k4). Larger T: the normed input is written
  * once in bf16 and each output is a cuBLAS GEMM on tensor cores; a quantised weight is first
  * dequantised to bf16 in pieces of CU_DEQUANT_PIECE bytes. A dense MLP's gate and up
  * (TOAST_MM_GLU) at decode: one GEMV launch whose warps (or blocks, on tensor cores) take the
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 }
 
 /*
- * Q4_K, Q6_K and MLX4 on tensor cores (cu_kq): a block of GQ_WARPS warps takes rt consecutive
+ * Q4_K, Q5_K, Q6_K and MLX4 on tensor cores (cu_kq): a block of GQ_WARPS warps takes rt consecutive
  * tiles of 16 rows (rt chosen so the grid is one wave of resident blocks: a block that ends and
  * a new one that starts pay the load latency and the staging again); warp w takes superblocks
  * w, w + 8, .. of each tile, two in flight (the first two loaded before the wait); the tiles'
@@ -646,7 +646,7 @@ static void gemv_launch_type(struct cuda_backend *cb, gemv_args &a)
 	}
 }
 
-/* Q4_K, Q6_K or MLX4 rows on tensor cores when the input is bf16 or normed (not the router's
+/* Q4_K, Q5_K, Q6_K or MLX4 rows on tensor cores when the input is bf16 or normed (not the router's
  * f32 input) in 16-byte aligned rows of whole superblocks (MLX4: groups of 64k, cu_kq_fits) */
 template <int T, int TYPE, bool GLU = false>
 static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
@@ -694,6 +694,7 @@ static bool gq_launch_t(struct cuda_backend *cb, gemv_args &a)
 static void gemv_launch_any(struct cuda_backend *cb, int type, gemv_args &a)
 {
 	if ((type == TOAST_DT_Q4_K && gq_launch_t<TOAST_DT_Q4_K>(cb, a)) ||
+	    (type == TOAST_DT_Q5_K && gq_launch_t<TOAST_DT_Q5_K>(cb, a)) ||
 	    (type == TOAST_DT_Q6_K && gq_launch_t<TOAST_DT_Q6_K>(cb, a)) ||
 	    (type == TOAST_DT_MLX4 && gq_launch_t<TOAST_DT_MLX4>(cb, a))) {
 		cu_launched(cb, "gemv (tensor cores)");

@@ -665,7 +665,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		x[(size_t)t * E + i] += acc;
 }
 
-/* ---- experts on tensor cores (cu_kq: Q4_K, Q6_K and MLX4; one token a block, the mma's
+/* ---- experts on tensor cores (cu_kq: Q4_K, Q5_K, Q6_K and MLX4; one token a block, the mma's
  * column 0) ----
  * 16 rows a block, the warps splitting the superblocks two in flight a warp, every load issued
  * before the block stages its input. Gate/up: 8 warps (4 gate, 4 up) and three blocks an SM, so
@@ -739,7 +739,7 @@ __device__ __forceinline__ float moe_k4_sum(const float *part, int r, int w0, in
 }
 
 /* act[t][slot][r0..r0+15] = SiLU(gate·h) * (up·h): warps 0-3 gate, 4-7 up, each taking
- * superblocks w % 4, w % 4 + 4, .. of n_embd; slot k is the shared expert; Q4_K, Q6_K or MLX4 */
+ * superblocks w % 4, w % 4 + 4, .. of n_embd; slot k is the shared expert; Q4_K, Q5_K, Q6_K or MLX4 */
 template <int TYPE>
 __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	k_moe_gateup_k4(moe_dims d, const float *h, cu_wd G, cu_wd U, const float *logits, moe_picks pk, cu_wd SG,
@@ -825,7 +825,7 @@ static size_t moe_k4_gateup_smem(const moe_dims &d, int sub)
 }
 
 /* x[t][r0..r0+15] += sum over slots slot0.. of weight * down_slot · act[t][slot]: the block's
- * warps take the (slot, superblock) pairs in turn, two in flight; Q4_K, Q6_K or MLX4 experts */
+ * warps take the (slot, superblock) pairs in turn, two in flight; Q4_K, Q5_K, Q6_K or MLX4 experts */
 template <int TYPE>
 __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	k_moe_down_k4(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, const float *ms, cu_wd SD,
@@ -1555,8 +1555,8 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	int tr = moe_ktype2(G.type, U.type), ts = d.Fs ? moe_ktype2(SG.type, SU.type) : tr;
 	moe_ff_args fa = {d, h, a->x, {sel, wt, ms}, logits, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD};
 	int nslot = d.k + (d.Fs ? 1 : 0);
-	if (!moe_gateup_tc<TOAST_DT_Q4_K>(cb, fa, nslot) && !moe_gateup_tc<TOAST_DT_Q6_K>(cb, fa, nslot) &&
-	    !moe_gateup_tc<TOAST_DT_MLX4>(cb, fa, nslot)) {
+	if (!moe_gateup_tc<TOAST_DT_Q4_K>(cb, fa, nslot) && !moe_gateup_tc<TOAST_DT_Q5_K>(cb, fa, nslot) &&
+	    !moe_gateup_tc<TOAST_DT_Q6_K>(cb, fa, nslot) && !moe_gateup_tc<TOAST_DT_MLX4>(cb, fa, nslot)) {
 		if (tr == ts) {
 			moe_gateup(cb, tr, fa, 0, nslot, hsm);
 		} else {
@@ -1566,8 +1566,8 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	}
 	cu_launched(cb, "moe gate/up");
 	int td = moe_ktype(D.type), tsd = d.Fs ? moe_ktype(SD.type) : td;
-	if (!moe_down_tc<TOAST_DT_Q4_K>(cb, fa, nslot) && !moe_down_tc<TOAST_DT_Q6_K>(cb, fa, nslot) &&
-	    !moe_down_tc<TOAST_DT_MLX4>(cb, fa, nslot)) {
+	if (!moe_down_tc<TOAST_DT_Q4_K>(cb, fa, nslot) && !moe_down_tc<TOAST_DT_Q5_K>(cb, fa, nslot) &&
+	    !moe_down_tc<TOAST_DT_Q6_K>(cb, fa, nslot) && !moe_down_tc<TOAST_DT_MLX4>(cb, fa, nslot)) {
 		if (td == tsd && (!d.Fs || d.Fs == d.F)) {
 			moe_down(cb, td, fa, 0, nslot, asm_);
 		} else {
