@@ -837,8 +837,8 @@ static void test_quant(struct ctx *c)
 	/* the tensor-core GEMVs with more units (tile, superblock) a warp than they
 	 * have in flight: every warp 5 tiles of one superblock, 3 tiles of two, and T = 8 */
 	int o6[] = {20011}, o7[] = {9001};
-	enum toast_dtype tc_types[] = {TOAST_DT_Q4_K, TOAST_DT_Q5_K, TOAST_DT_Q6_K, TOAST_DT_MLX4};
-	for (int k = 0; k < 4; k++) {
+	enum toast_dtype tc_types[] = {TOAST_DT_Q4_K, TOAST_DT_Q5_K, TOAST_DT_Q6_K, TOAST_DT_MLX4, TOAST_DT_MLX8};
+	for (int k = 0; k < 5; k++) {
 		enum toast_dtype t = tc_types[k];
 		test_matmul(c, t, 1, o6, 1, 2048, TOAST_MM_F32, true, true);
 		test_matmul(c, t, 1, o7, 1, 4096, TOAST_MM_ADD, false, false);
@@ -852,6 +852,7 @@ static void test_quant(struct ctx *c)
 	/* MoE: the Qwen3-Next widths (n_embd 2048: gate/up rows loaded whole; n_ff 512: down rows
 	 * loaded whole), narrower ones, mixed types, prefill */
 	struct moe_types mlx4 = {TOAST_DT_MLX8, TOAST_DT_MLX4, TOAST_DT_MLX4, TOAST_DT_MLX4};
+	struct moe_types mlx8 = {TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8};
 	struct moe_types q8 = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q8_0};
 	struct moe_types q6 = {TOAST_DT_BF16, TOAST_DT_Q6_K, TOAST_DT_Q6_K, TOAST_DT_Q6_K};
 	struct moe_types mixed = {TOAST_DT_Q8_0, TOAST_DT_Q4_K, TOAST_DT_Q6_K, TOAST_DT_MLX4};
@@ -862,21 +863,27 @@ static void test_quant(struct ctx *c)
 	test_moe_types(c, 1, 256, 4, 2, 256, 512, true, true, &moe_q4k);  /* a shared expert wider than the rest */
 	test_moe_types(c, 2, 2048, 3, 2, 256, 256, true, true, &mlx4);
 	test_moe_types(c, 2, 256, 4, 3, 512, 512, true, true, &mlx4);
-	/* MLX4 on tensor cores with groups of 128 and f16 scales, f32 scales; groups of 32 (two
-	 * scales in one mma) take the SIMT kernels */
+	/* MLX4 and MLX8 on tensor cores with groups of 128 and f16 scales, f32 scales; groups of 32
+	 * (two scales in one mma) take the SIMT kernels */
 	struct {
 		int gs;
 		enum toast_dtype sb;
 	} mx[] = {{128, TOAST_DT_F16}, {64, TOAST_DT_F32}, {32, TOAST_DT_BF16}};
 	for (int i = 0; i < 3; i++) {
 		mlx_gs = mx[i].gs, mlx_sb = mx[i].sb;
-		test_matmul(c, TOAST_DT_MLX4, 1, o7, 1, 2048, TOAST_MM_F32, true, true);
-		test_matmul(c, TOAST_DT_MLX4, 8, o3, 4, 512, TOAST_MM_ACT, false, false);
-		test_moe_types(c, 1, 2048, 3, 2, 512, 512, true, true, &mlx4);
+		for (int b = 0; b < 2; b++) {
+			enum toast_dtype t = b ? TOAST_DT_MLX8 : TOAST_DT_MLX4;
+			test_matmul(c, t, 1, o7, 1, 2048, TOAST_MM_F32, true, true);
+			test_matmul(c, t, 8, o3, 4, 512, TOAST_MM_ACT, false, false);
+			test_moe_types(c, 1, 2048, 3, 2, 512, 512, true, true, b ? &mlx8 : &mlx4);
+		}
 	}
 	mlx_gs = 64, mlx_sb = TOAST_DT_BF16;
 	test_moe_types(c, 1, 2048, 3, 2, 256, 0, true, false, &q8);
 	test_moe_types(c, 5, 256, 4, 2, 512, 512, true, false, &q8);
+	/* Q8_0 experts with a shared expert of another type: the SIMT kernels compiled for Q8_0 */
+	struct moe_types q8sh = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q4_K};
+	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q8sh);
 	test_moe_types(c, 3, 2048, 2, 2, 256, 0, false, true, &q6);
 	test_moe_types(c, 3, 256, 4, 2, 512, 512, false, true, &q6);
 	/* a Q5_K_M file's experts (Q5_K, down Q5_K or Q6_K), at the Qwen3-Next widths and narrower:
@@ -887,8 +894,7 @@ static void test_quant(struct ctx *c)
 	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q5);
 	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q5m);
 	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &q5);
-	/* MLX 8-bit experts (an 8-bit MLX checkpoint): the SIMT kernels compiled for MLX8 */
-	struct moe_types mlx8 = {TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8};
+	/* MLX 8-bit experts (an 8-bit MLX checkpoint; groups of 32 above: the SIMT kernels) */
 	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &mlx8);
 	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &mlx8);
 	test_moe_types(c, 2, 256, 8, 3, 256, 256, true, true, &mixed);

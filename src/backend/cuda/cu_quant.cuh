@@ -864,7 +864,7 @@ __device__ __forceinline__ void cu_k4_scales(const uint4 &h, void *vsc, int lane
 
 template <>
 struct cu_kq<TOAST_DT_Q4_K> {
-	static constexpr int SUB = 32;
+	static constexpr int EL = 256, SUB = 32;
 	static constexpr bool PAIR4 = false;
 	struct ld {
 		uint2 a[4], b[4];
@@ -893,7 +893,7 @@ struct cu_kq<TOAST_DT_Q4_K> {
 /* Q5_K: a superblock's 160 quant bytes are qh[32], then codes as Q4_K's */
 template <>
 struct cu_kq<TOAST_DT_Q5_K> {
-	static constexpr int SUB = 32;
+	static constexpr int EL = 256, SUB = 32;
 	static constexpr bool PAIR4 = false;
 	struct ld {
 		uint2 a[4], b[4];
@@ -943,7 +943,7 @@ __device__ __forceinline__ uint32_t cu_nib_sel(uint32_t a, uint32_t b)
  */
 template <>
 struct cu_kq<TOAST_DT_Q6_K> {
-	static constexpr int SUB = 16;
+	static constexpr int EL = 256, SUB = 16;
 	static constexpr bool PAIR4 = false;
 	struct ld {
 		uint32_t a[2][4], b[2][4], h[2][4]; /* [row g, g + 8][quarter] */
@@ -1034,7 +1034,7 @@ struct cu_kq<TOAST_DT_Q6_K> {
  */
 template <>
 struct cu_kq<TOAST_DT_MLX4> {
-	static constexpr int SUB = 64;
+	static constexpr int EL = 256, SUB = 64;
 	static constexpr bool PAIR4 = true;
 	struct ld {
 		uint2 a[4], b[4];
@@ -1100,6 +1100,124 @@ struct cu_kq<TOAST_DT_MLX4> {
 	}
 };
 
+/*
+ * 8-bit codes (Q8_0, MLX8; cu_k8_mma): a byte q' (Q8_0: q + 128, its top bit flipped in the
+ * LOP3 that takes it) is 16 hi + lo, two 4-bit codes made as Q4_K's are; the mma sums x * (128
+ * + lo) and x * (128 + hi) into two accumulators, and x * q' = 16 C_hi + C_lo - 2176 sum(x). A
+ * unit is 128 elements (EL), four 32-byte runs of a row, so that a lane holds what it holds of
+ * Q4_K's 256: bytes 8t..8t+7 of each run (cu_k4_codes), word w giving the k values 2t, 2t+1,
+ * 2t+8, 2t+9 as elements 8t + 4w + 0, 2, 1, 3 (Q4_K's staged order). sc[group][16] float2 (scale
+ * s, offset o): a group of SUB elements adds 16 s C_hi + s C_lo + o sum(x).
+ */
+/* (v & 0x000f000f) ^ c | (c & ~0x000f000f): bits 0-3, 16-19 of v (xor c's there) in c's others */
+__device__ __forceinline__ unsigned cu_nib_codes(uint32_t v, uint32_t c)
+{
+	unsigned r;
+	asm("lop3.b32 %0, %1, %3, %2, 0x6a;" : "=r"(r) : "r"(v), "r"(c), "n"(0x000f000f));
+	return r;
+}
+
+template <int COLS, int SUB, bool FLIP>
+__device__ __forceinline__ void cu_k8_mma(float *acc, const uint2 *A, const uint2 *B, const void *vsc, const bf16 *x,
+					  const float *xs0, const float *xs1, float wt, int g, int t)
+{
+	const float2 *sc = (const float2 *)vsc;
+	uint32_t lo = CU_K4_MAGIC, hi = CU_K4_MAGIC ^ (FLIP ? 0x00080008u : 0u);
+	asm("" : "+r"(lo), "+r"(hi));
+#pragma unroll
+	for (int q = 0; q < 128 / SUB; q++) {
+		float cl[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ch[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+		for (int p = q * (SUB / 32); p < (q + 1) * (SUB / 32); p++) {
+			uint4 bx = *(const uint4 *)(x + 32 * p + 8 * t); /* both k-steps' B */
+#pragma unroll
+			for (int w = 0; w < 2; w++) {
+				uint32_t wa = w ? A[p].y : A[p].x, wb = w ? B[p].y : B[p].x;
+				unsigned fl[4] = {cu_nib_codes(wa, lo), cu_nib_codes(wb, lo), cu_nib_codes(wa >> 8, lo),
+						  cu_nib_codes(wb >> 8, lo)};
+				unsigned fh[4] = {cu_nib_codes(wa >> 4, hi), cu_nib_codes(wb >> 4, hi), cu_nib_codes(wa >> 12, hi),
+						  cu_nib_codes(wb >> 12, hi)};
+				cu_mma_bf16(cl, fl, w ? bx.z : bx.x, w ? bx.w : bx.y);
+				cu_mma_bf16(ch, fh, w ? bx.z : bx.x, w ? bx.w : bx.y);
+			}
+		}
+		float2 sa = sc[q * 16 + g], sb = sc[q * 16 + g + 8];
+		float da = sa.x * wt, oa = sa.y * wt, db = sb.x * wt, ob = sb.y * wt;
+		acc[0] = fmaf(16.0f * da, ch[0], fmaf(da, cl[0], fmaf(oa, xs0[q], acc[0])));
+		acc[2] = fmaf(16.0f * db, ch[2], fmaf(db, cl[2], fmaf(ob, xs0[q], acc[2])));
+		if (COLS > 1) {
+			acc[1] = fmaf(16.0f * da, ch[1], fmaf(da, cl[1], fmaf(oa, xs1[q], acc[1])));
+			acc[3] = fmaf(16.0f * db, ch[3], fmaf(db, cl[3], fmaf(ob, xs1[q], acc[3])));
+		}
+	}
+}
+
+/* Q8_0: a run is a block (its d at 2 bytes a block in the meta plane); value d q */
+template <>
+struct cu_kq<TOAST_DT_Q8_0> {
+	static constexpr int EL = 128, SUB = 32;
+	static constexpr bool PAIR4 = false;
+	struct ld {
+		uint2 a[4], b[4];
+		uint32_t d; /* the d of blocks 2 (lane / 16), +1 of the unit, of the decode row (f16 bits) */
+	};
+	static __device__ __forceinline__ ld load(const cu_wd &, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
+						  int u, int lane)
+	{
+		ld L;
+		cu_k4_codes(L.a, L.b, ra + u * 128, rb + u * 128, lane & 3);
+		L.d = cu_ld4(rh + 8 * u + 4 * (lane >> 4));
+		return L;
+	}
+	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *vsc, int lane)
+	{
+		float2 *sc = (float2 *)vsc;
+#pragma unroll
+		for (int i = 0; i < 2; i++) {
+			float d = cu_f16_float(L.d >> (16 * i));
+			sc[(2 * (lane >> 4) + i) * 16 + (lane & 15)] = make_float2(d, -2304.0f * d);
+		}
+	}
+	template <int COLS>
+	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *vsc, const bf16 *x, const float *xs0,
+						   const float *xs1, float wt, int g, int t)
+	{
+		cu_k8_mma<COLS, SUB, true>(acc, L.a, L.b, vsc, x, xs0, xs1, wt, g, t);
+	}
+};
+
+/* MLX8 (groups of 64k): a group's chunk of 64 elements is two runs; value s q + z */
+template <>
+struct cu_kq<TOAST_DT_MLX8> {
+	static constexpr int EL = 128, SUB = 64;
+	static constexpr bool PAIR4 = false;
+	struct ld {
+		uint2 a[4], b[4];
+		uint32_t s, z; /* scale and bias bits, as stored, of the decode row's chunk lane / 16 */
+	};
+	static __device__ __forceinline__ ld load(const cu_wd &W, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
+						  int u, int lane)
+	{
+		ld L;
+		cu_k4_codes(L.a, L.b, ra + u * 128, rb + u * 128, lane & 3);
+		int c = 2 * u + (lane >> 4), per = W.gs >> 6, grp = per == 1 ? c : c / per;
+		L.s = cu_ldsb_bits(rh, W.sb_type, grp);
+		L.z = cu_ldsb_bits(rh + (W.b_off - W.m_off), W.sb_type, grp);
+		return L;
+	}
+	static __device__ __forceinline__ void scales(const cu_wd &W, const ld &L, void *vsc, int lane)
+	{
+		float s = cu_sb_float(L.s, W.sb_type), z = cu_sb_float(L.z, W.sb_type);
+		((float2 *)vsc)[(lane >> 4) * 16 + (lane & 15)] = make_float2(s, fmaf(-2176.0f, s, z));
+	}
+	template <int COLS>
+	static __device__ __forceinline__ void mma(float *acc, const ld &L, const void *vsc, const bf16 *x, const float *xs0,
+						   const float *xs1, float wt, int g, int t)
+	{
+		cu_k8_mma<COLS, SUB, false>(acc, L.a, L.b, vsc, x, xs0, xs1, wt, g, t);
+	}
+};
+
 /* elements 8j..8j+7 of an input row, v (f32), to bf16 in TYPE's staged order at xs + 8j, and
  * the sum of the SUB / 8 lanes' rounded values to *sum from the first of them (lanes
  * (SUB / 8) i.. must stage the 8-groups (SUB / 8) i'.. together) */
@@ -1129,11 +1247,11 @@ __device__ __forceinline__ void cu_kq_stage8(const float *v, bf16 *xs, int j, fl
 }
 #endif
 
-/* whether decode kernels may take w on tensor cores (cu_kq): MLX4 needs groups of 64k */
+/* whether decode kernels may take w on tensor cores (cu_kq): MLX needs groups of 64k */
 static inline bool cu_kq_fits(const cu_wd &w)
 {
-	return w.type == TOAST_DT_Q4_K || w.type == TOAST_DT_Q5_K || w.type == TOAST_DT_Q6_K ||
-	       (w.type == TOAST_DT_MLX4 && w.gs % 64 == 0);
+	return w.type == TOAST_DT_Q4_K || w.type == TOAST_DT_Q5_K || w.type == TOAST_DT_Q6_K || w.type == TOAST_DT_Q8_0 ||
+	       (cu_is_mlx(w.type) && w.gs % 64 == 0);
 }
 
 /* ---- k_quant.cu ---- */

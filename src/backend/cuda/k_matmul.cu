@@ -6,7 +6,7 @@
  * block stages the input in shared memory as f32 (computing the RMSNorm there when the input is
  * a normed residual, so the norm costs no launch and no rounding), then each warp streams one or
  * four weight rows in 16-byte chunks, dequantising quantised ones in registers (cu_quant.cuh);
- * Q4_K, Q5_K, Q6_K and MLX4 go to tensor cores (k_gemv_k4). Larger T: the normed input is written
+ * quantised types other than Q4_0, Q4_1 and Q8_0 go to tensor cores (k_gemv_k4). Larger T: the normed input is written
  * once in bf16 and each output is a cuBLAS GEMM on tensor cores; a quantised weight is first
  * dequantised to bf16 in pieces of CU_DEQUANT_PIECE bytes. A dense MLP's gate and up
  * (TOAST_MM_GLU) at decode: one GEMV launch whose warps (or blocks, on tensor cores) take the
@@ -185,14 +185,15 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 }
 
 /*
- * Q4_K, Q5_K, Q6_K and MLX4 on tensor cores (cu_kq): a block of GQ_WARPS warps takes rt consecutive
- * tiles of 16 rows (rt chosen so the grid is one wave of resident blocks: a block that ends and
- * a new one that starts pay the load latency and the staging again); warp w takes superblocks
- * w, w + 8, .. of each tile, two in flight (the first two loaded before the wait); the tiles'
- * partial sums meet in shared memory at the end. The input is staged once a block in bf16 (the
- * activation type: the values the prefill GEMMs take) with its sub-block sums. T: 1, or 8
- * (columns nt..7 zeros). Two blocks an SM: at three (80 registers) the two superblocks in flight
- * spilled, and the spills' local traffic shared the L1 with the loads that bound this kernel.
+ * cu_kq types on tensor cores (all but Q4_0, Q4_1 and Q8_0 here: gemv_launch_any): a block of
+ * GQ_WARPS warps takes rt consecutive tiles of 16 rows (rt chosen so the grid is one wave of
+ * resident blocks: a block that ends and a new one that starts pay the load latency and the
+ * staging again); warp w takes units (superblocks; 128 elements of 8-bit types) w, w + 8, .. of
+ * each tile, two in flight (the first two loaded before the wait); the tiles' partial sums meet
+ * in shared memory at the end. The input is staged once a block in bf16 (the activation type:
+ * the values the prefill GEMMs take) with its sub-block sums. T: 1, or 8 (columns nt..7 zeros).
+ * Two blocks an SM: at three (80 registers) the two superblocks in flight spilled, and the
+ * spills' local traffic shared the L1 with the loads that bound this kernel.
  */
 #define GQ_WARPS 8
 #define GQ_MAX_RT 48 /* tiles a block (T = 1; T = 8: 4) */
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 	int64_t n_in = a.n_in, tile0 = (blockIdx.x - jb.first_block) * rt, tiles = (jb.n_out + 15) / 16 * (GLU ? 2 : 1);
 	int ntile = (int)min((int64_t)rt, tiles - tile0);
 	/* rows 64 bytes apart at T = 8: a B fragment's 8 columns in 2 wavefronts */
-	int nsb = (int)(n_in / 256), xstride = (int)(n_in + (T > 1 ? 32 : 0)), nsub = (int)(n_in / SUB);
+	int nsb = (int)(n_in / K::EL), xstride = (int)(n_in + (T > 1 ? 32 : 0)), nsub = (int)(n_in / SUB);
 	bf16 *xs = (bf16 *)gq_sm;
 	float *xsum = (float *)(xs + T * xstride);
 	void *sc = (float4 *)(xsum + T * nsub) + warp * 64;
@@ -337,7 +338,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 			__syncwarp();
 			K::scales(jb.W, L[k], sc, lane);
 			__syncwarp();
-			K::template mma<T>(acc, L[k], sc, xg + sb * 256, xs0 + sb * (256 / SUB), xs1 + sb * (256 / SUB), 1.0f, g, t);
+			K::template mma<T>(acc, L[k], sc, xg + sb * K::EL, xs0 + sb * (K::EL / SUB), xs1 + sb * (K::EL / SUB), 1.0f, g, t);
 			if (i + 2 < units)
 				L[k] = load();
 			if (ck == m - 1) { /* the tile's last superblock of this warp */
@@ -646,8 +647,8 @@ static void gemv_launch_type(struct cuda_backend *cb, gemv_args &a)
 	}
 }
 
-/* Q4_K, Q5_K, Q6_K or MLX4 rows on tensor cores when the input is bf16 or normed (not the router's
- * f32 input) in 16-byte aligned rows of whole superblocks (MLX4: groups of 64k, cu_kq_fits) */
+/* rows of a cu_kq type on tensor cores when the input is bf16 or normed (not the router's f32
+ * input) in 16-byte aligned rows of whole superblocks (MLX: groups of 64k, cu_kq_fits) */
 template <int T, int TYPE, bool GLU = false>
 static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 {
@@ -691,12 +692,16 @@ static bool gq_launch_t(struct cuda_backend *cb, gemv_args &a)
 	return a.nt == 1 ? gq_launch<1, TYPE>(cb, a) : gq_launch<8, TYPE>(cb, a);
 }
 
+/* Q8_0 stays SIMT here: its four-rows-a-warp kernel beat the tensor cores' (H200, Qwen3-Next
+ * Q8_0: qkvz 8.5 us against 11.5, out_proj 5.6 against 7.2, docs/PERF.md), whose units of 128
+ * elements take twice Q4_K's rounds of loads; its experts take the tensor cores */
 static void gemv_launch_any(struct cuda_backend *cb, int type, gemv_args &a)
 {
 	if ((type == TOAST_DT_Q4_K && gq_launch_t<TOAST_DT_Q4_K>(cb, a)) ||
 	    (type == TOAST_DT_Q5_K && gq_launch_t<TOAST_DT_Q5_K>(cb, a)) ||
 	    (type == TOAST_DT_Q6_K && gq_launch_t<TOAST_DT_Q6_K>(cb, a)) ||
-	    (type == TOAST_DT_MLX4 && gq_launch_t<TOAST_DT_MLX4>(cb, a))) {
+	    (type == TOAST_DT_MLX4 && gq_launch_t<TOAST_DT_MLX4>(cb, a)) ||
+	    (type == TOAST_DT_MLX8 && gq_launch_t<TOAST_DT_MLX8>(cb, a))) {
 		cu_launched(cb, "gemv (tensor cores)");
 		return;
 	}

@@ -665,10 +665,10 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		x[(size_t)t * E + i] += acc;
 }
 
-/* ---- experts on tensor cores (cu_kq: Q4_K, Q5_K, Q6_K and MLX4; one token a block, the mma's
+/* ---- experts on tensor cores (cu_kq: every type but Q4_0 and Q4_1; one token a block, the mma's
  * column 0) ----
- * 16 rows a block, the warps splitting the superblocks two in flight a warp, every load issued
- * before the block stages its input. Gate/up: 8 warps (4 gate, 4 up) and three blocks an SM, so
+ * 16 rows a block, the warps splitting the units (superblocks; 128 elements of 8-bit types) two
+ * in flight a warp, every load issued before the block stages its input. Gate/up: 8 warps (4 gate, 4 up) and three blocks an SM, so
  * that the 352 blocks of Qwen3-Next's decode (32 row tiles x 11 experts) are one wave: with 16
  * warps and two blocks an SM a third of them waited for a second round of loads. Down: 16
  * warps, one block an SM (the grid is the 128 row tiles). */
@@ -739,7 +739,7 @@ __device__ __forceinline__ float moe_k4_sum(const float *part, int r, int w0, in
 }
 
 /* act[t][slot][r0..r0+15] = SiLU(gate·h) * (up·h): warps 0-3 gate, 4-7 up, each taking
- * superblocks w % 4, w % 4 + 4, .. of n_embd; slot k is the shared expert; Q4_K, Q5_K, Q6_K or MLX4 */
+ * units w % 4, w % 4 + 4, .. of n_embd; slot k is the shared expert */
 template <int TYPE>
 __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	k_moe_gateup_k4(moe_dims d, const float *h, cu_wd G, cu_wd U, const float *logits, moe_picks pk, cu_wd SG,
@@ -754,7 +754,7 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	int n = shared ? d.Fs : d.F, r0 = blockIdx.x * 16;
 	if (r0 >= n)
 		return;
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, nsb = E / 256;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, nsb = E / K::EL;
 	int up = warp >> 2, w4 = warp & 3;
 	bf16 *xs = (bf16 *)mk_sm;
 	float *xsum = (float *)(xs + E);
@@ -787,7 +787,7 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
 	const uint8_t *ra = cu_row(wd, e, min(r0 + g, n - 1)).q, *rb = cu_row(wd, e, min(r0 + g + 8, n - 1)).q;
 	const uint8_t *rh = cu_row(wd, e, min(r0 + (lane & 15), n - 1)).m;
-	typename K::ld L[2]; /* two superblocks in flight: n_embd 2048 is two a warp */
+	typename K::ld L[2]; /* two units in flight: n_embd 2048 is two superblocks a warp */
 	if (w4 < nsb)
 		L[0] = K::load(wd, ra, rb, rh, w4, lane);
 	if (w4 + 4 < nsb)
@@ -803,7 +803,7 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 			__syncwarp();
 			K::scales(wd, L[k], sc, lane);
 			__syncwarp();
-			K::template mma<1>(acc, L[k], sc, xs + sb * 256, xsum + sb * (256 / SUB), NULL, 1.0f, g, tq);
+			K::template mma<1>(acc, L[k], sc, xs + sb * K::EL, xsum + sb * (K::EL / SUB), NULL, 1.0f, g, tq);
 			if (sb + 8 < nsb)
 				L[k] = K::load(wd, ra, rb, rh, sb + 8, lane);
 		}
@@ -825,7 +825,7 @@ static size_t moe_k4_gateup_smem(const moe_dims &d, int sub)
 }
 
 /* x[t][r0..r0+15] += sum over slots slot0.. of weight * down_slot · act[t][slot]: the block's
- * warps take the (slot, superblock) pairs in turn, two in flight; Q4_K, Q5_K, Q6_K or MLX4 experts */
+ * warps take the (slot, unit) pairs in turn, two in flight */
 template <int TYPE>
 __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	k_moe_down_k4(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, const float *ms, cu_wd SD,
@@ -839,7 +839,7 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	__shared__ float part[MK_WARPS * 16];
 	int t = blockIdx.y, E = d.E, F = d.F, r0 = blockIdx.x * 16;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-	int nsb = F / 256, units = nslot * nsb;
+	int nsb = F / K::EL, units = nslot * nsb;
 	bf16 *xs = (bf16 *)mk_sm;
 	float *xsum = (float *)(xs + nslot * F);
 	void *sc = (float4 *)(xsum + nslot * (F / SUB)) + warp * 64;
@@ -881,7 +881,7 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 			__syncwarp();
 			K::scales(slot0 + j == d.k ? SD : D, L[k], sc, lane);
 			__syncwarp();
-			K::template mma<1>(acc, L[k], sc, xs + j * F + sb * 256, xsum + j * (F / SUB) + sb * (256 / SUB), NULL,
+			K::template mma<1>(acc, L[k], sc, xs + j * F + sb * K::EL, xsum + j * (F / SUB) + sb * (K::EL / SUB), NULL,
 					   wts[j], g, tq);
 			if (u + 2 * MK_WARPS < units)
 				L[k] = load(u + 2 * MK_WARPS);
@@ -1556,7 +1556,8 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	moe_ff_args fa = {d, h, a->x, {sel, wt, ms}, logits, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD};
 	int nslot = d.k + (d.Fs ? 1 : 0);
 	if (!moe_gateup_tc<TOAST_DT_Q4_K>(cb, fa, nslot) && !moe_gateup_tc<TOAST_DT_Q5_K>(cb, fa, nslot) &&
-	    !moe_gateup_tc<TOAST_DT_Q6_K>(cb, fa, nslot) && !moe_gateup_tc<TOAST_DT_MLX4>(cb, fa, nslot)) {
+	    !moe_gateup_tc<TOAST_DT_Q6_K>(cb, fa, nslot) && !moe_gateup_tc<TOAST_DT_Q8_0>(cb, fa, nslot) &&
+	    !moe_gateup_tc<TOAST_DT_MLX4>(cb, fa, nslot) && !moe_gateup_tc<TOAST_DT_MLX8>(cb, fa, nslot)) {
 		if (tr == ts) {
 			moe_gateup(cb, tr, fa, 0, nslot, hsm);
 		} else {
@@ -1567,7 +1568,8 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	cu_launched(cb, "moe gate/up");
 	int td = moe_ktype(D.type), tsd = d.Fs ? moe_ktype(SD.type) : td;
 	if (!moe_down_tc<TOAST_DT_Q4_K>(cb, fa, nslot) && !moe_down_tc<TOAST_DT_Q5_K>(cb, fa, nslot) &&
-	    !moe_down_tc<TOAST_DT_Q6_K>(cb, fa, nslot) && !moe_down_tc<TOAST_DT_MLX4>(cb, fa, nslot)) {
+	    !moe_down_tc<TOAST_DT_Q6_K>(cb, fa, nslot) && !moe_down_tc<TOAST_DT_Q8_0>(cb, fa, nslot) &&
+	    !moe_down_tc<TOAST_DT_MLX4>(cb, fa, nslot) && !moe_down_tc<TOAST_DT_MLX8>(cb, fa, nslot)) {
 		if (td == tsd && (!d.Fs || d.Fs == d.F)) {
 			moe_down(cb, td, fa, 0, nslot, asm_);
 		} else {
