@@ -748,17 +748,18 @@ __device__ __forceinline__ void cu_stage_norm(const float *x, const float *w, in
  * and one FFMA a product takes 6 and more (the 4-bit kernels were issue-bound).
  *
  * cu_kq<TYPE> is one kind of weight, for kernels written once for all: Q4_K and Q5_K (sub-blocks
- * of 32), Q6_K (sub-blocks of 16) and MLX4 (chunks of 64). SUB is what one scale covers (the input's
- * sums are staged per SUB elements), PAIR4 the staged order of eight elements (x0 x4 x1 x5 x2
- * x6 x3 x7, else x0 x2 x1 x3 x4 x6 x5 x7). Each has: ld, what a lane holds of one superblock of
- * its rows g and g+8 (g = lane / 4, t = lane % 4) and of its decode row (lane % 16); load(W, ra,
- * rb, rh, sb, lane), which issues the loads of superblock sb of rows ra, rb (quant plane) and
- * of the decode row rh (meta plane); scales(W, L, sc, lane), which decodes the warp's scales of
- * the superblock into sc (at most 1 KB; the caller syncs the warp around it); and mma<COLS>(acc,
- * L, sc, x, xs0, xs1, wt, g, t): acc (the lane's C fragment: rows g, g+8 x columns 2t, 2t+1) +=
- * the superblock, with x the lane's staged input row (column g; bf16, in the staged order) at
- * the superblock's first element, xs0 and xs1 the SUB-element sums of columns 2t and 2t+1 there,
- * wt a factor on the whole (the MoE's routing weight); COLS 1: only column 0 is wanted.
+ * of 32), Q6_K (sub-blocks of 16), MLX4 (chunks of 64), Q8_0 (blocks of 32) and MLX8 (chunks of
+ * 64). EL is the elements of a unit (a superblock of 256; 128 for the 8-bit kinds), SUB what one
+ * scale covers (the input's sums are staged per SUB elements), PAIR4 the staged order of eight
+ * elements (x0 x4 x1 x5 x2 x6 x3 x7, else x0 x2 x1 x3 x4 x6 x5 x7). Each has: ld, what a lane
+ * holds of one unit of its rows g and g+8 (g = lane / 4, t = lane % 4) and of its decode row
+ * (lane % 16); load(W, ra, rb, rh, u, lane), which issues the loads of unit u of rows ra, rb
+ * (quant plane) and of the decode row rh (meta plane); scales(W, L, sc, lane), which decodes the
+ * warp's scales of the unit into sc (at most 1 KB; the caller syncs the warp around it); and
+ * mma<COLS>(acc, L, sc, x, xs0, xs1, wt, g, t): acc (the lane's C fragment: rows g, g+8 x columns
+ * 2t, 2t+1) += the unit, with x the lane's staged input row (column g; bf16, in the staged order)
+ * at the unit's first element, xs0 and xs1 the SUB-element sums of columns 2t and 2t+1 there, wt
+ * a factor on the whole (the MoE's routing weight); COLS 1: only column 0 is wanted.
  */
 #define CU_K4_MAGIC 0x43004300u /* two bf16 128.0 */
 
@@ -1109,7 +1110,7 @@ struct cu_kq<TOAST_DT_MLX4> {
  * 2t+8, 2t+9 as elements 8t + 4w + 0, 2, 1, 3 (Q4_K's staged order). sc[group][16] float2 (scale
  * s, offset o): a group of SUB elements adds 16 s C_hi + s C_lo + o sum(x).
  */
-/* (v & 0x000f000f) ^ c | (c & ~0x000f000f): bits 0-3, 16-19 of v (xor c's there) in c's others */
+/* ((v ^ c) & 0x000f000f) | (c & ~0x000f000f): bits 0-3 and 16-19 of v (xor c's there) in c's others */
 __device__ __forceinline__ unsigned cu_nib_codes(uint32_t v, uint32_t c)
 {
 	unsigned r;

@@ -6,11 +6,12 @@
  * block stages the input in shared memory as f32 (computing the RMSNorm there when the input is
  * a normed residual, so the norm costs no launch and no rounding), then each warp streams one or
  * four weight rows in 16-byte chunks, dequantising quantised ones in registers (cu_quant.cuh);
- * quantised types other than Q4_0, Q4_1 and Q8_0 go to tensor cores (k_gemv_k4). Larger T: the normed input is written
- * once in bf16 and each output is a cuBLAS GEMM on tensor cores; a quantised weight is first
- * dequantised to bf16 in pieces of CU_DEQUANT_PIECE bytes. A dense MLP's gate and up
- * (TOAST_MM_GLU) at decode: one GEMV launch whose warps (or blocks, on tensor cores) take the
- * same rows of both and store SiLU(gate) * up; at other sizes their two products, then that.
+ * quantised types other than Q4_0, Q4_1 and Q8_0 go to tensor cores (k_gemv_k4). Larger T: the
+ * normed input is written once in bf16 and each output is a cuBLAS GEMM on tensor cores; a
+ * quantised weight is first dequantised to bf16 in pieces of CU_DEQUANT_PIECE bytes. A dense
+ * MLP's gate and up (TOAST_MM_GLU) at decode: one GEMV launch whose warps (or blocks, on tensor
+ * cores) take the same rows of both and store SiLU(gate) * up; at other sizes their two
+ * products, then that.
  */
 #include "backend/cuda/cu_quant.cuh"
 

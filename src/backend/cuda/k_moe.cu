@@ -665,13 +665,13 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		x[(size_t)t * E + i] += acc;
 }
 
-/* ---- experts on tensor cores (cu_kq: every type but Q4_0 and Q4_1; one token a block, the mma's
- * column 0) ----
+/* ---- experts on tensor cores (cu_kq: every type but Q4_0 and Q4_1; one token a block, the
+ * mma's column 0) ----
  * 16 rows a block, the warps splitting the units (superblocks; 128 elements of 8-bit types) two
- * in flight a warp, every load issued before the block stages its input. Gate/up: 8 warps (4 gate, 4 up) and three blocks an SM, so
- * that the 352 blocks of Qwen3-Next's decode (32 row tiles x 11 experts) are one wave: with 16
- * warps and two blocks an SM a third of them waited for a second round of loads. Down: 16
- * warps, one block an SM (the grid is the 128 row tiles). */
+ * in flight a warp, every load issued before the block stages its input. Gate/up: 8 warps (4
+ * gate, 4 up) and three blocks an SM, so that the 352 blocks of Qwen3-Next's decode (32 row
+ * tiles x 11 experts) are one wave: with 16 warps and two blocks an SM a third of them waited
+ * for a second round of loads. Down: 16 warps, one block an SM (the grid is the 128 row tiles). */
 
 #define MK_WARPS 16
 #define GU_WARPS 8
