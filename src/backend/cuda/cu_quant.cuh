@@ -30,6 +30,8 @@
 #ifndef TOAST_CU_QUANT_CUH
 #define TOAST_CU_QUANT_CUH
 
+#include <type_traits>
+
 #ifndef TOAST_CUDA_EMU /* tests/cuda_emu.h compiles this header for the host, to test it without a GPU */
 #include <cuda_fp16.h>
 
@@ -1253,6 +1255,22 @@ static inline bool cu_kq_fits(const cu_wd &w)
 {
 	return w.type == TOAST_DT_Q4_K || w.type == TOAST_DT_Q5_K || w.type == TOAST_DT_Q6_K || w.type == TOAST_DT_Q8_0 ||
 	       (cu_is_mlx(w.type) && w.gs % 64 == 0);
+}
+
+/* fn(std::integral_constant<int, T>()) for the type T (a runtime type) when it has a cu_kq kind,
+ * its result; false for the other types: a tensor-core launch's template argument */
+template <typename Fn>
+static bool cu_with_kq(int type, Fn fn)
+{
+	switch (type) {
+	case TOAST_DT_Q4_K: return fn(std::integral_constant<int, TOAST_DT_Q4_K>());
+	case TOAST_DT_Q5_K: return fn(std::integral_constant<int, TOAST_DT_Q5_K>());
+	case TOAST_DT_Q6_K: return fn(std::integral_constant<int, TOAST_DT_Q6_K>());
+	case TOAST_DT_Q8_0: return fn(std::integral_constant<int, TOAST_DT_Q8_0>());
+	case TOAST_DT_MLX4: return fn(std::integral_constant<int, TOAST_DT_MLX4>());
+	case TOAST_DT_MLX8: return fn(std::integral_constant<int, TOAST_DT_MLX8>());
+	default: return false;
+	}
 }
 
 /* ---- k_quant.cu ---- */

@@ -698,11 +698,13 @@ static bool gq_launch_t(struct cuda_backend *cb, gemv_args &a)
  * elements take twice Q4_K's rounds of loads; its experts take the tensor cores */
 static void gemv_launch_any(struct cuda_backend *cb, int type, gemv_args &a)
 {
-	if ((type == TOAST_DT_Q4_K && gq_launch_t<TOAST_DT_Q4_K>(cb, a)) ||
-	    (type == TOAST_DT_Q5_K && gq_launch_t<TOAST_DT_Q5_K>(cb, a)) ||
-	    (type == TOAST_DT_Q6_K && gq_launch_t<TOAST_DT_Q6_K>(cb, a)) ||
-	    (type == TOAST_DT_MLX4 && gq_launch_t<TOAST_DT_MLX4>(cb, a)) ||
-	    (type == TOAST_DT_MLX8 && gq_launch_t<TOAST_DT_MLX8>(cb, a))) {
+	bool tc = cu_with_kq(type, [&](auto k) {
+		if constexpr (decltype(k)::value == TOAST_DT_Q8_0)
+			return false;
+		else
+			return gq_launch_t<decltype(k)::value>(cb, a);
+	});
+	if (tc) {
 		cu_launched(cb, "gemv (tensor cores)");
 		return;
 	}

@@ -1555,9 +1555,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	int tr = moe_ktype2(G.type, U.type), ts = d.Fs ? moe_ktype2(SG.type, SU.type) : tr;
 	moe_ff_args fa = {d, h, a->x, {sel, wt, ms}, logits, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD};
 	int nslot = d.k + (d.Fs ? 1 : 0);
-	if (!moe_gateup_tc<TOAST_DT_Q4_K>(cb, fa, nslot) && !moe_gateup_tc<TOAST_DT_Q5_K>(cb, fa, nslot) &&
-	    !moe_gateup_tc<TOAST_DT_Q6_K>(cb, fa, nslot) && !moe_gateup_tc<TOAST_DT_Q8_0>(cb, fa, nslot) &&
-	    !moe_gateup_tc<TOAST_DT_MLX4>(cb, fa, nslot) && !moe_gateup_tc<TOAST_DT_MLX8>(cb, fa, nslot)) {
+	if (!cu_with_kq(G.type, [&](auto k) { return moe_gateup_tc<decltype(k)::value>(cb, fa, nslot); })) {
 		if (tr == ts) {
 			moe_gateup(cb, tr, fa, 0, nslot, hsm);
 		} else {
@@ -1567,9 +1565,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	}
 	cu_launched(cb, "moe gate/up");
 	int td = moe_ktype(D.type), tsd = d.Fs ? moe_ktype(SD.type) : td;
-	if (!moe_down_tc<TOAST_DT_Q4_K>(cb, fa, nslot) && !moe_down_tc<TOAST_DT_Q5_K>(cb, fa, nslot) &&
-	    !moe_down_tc<TOAST_DT_Q6_K>(cb, fa, nslot) && !moe_down_tc<TOAST_DT_Q8_0>(cb, fa, nslot) &&
-	    !moe_down_tc<TOAST_DT_MLX4>(cb, fa, nslot) && !moe_down_tc<TOAST_DT_MLX8>(cb, fa, nslot)) {
+	if (!cu_with_kq(D.type, [&](auto k) { return moe_down_tc<decltype(k)::value>(cb, fa, nslot); })) {
 		if (td == tsd && (!d.Fs || d.Fs == d.F)) {
 			moe_down(cb, td, fa, 0, nslot, asm_);
 		} else {
