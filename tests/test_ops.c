@@ -642,6 +642,9 @@ struct moe_types {
 
 static const struct moe_types moe_bf16 = {TOAST_DT_BF16, TOAST_DT_BF16, TOAST_DT_BF16, TOAST_DT_BF16};
 static const struct moe_types moe_q4k = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q4_K, TOAST_DT_Q4_K};
+static const struct moe_types moe_q8 = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q8_0};
+static const struct moe_types moe_mlx4 = {TOAST_DT_MLX8, TOAST_DT_MLX4, TOAST_DT_MLX4, TOAST_DT_MLX4};
+static const struct moe_types moe_mlx8 = {TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8};
 
 /* the routed experts' up of type up (gate: ty->gate_up) */
 static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, bool norm_topk, bool sh_gate,
@@ -851,9 +854,6 @@ static void test_quant(struct ctx *c)
 	test_matmul_types(c, mix, 12, o3, 4, 256, TOAST_MM_F32, true, true);
 	/* MoE: the Qwen3-Next widths (n_embd 2048: gate/up rows loaded whole; n_ff 512: down rows
 	 * loaded whole), narrower ones, mixed types, prefill */
-	struct moe_types mlx4 = {TOAST_DT_MLX8, TOAST_DT_MLX4, TOAST_DT_MLX4, TOAST_DT_MLX4};
-	struct moe_types mlx8 = {TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8};
-	struct moe_types q8 = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q8_0};
 	struct moe_types q6 = {TOAST_DT_BF16, TOAST_DT_Q6_K, TOAST_DT_Q6_K, TOAST_DT_Q6_K};
 	struct moe_types mixed = {TOAST_DT_Q8_0, TOAST_DT_Q4_K, TOAST_DT_Q6_K, TOAST_DT_MLX4};
 	struct moe_types small = {TOAST_DT_Q4_1, TOAST_DT_Q5_K, TOAST_DT_Q4_0, TOAST_DT_MLX8};
@@ -861,8 +861,8 @@ static void test_quant(struct ctx *c)
 	test_moe_types(c, 1, 256, 4, 2, 512, 512, true, true, &moe_q4k);
 	test_moe_types(c, 3, 2048, 4, 2, 512, 512, true, true, &moe_q4k); /* three tokens, three expert sets */
 	test_moe_types(c, 1, 256, 4, 2, 256, 512, true, true, &moe_q4k);  /* a shared expert wider than the rest */
-	test_moe_types(c, 2, 2048, 3, 2, 256, 256, true, true, &mlx4);
-	test_moe_types(c, 2, 256, 4, 3, 512, 512, true, true, &mlx4);
+	test_moe_types(c, 2, 2048, 3, 2, 256, 256, true, true, &moe_mlx4);
+	test_moe_types(c, 2, 256, 4, 3, 512, 512, true, true, &moe_mlx4);
 	/* MLX4 and MLX8 on tensor cores with groups of 128 and f16 scales, f32 scales; groups of 32
 	 * (two scales in one mma) take the SIMT kernels */
 	struct {
@@ -875,12 +875,12 @@ static void test_quant(struct ctx *c)
 			enum toast_dtype t = b ? TOAST_DT_MLX8 : TOAST_DT_MLX4;
 			test_matmul(c, t, 1, o7, 1, 2048, TOAST_MM_F32, true, true);
 			test_matmul(c, t, 8, o3, 4, 512, TOAST_MM_ACT, false, false);
-			test_moe_types(c, 1, 2048, 3, 2, 512, 512, true, true, b ? &mlx8 : &mlx4);
+			test_moe_types(c, 1, 2048, 3, 2, 512, 512, true, true, b ? &moe_mlx8 : &moe_mlx4);
 		}
 	}
 	mlx_gs = 64, mlx_sb = TOAST_DT_BF16;
-	test_moe_types(c, 1, 2048, 3, 2, 256, 0, true, false, &q8);
-	test_moe_types(c, 5, 256, 4, 2, 512, 512, true, false, &q8);
+	test_moe_types(c, 1, 2048, 3, 2, 256, 0, true, false, &moe_q8);
+	test_moe_types(c, 5, 256, 4, 2, 512, 512, true, false, &moe_q8);
 	/* Q8_0 experts with a shared expert of another type: the SIMT kernels compiled for Q8_0 */
 	struct moe_types q8sh = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q4_K};
 	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q8sh);
@@ -895,8 +895,8 @@ static void test_quant(struct ctx *c)
 	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q5m);
 	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &q5);
 	/* MLX 8-bit experts (an 8-bit MLX checkpoint; groups of 32 above: the SIMT kernels) */
-	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &mlx8);
-	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &mlx8);
+	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &moe_mlx8);
+	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &moe_mlx8);
 	test_moe_types(c, 2, 256, 8, 3, 256, 256, true, true, &mixed);
 	test_moe_types(c, 1, 256, 8, 3, 256, 0, true, false, &small);
 	/* a Q4_K_M file's experts: Q4_K gate/up and Q6_K down, both on tensor cores, at the
@@ -916,7 +916,7 @@ static void test_quant(struct ctx *c)
 					test_moe_types(c, 1, E, 3, 2, F, Fs, true, Fs > 0, &ty);
 				}
 	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &moe_q4k); /* prefill-sized: the grouped GEMM */
-	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &mlx4);
+	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &moe_mlx4);
 	test_moe_types(c, 33, 256, 8, 2, 256, 256, true, true, &mixed);
 	/* value heads in llama.cpp's tiled order */
 	struct gdn_shape tiled = {2, 6, 32, 48, 4, false, true}, tiled_big = {4, 8, 128, 128, 4, false, true};
@@ -1053,26 +1053,24 @@ static void test_moe_pick(struct ctx *c)
  * types. Run on the GPU only: the CPU backend has no such path, and the reference is the cost. */
 static void test_moe_prefill(struct ctx *c)
 {
-	struct moe_types mlx4 = {TOAST_DT_MLX8, TOAST_DT_MLX4, TOAST_DT_MLX4, TOAST_DT_MLX4};
-	struct moe_types q8 = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q8_0};
 	struct moe_types k5 = {TOAST_DT_BF16, TOAST_DT_Q5_K, TOAST_DT_Q6_K, TOAST_DT_BF16};
 	struct moe_types q4k_bf16 = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_BF16, TOAST_DT_BF16};
 	/* 300 slots over 3 experts: about 100 rows each, two tiles, the second partial */
 	test_moe_types(c, 150, 2048, 3, 2, 512, 512, true, true, &moe_bf16);
 	test_moe_types(c, 150, 2048, 3, 2, 512, 512, true, true, &moe_q4k);
-	test_moe_types(c, 150, 2048, 3, 2, 512, 0, true, false, &mlx4);
-	test_moe_types(c, 150, 2048, 3, 2, 512, 512, false, true, &q8);
+	test_moe_types(c, 150, 2048, 3, 2, 512, 0, true, false, &moe_mlx4);
+	test_moe_types(c, 150, 2048, 3, 2, 512, 512, false, true, &moe_q8);
 	/* 520 slots over 2 experts: every token on both, 260 rows: four whole tiles and one of 4 */
 	test_moe_types(c, 260, 256, 2, 2, 128, 128, true, true, &moe_bf16);
 	/* 40 slots over 64 experts: most have no rows, the rest one partial tile */
 	test_moe_types(c, 20, 256, 64, 2, 128, 0, true, false, &moe_bf16);
-	test_moe_types(c, 20, 256, 64, 2, 128, 128, true, true, &q8);
-	test_moe_types(c, 20, 256, 64, 2, 128, 128, true, true, &mlx4);
+	test_moe_types(c, 20, 256, 64, 2, 128, 128, true, true, &moe_q8);
+	test_moe_types(c, 20, 256, 64, 2, 128, 128, true, true, &moe_mlx4);
 	test_moe_types(c, 20, 256, 64, 2, 256, 256, true, true, &moe_q4k);
 	/* narrower: n_embd 256 (two 128-column tiles of down), n_ff 128 (two 64-column tiles of
 	 * gate/up, two k steps of down); n_ff 256 for the 256-element blocks */
 	test_moe_types(c, 100, 256, 4, 3, 128, 128, true, true, &moe_bf16);
-	test_moe_types(c, 100, 256, 4, 3, 128, 128, true, true, &q8);
+	test_moe_types(c, 100, 256, 4, 3, 128, 128, true, true, &moe_q8);
 	test_moe_types(c, 100, 256, 4, 3, 256, 0, true, false, &moe_q4k);
 	test_moe_types(c, 100, 256, 4, 3, 256, 256, true, true, &k5);
 	/* gate and up of two types: the kernel's any-type path */
