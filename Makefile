@@ -95,7 +95,10 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libtoasted.a
 
 # Dequantisation is the CPU backend's decode hot loop: -O3 vectorises it (dequantise + dot per
 # weight, one core: Q4_1 0.81 -> 0.40 ns, Q4_K 1.11 -> 0.40, Q6_K 2.22 -> 1.25; docs/PERF.md).
+# -fno-math-errno lets lrintf be one instruction (the same rounding) instead of a libm call:
+# quantising is 1.7-2x faster, the same bytes (Q4_K 1.15 -> 0.68 s for 10 M weights).
 $(BUILD)/src/format/quant.o: OPT = -O3
+$(BUILD)/src/format/quant.o: CFLAGS += -fno-math-errno
 
 $(BUILD)/%.o: %.c $(CUDA_STAMP)
 	@mkdir -p $(@D)

@@ -815,7 +815,7 @@ static const enum toast_dtype quant_types[] = {TOAST_DT_Q4_0, TOAST_DT_Q4_1, TOA
 /* quantised weights: every op that reads a matrix, every type, decode and prefill sizes */
 static void test_quant(struct ctx *c)
 {
-	int o1[] = {7}, o2[] = {33, 5}, o3[] = {129, 64, 1, 300}, o4[] = {40961}, o5[] = {33001};
+	int o1[] = {7}, o2[] = {33, 5}, o3[] = {129, 64, 1, 300}, o4[] = {40961}, o5[] = {33001}, o7[] = {9001};
 	for (int i = 0; i < N_QUANT_TYPES; i++) {
 		enum toast_dtype t = quant_types[i];
 		test_matmul(c, t, 1, o1, 1, 512, TOAST_MM_ACT, false, false);
@@ -837,16 +837,6 @@ static void test_quant(struct ctx *c)
 	 * for the GEMM */
 	test_matmul(c, TOAST_DT_Q4_K, 1, o4, 1, 256, TOAST_MM_F32, true, true);
 	test_matmul(c, TOAST_DT_MLX4, 4, o4, 1, 256, TOAST_MM_ADD, false, false);
-	/* the tensor-core GEMVs with more units (tile, superblock) a warp than they
-	 * have in flight: every warp 5 tiles of one superblock, 3 tiles of two, and T = 8 */
-	int o6[] = {20011}, o7[] = {9001};
-	enum toast_dtype tc_types[] = {TOAST_DT_Q4_K, TOAST_DT_Q5_K, TOAST_DT_Q6_K, TOAST_DT_MLX4, TOAST_DT_MLX8};
-	for (int k = 0; k < 5; k++) {
-		enum toast_dtype t = tc_types[k];
-		test_matmul(c, t, 1, o6, 1, 2048, TOAST_MM_F32, true, true);
-		test_matmul(c, t, 1, o7, 1, 4096, TOAST_MM_ADD, false, false);
-		test_matmul(c, t, 8, o7, 1, 2048, TOAST_MM_ACT, false, false);
-	}
 	test_matmul(c, TOAST_DT_Q8_0, 9, o5, 1, 1024, TOAST_MM_F32, false, false);
 	/* one call, outputs of several types (a launch per type; the norm output written once) */
 	enum toast_dtype mix[] = {TOAST_DT_Q4_K, TOAST_DT_BF16, TOAST_DT_MLX4, TOAST_DT_Q4_K};
@@ -881,11 +871,47 @@ static void test_quant(struct ctx *c)
 	mlx_gs = 64, mlx_sb = TOAST_DT_BF16;
 	test_moe_types(c, 1, 2048, 3, 2, 256, 0, true, false, &moe_q8);
 	test_moe_types(c, 5, 256, 4, 2, 512, 512, true, false, &moe_q8);
+	test_moe_types(c, 3, 2048, 2, 2, 256, 0, false, true, &q6);
+	test_moe_types(c, 3, 256, 4, 2, 512, 512, false, true, &q6);
+	struct moe_types q5 = {TOAST_DT_BF16, TOAST_DT_Q5_K, TOAST_DT_Q5_K, TOAST_DT_Q5_K};
+	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &q5);
+	/* MLX 8-bit experts (an 8-bit MLX checkpoint; groups of 32 above: the SIMT kernels) */
+	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &moe_mlx8);
+	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &moe_mlx8);
+	test_moe_types(c, 2, 256, 8, 3, 256, 256, true, true, &mixed);
+	test_moe_types(c, 1, 256, 8, 3, 256, 0, true, false, &small);
+	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &moe_q4k); /* prefill-sized: the grouped GEMM */
+	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &moe_mlx4);
+	test_moe_types(c, 33, 256, 8, 2, 256, 256, true, true, &mixed);
+	/* value heads in llama.cpp's tiled order */
+	struct gdn_shape tiled = {2, 6, 32, 48, 4, false, true}, tiled_big = {4, 8, 128, 128, 4, false, true};
+	int p1[] = {1, 1, 1}, p3[] = {5, 1, 70};
+	test_gdn(c, tiled, p1, 3);
+	test_gdn(c, tiled, p3, 3);
+	test_gdn(c, tiled_big, p1, 3);
+	test_gdn(c, tiled_big, p3, 3);
+}
+
+/* The CUDA backend's kernel variants of packed weights, at the widths that select them (many
+ * rows and units a warp, Qwen3-Next's n_embd 2048 and n_ff 512 with 10 of 16 or 64 experts, each
+ * type's SIMT and tensor-core expert kernels). GPU only: the CPU backend runs one generic path
+ * whatever the width, which test_quant's cases cover, and at these widths quantising the
+ * weights is most of the test's time (45 of 58 s on the CPU, four times that under ASan). */
+static void test_quant_kernels(struct ctx *c)
+{
+	/* the tensor-core GEMVs with more units (tile, superblock) a warp than they
+	 * have in flight: every warp 5 tiles of one superblock, 3 tiles of two, and T = 8 */
+	int o6[] = {20011}, o7[] = {9001};
+	enum toast_dtype tc_types[] = {TOAST_DT_Q4_K, TOAST_DT_Q5_K, TOAST_DT_Q6_K, TOAST_DT_MLX4, TOAST_DT_MLX8};
+	for (int k = 0; k < 5; k++) {
+		enum toast_dtype t = tc_types[k];
+		test_matmul(c, t, 1, o6, 1, 2048, TOAST_MM_F32, true, true);
+		test_matmul(c, t, 1, o7, 1, 4096, TOAST_MM_ADD, false, false);
+		test_matmul(c, t, 8, o7, 1, 2048, TOAST_MM_ACT, false, false);
+	}
 	/* Q8_0 experts with a shared expert of another type: the SIMT kernels compiled for Q8_0 */
 	struct moe_types q8sh = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q4_K};
 	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q8sh);
-	test_moe_types(c, 3, 2048, 2, 2, 256, 0, false, true, &q6);
-	test_moe_types(c, 3, 256, 4, 2, 512, 512, false, true, &q6);
 	/* a Q5_K_M file's experts (Q5_K, down Q5_K or Q6_K), at the Qwen3-Next widths and narrower:
 	 * on tensor cores on a GPU, but down of two types (routed Q6_K, shared Q5_K) in the SIMT
 	 * kernels compiled for each (and Q5_K gate/up with a shared expert of another type: small) */
@@ -893,12 +919,6 @@ static void test_quant(struct ctx *c)
 	struct moe_types q5m = {TOAST_DT_BF16, TOAST_DT_Q5_K, TOAST_DT_Q6_K, TOAST_DT_Q5_K};
 	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q5);
 	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q5m);
-	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &q5);
-	/* MLX 8-bit experts (an 8-bit MLX checkpoint; groups of 32 above: the SIMT kernels) */
-	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &moe_mlx8);
-	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &moe_mlx8);
-	test_moe_types(c, 2, 256, 8, 3, 256, 256, true, true, &mixed);
-	test_moe_types(c, 1, 256, 8, 3, 256, 0, true, false, &small);
 	/* a Q4_K_M file's experts: Q4_K gate/up and Q6_K down, both on tensor cores, at the
 	 * Qwen3-Next widths with ten of sixteen experts, and eight of 64 without renormalising */
 	struct moe_types q4km = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q6_K, TOAST_DT_Q6_K};
@@ -915,16 +935,6 @@ static void test_quant(struct ctx *c)
 					struct moe_types ty = {TOAST_DT_BF16, t, t, t};
 					test_moe_types(c, 1, E, 3, 2, F, Fs, true, Fs > 0, &ty);
 				}
-	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &moe_q4k); /* prefill-sized: the grouped GEMM */
-	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &moe_mlx4);
-	test_moe_types(c, 33, 256, 8, 2, 256, 256, true, true, &mixed);
-	/* value heads in llama.cpp's tiled order */
-	struct gdn_shape tiled = {2, 6, 32, 48, 4, false, true}, tiled_big = {4, 8, 128, 128, 4, false, true};
-	int p1[] = {1, 1, 1}, p3[] = {5, 1, 70};
-	test_gdn(c, tiled, p1, 3);
-	test_gdn(c, tiled, p3, 3);
-	test_gdn(c, tiled_big, p1, 3);
-	test_gdn(c, tiled_big, p3, 3);
 }
 
 static void test_backend(struct ctx *c)
@@ -1424,6 +1434,7 @@ int main(int argc, char **argv)
 		struct ctx c = {be, "cuda", 1.5e-2};
 		test_backend(&c);
 		test_quant(&c);
+		test_quant_kernels(&c);
 		test_moe_pick(&c);
 		test_moe_prefill(&c);
 		test_cuda_refusals(&c);
