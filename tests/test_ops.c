@@ -1105,6 +1105,12 @@ static void test_cuda_refusals(struct ctx *c)
 				 .n_bytes = 64 + 32, .scales = sb, .biases = sb, .sb_type = TOAST_DT_BF16, .group_size = 16};
 	CHECK(be->ops->prepare_weight(be, &m, &err) != TOAST_OK && strstr(err.msg, "blk.0.mlx16.weight"),
 	      "an MLX weight of group 16 was not refused by name");
+	uint8_t blk[144 * 2] = {0}; /* a Q4_K row of 64 elements: a quarter of a superblock */
+	struct toast_weight p = {.name = "blk.0.part.weight", .type = TOAST_DT_Q4_K, .n_in = 64, .n_out = 2, .data = blk,
+				 .n_bytes = 0};
+	CHECK(be->ops->prepare_weight(be, &p, &err) != TOAST_OK && strstr(err.msg, "blk.0.part.weight") &&
+		      strstr(err.msg, "whole blocks"),
+	      "a Q4_K weight of partial superblocks was not refused by name: %s", err.msg);
 	struct toast_error e2;
 	CHECK(be->ops->sync(be, &e2) == TOAST_OK, "a refused weight poisoned the backend: %s", e2.msg);
 }
