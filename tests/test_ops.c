@@ -50,9 +50,6 @@ static enum toast_dtype mlx_sb = TOAST_DT_BF16;
 /* > 0: test_moe's bf16 router rows repeat with this period, so the logits tie in groups (the
  * experts chosen among equal logits: the lower index first) */
 static int moe_tie_period;
-/* n_in (and type) of an output projection the MoE op adds to x first (toast_moe_args.pre_w), 0: none */
-static int moe_pre_n;
-static enum toast_dtype moe_pre_type = TOAST_DT_BF16;
 
 /* scale or bias v stored as mlx_sb at p[i] */
 static void mlx_sb_put(void *p, size_t i, float v)
@@ -658,26 +655,6 @@ static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int F
 	float *x0 = rand_vec((size_t)T * E, 3);
 	struct hw nw = mkw(TOAST_DT_BF16, 1, E, 0.5, 0);
 	prep(be, &nw);
-	/* the output projection before the op (moe_pre_n): the op's input xin and, for the reference,
-	 * x0 = xin + o · Woᵀ */
-	int pn = moe_pre_n;
-	float *po = NULL, *xin = malloc((size_t)T * E * sizeof(float));
-	struct hw pw = {0};
-	void *dpo = NULL;
-	memcpy(xin, x0, (size_t)T * E * sizeof(float));
-	if (pn > 0) {
-		po = rand_vec((size_t)T * pn, 1);
-		pw = mkw(moe_pre_type, E, pn, 0.3, 0);
-		prep(be, &pw);
-		dpo = put(be, po, (size_t)T * pn, true);
-		for (int t = 0; t < T; t++)
-			for (int i = 0; i < E; i++) {
-				double s = x0[(size_t)t * E + i];
-				for (int j = 0; j < pn; j++)
-					s += (double)po[(size_t)t * pn + j] * pw.f[(size_t)i * pn + j];
-				x0[(size_t)t * E + i] = (float)s;
-			}
-	}
 	double *hd = ref_norm(x0, nw.f, T, E, true);
 	float *h = malloc((size_t)T * E * sizeof(float)); /* the reference's input: the normed x, kept in double below */
 	for (size_t i = 0; i < (size_t)T * E; i++)
@@ -705,10 +682,9 @@ static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int F
 	CHECK(be->ops->prepare_experts(be, &G, &err) == TOAST_OK && be->ops->prepare_experts(be, &U, &err) == TOAST_OK &&
 		      be->ops->prepare_experts(be, &D, &err) == TOAST_OK,
 	      "prepare experts: %s", err.msg);
-	float *dx = put(be, xin, (size_t)T * E, false);
+	float *dx = put(be, x0, (size_t)T * E, false);
 	struct toast_moe_args a = {dx, &nw.w, 1e-6f, true, &router.w, &G, &U, &D, ne, k, norm_topk, Fs ? &sg.w : NULL, Fs ? &su.w : NULL,
-				   Fs ? &sd.w : NULL, Fs && sh_gate ? &sgi.w : NULL, E, F, Fs, T,
-				   dpo, pn > 0 ? &pw.w : NULL};
+				   Fs ? &sd.w : NULL, Fs && sh_gate ? &sgi.w : NULL, E, F, Fs, T};
 	be->ops->moe(be, &a);
 	float *x = get(be, dx, (size_t)T * E, false);
 	double *ref = malloc((size_t)T * E * sizeof(double)), *p = malloc(ne * sizeof(double));
@@ -769,16 +745,12 @@ static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int F
 		}
 	}
 	double e = relerr(x, ref, (size_t)T * E);
-	CHECK(e < c->tol,
-	      "%s moe T=%d E=%d experts %d top %d F %d shared %d norm %d gate %d types %s/%s%s%s/%s/%s projection %d %s: "
-	      "error %.3g",
+	CHECK(e < c->tol, "%s moe T=%d E=%d experts %d top %d F %d shared %d norm %d gate %d types %s/%s%s%s/%s/%s: error %.3g",
 	      c->name, T, E, ne, k, F, Fs, norm_topk, sh_gate, toast_dtype_name(ty->router), toast_dtype_name(ty->gate_up),
 	      up != ty->gate_up ? "+" : "", up != ty->gate_up ? toast_dtype_name(up) : "", toast_dtype_name(ty->down),
-	      toast_dtype_name(st), moe_pre_n, toast_dtype_name(moe_pre_type), e);
+	      toast_dtype_name(st), e);
 	be->ops->release(be, dx);
-	if (pn > 0)
-		be->ops->release(be, dpo), freew(&pw);
-	freew(&nw), free(hd), free(po), free(xin);
+	freew(&nw), free(hd);
 	for (int e2 = 0; e2 < ne; e2++)
 		freew(&gw[e2]), freew(&uw[e2]), freew(&dw[e2]);
 	free(gw), free(uw), free(dw), free(G.w), free(U.w), free(D.w);
@@ -911,16 +883,6 @@ static void test_quant(struct ctx *c)
 	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &moe_q4k); /* prefill-sized: the grouped GEMM */
 	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &moe_mlx4);
 	test_moe_types(c, 33, 256, 8, 2, 256, 256, true, true, &mixed);
-	/* the output projection in the MoE op (pre_w) of a tensor-core kind (also T = 2: the
-	 * 8-column kernel), a SIMT one, and MLX4 experts (whose MLX8 router takes the router kernel) */
-	moe_pre_n = 512, moe_pre_type = TOAST_DT_Q4_K;
-	test_moe_types(c, 1, 256, 16, 4, 256, 256, true, true, &moe_q4k);
-	test_moe_types(c, 2, 256, 16, 4, 256, 256, true, true, &moe_q4k);
-	moe_pre_type = TOAST_DT_Q8_0;
-	test_moe_types(c, 3, 256, 16, 4, 256, 0, true, false, &moe_q8);
-	moe_pre_type = TOAST_DT_MLX4;
-	test_moe_types(c, 1, 256, 16, 4, 256, 256, true, true, &moe_mlx4);
-	moe_pre_n = 0, moe_pre_type = TOAST_DT_BF16;
 	/* value heads in llama.cpp's tiled order */
 	struct gdn_shape tiled = {2, 6, 32, 48, 4, false, true}, tiled_big = {4, 8, 128, 128, 4, false, true};
 	int p1[] = {1, 1, 1}, p3[] = {5, 1, 70};
@@ -962,17 +924,6 @@ static void test_quant_kernels(struct ctx *c)
 	struct moe_types q4km = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q6_K, TOAST_DT_Q6_K};
 	test_moe_types(c, 2, 2048, 16, 10, 512, 0, true, false, &q4km);
 	test_moe_types(c, 1, 2048, 64, 8, 256, 0, false, false, &q4km);
-	/* the output projection in the MoE op at Qwen3-Next's widths (out_proj 4096 -> 2048, n_ff
-	 * 512 and a shared expert with its gate), Q4_K and Q5_K, and choosing among 512 experts */
-	moe_pre_n = 4096;
-	enum toast_dtype pre_types[] = {TOAST_DT_Q4_K, TOAST_DT_Q5_K};
-	for (int i = 0; i < 2; i++) {
-		moe_pre_type = pre_types[i];
-		test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &moe_q4k);
-	}
-	moe_pre_n = 512, moe_pre_type = TOAST_DT_Q4_K;
-	test_moe_types(c, 1, 256, 512, 10, 256, 0, true, false, &moe_q4k);
-	moe_pre_n = 0, moe_pre_type = TOAST_DT_BF16;
 	/* every decode kernel variant of the three split or blocked types: n_embd 2048 (rows loaded
 	 * whole) or not, n_ff 512 (down rows loaded whole) or not, with and without a shared expert */
 	enum toast_dtype grid_types[] = {TOAST_DT_Q4_K, TOAST_DT_Q8_0, TOAST_DT_Q6_K};
@@ -1089,20 +1040,6 @@ static void test_backend(struct ctx *c)
 	}
 	moe_tie_period = 0;
 	test_moe_types(c, 2, 256, 64, 10, 256, 256, true, true, &moe_q4k);
-	/* the mixer's output projection taken in by the op (pre_w; bf16 here): on a GPU its blocks
-	 * sum the router's logits where the experts pick them (512 experts, with and without the
-	 * shared gate, 1 and 3 tokens, ties); 600 experts, an n_embd of no whole row blocks and a
-	 * prefill-sized T take the projection, then the router kernel or the grouped path */
-	moe_pre_n = 96;
-	test_moe(c, 1, 64, 512, 10, 16, 16, true, true);
-	test_moe(c, 3, 256, 64, 8, 32, 0, false, false);
-	moe_tie_period = 9;
-	test_moe(c, 2, 64, 512, 10, 16, 16, true, true);
-	moe_tie_period = 0;
-	test_moe(c, 2, 64, 600, 8, 16, 0, true, false);
-	test_moe(c, 1, 36, 8, 2, 16, 8, true, true);
-	test_moe(c, 40, 128, 16, 4, 64, 64, true, true);
-	moe_pre_n = 0;
 }
 
 /* The tensor-core gate/up kernel choosing 10 of 512 experts, Qwen3-Next's decode (each block
@@ -1294,7 +1231,7 @@ static void perf_moe(struct toast_backend *be, float *x, const struct toast_weig
 		      be->ops->prepare_experts(be, &D, &err) == TOAST_OK, "%s", err.msg);
 	struct toast_weight sg = synth_t(be, "perf.sg", type, F, E), su = synth_t(be, "perf.su", type, F, E);
 	struct toast_weight sd = synth_t(be, "perf.sd", type, E, F), sgi = synth(be, "perf.sgi", 1, E);
-	struct toast_moe_args ma = {x, nw, 1e-6f, true, &router, &G, &U, &D, NE, K, true, &sg, &su, &sd, &sgi, E, F, F, 1, NULL, NULL};
+	struct toast_moe_args ma = {x, nw, 1e-6f, true, &router, &G, &U, &D, NE, K, true, &sg, &su, &sd, &sgi, E, F, F, 1};
 	void *mctx[2] = {be, &ma};
 	char name[80];
 	snprintf(name, sizeof(name), "moe %s 512 experts top-10 + shared", toast_dtype_name(type));

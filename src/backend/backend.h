@@ -188,9 +188,7 @@ struct toast_gdn_args {
 };
 
 /*
- * Mixture of experts with optional shared expert, added to the residual (after the mixer's
- * output projection, when pre_w is set: x += pre_in · pre_wᵀ first, as a TOAST_MM_ADD matmul
- * would, so that a backend can compute the router's logits in the same pass as the projection):
+ * Mixture of experts with optional shared expert, added to the residual:
  * p = softmax(router · h) over n_expert (fp32), the n_expert_used largest (ties: lower index),
  * renormalised to sum 1 when norm_topk; each chosen expert e adds
  * p_e · down_e(SiLU(gate_e·h) ⊙ up_e·h); the shared expert adds
@@ -211,8 +209,6 @@ struct toast_moe_args {
 	const struct toast_weight *sh_gate, *sh_up, *sh_down; /* NULL when there is no shared expert */
 	const struct toast_weight *sh_gate_inp;               /* [1][n_embd] or NULL */
 	int n_embd, n_ff, n_ff_sh, T;
-	const void *pre_in;                     /* act [T][pre_w->n_in], or NULL (then x is ready) */
-	const struct toast_weight *pre_w;       /* [n_embd][n_in], or NULL */
 };
 
 /* inv_freq_i of RoPE as the attention op contract defines it (f32, rounded to freq_type) */

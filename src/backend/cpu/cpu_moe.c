@@ -129,11 +129,6 @@ static void moe_route(const float *logits, int n, int k, bool norm, int32_t *sel
 void cpu_moe(struct toast_backend *be, const struct toast_moe_args *a)
 {
 	struct cpu_backend *cb = cpu_of(be);
-	if (a->pre_w) {
-		struct toast_mm_in in = {.act = a->pre_in};
-		struct toast_mm_out o = {.out = a->x, .mode = TOAST_MM_ADD, .W = a->pre_w};
-		cpu_matmul(be, &in, &o, 1, a->T);
-	}
 	int T = a->T, k = a->n_expert_used, ne = a->n_expert, E = a->n_embd;
 	int nb = (a->n_ff + MOE_ROWS - 1) / MOE_ROWS, nbs = (a->n_ff_sh + MOE_ROWS - 1) / MOE_ROWS;
 	size_t n_tk = (size_t)T * k;

@@ -636,8 +636,6 @@ static void cuda_free(struct toast_backend *be)
 	cudaFreeHost(cb->h_step);
 	cudaFree(cb->cublas_ws);
 	cudaFree(cb->counters);
-	cudaFree(cb->rt_acc);
-	cudaFree(cb->rt_ssp);
 	if (cb->cublas)
 		cublasDestroy(cb->cublas);
 	cudaEventDestroy(cb->step_copied);
@@ -712,10 +710,6 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 		  cudaMalloc(&cb->cublas_ws, 32u << 20) == cudaSuccess &&
 		  cudaMalloc(&cb->counters, 64 * sizeof(unsigned)) == cudaSuccess &&
 		  cudaMemsetAsync(cb->counters, 0, 64 * sizeof(unsigned), cb->stream) == cudaSuccess &&
-		  cudaMalloc(&cb->rt_acc, CU_GEMV_MAX_T * (CU_RT_MAX_NE + 1) * sizeof(long long)) == cudaSuccess &&
-		  cudaMemsetAsync(cb->rt_acc, 0, CU_GEMV_MAX_T * (CU_RT_MAX_NE + 1) * sizeof(long long), cb->stream) ==
-			  cudaSuccess &&
-		  cudaMalloc(&cb->rt_ssp, CU_GEMV_MAX_T * CU_RT_MAX_NSS * sizeof(float)) == cudaSuccess &&
 		  cublasSetWorkspace(cb->cublas, cb->cublas_ws, 32u << 20) == CUBLAS_STATUS_SUCCESS;
 	if (!ok) {
 		cudaError_t le = cudaGetLastError();

@@ -51,8 +51,6 @@ struct cuda_backend {
 	void *scratch, *scratch2, *scratch3;
 	size_t scratch_bytes, scratch2_bytes, scratch3_bytes;
 	unsigned *counters; /* zeroed device counters for "last block" patterns; each user resets its own */
-	long long *rt_acc;  /* [CU_GEMV_MAX_T][CU_RT_MAX_NE + 1] zeroed router sums (struct cu_router) */
-	float *rt_ssp;      /* [CU_GEMV_MAX_T][CU_RT_MAX_NSS] */
 	/* weights uploaded by prepare_weight/prepare_experts, freed with the backend */
 	void **owned;
 	size_t n_owned, cap_owned;
@@ -452,19 +450,6 @@ __device__ __forceinline__ void cu_cp_wait()
 	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/* named barrier id for n threads of the block (a multiple of 32): arrive without waiting (a
- * producer), or arrive and wait (a consumer); shared-memory writes before an arrive are visible
- * after the sync */
-__device__ __forceinline__ void cu_bar_arrive(int id, int n)
-{
-	asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-
-__device__ __forceinline__ void cu_bar_sync(int id, int n)
-{
-	asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-
 /* two floats -> one register of two bf16 (lo in the low half) */
 __device__ __forceinline__ unsigned cu_pack_bf16(float lo, float hi)
 {
@@ -498,38 +483,6 @@ void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16
  * as two parts too; the lo x lo product is left out), two when it is bf16 */
 void cu_cublas_split(struct cuda_backend *cb, float *out, const struct toast_weight *W, const bf16 *hi, const bf16 *lo,
 		     int T);
-
-/*
- * The router's logits summed by the projection before a MoE (cu_matmul_router, read by k_moe.cu).
- * A block of the projection has its R rows of the new residual xn = x + in · Wᵀ; for each of
- * the router's ne rows (and the shared expert's gate row sgw, logit ne) it adds
- * sum over its rows of R[e][r] * (p1 + nw[r]) * xn[t][r] to acc[t][e] (stride ne + 1), and it
- * stores its sum of xn[t][r]^2 in ssp[t][block] (stride nss, the projection's blocks). The
- * expert kernels then have h = RMSNorm(xn) and the logits h · Rᵀ = acc / rms without a router
- * kernel between them (a dependent phase less in every MoE layer). acc is fixed point, 2^-40
- * units (CU_RT_ONE; a block's share clamped to +-CU_RT_LIM, so 256 blocks fit in 63 bits and a
- * NaN becomes -CU_RT_LIM), because integer sums do not depend on the order the atomics land in:
- * the logits are the same bits every run. The expert kernels leave acc zero again (the down
- * kernel, once its wait has passed every reader), as the backend allocated it.
- */
-#define CU_RT_MAX_NE 512
-#define CU_RT_MAX_NSS 256
-#define CU_RT_ONE 1099511627776.0f /* 2^40 */
-#define CU_RT_LIM 8192.0f
-struct cu_router {
-	const bf16 *R;     /* [ne][n_out] bf16 router rows; NULL: no router sums */
-	const float *sgw;  /* [n_out] the shared expert's gate row, or NULL */
-	const float *nw;   /* [n_out] the MoE's RMSNorm weight (1 + nw when plus_one) */
-	int plus_one, ne, nss;
-	long long *acc;    /* [T][ne + 1] */
-	float *ssp;        /* [T][nss] */
-};
-
-/* o (TOAST_MM_ADD of act rows into the residual, T <= CU_GEMV_MAX_T) with r's sums on the way:
- * returns the blocks it launched (r.nss of the sums), or 0 when it launched o without them (a
- * shape or type it does not take; r.acc untouched) */
-int cu_matmul_router(struct cuda_backend *cb, const struct toast_mm_in *in, const struct toast_mm_out *o, int T,
-		     struct cu_router r);
 
 /* FLOP/s of an 8192^3 bf16 GEMM (f32 accumulation, random values) on cuBLAS as cu_cublas
  * calls it, best of 5; 0 when it cannot run (no memory) */

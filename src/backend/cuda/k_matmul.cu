@@ -38,7 +38,6 @@ struct gemv_args {
 	float eps;
 	int plus_one;
 	bf16 *norm_out;        /* written by block 0 when set */
-	cu_router router;      /* router.R: the one job adds into the residual and sums the router's logits */
 };
 
 /* a dense MLP's act value from its gate and up products (as cu_swiglu rounds it) */
@@ -55,91 +54,6 @@ __device__ __forceinline__ void gemv_store(void *out, int mode, int64_t n_out, i
 		((float *)out)[t * n_out + r] = v;
 	else
 		((float *)out)[t * n_out + r] += v;
-}
-
-/* ---- the router's sums of a block's R rows (struct cu_router; R % 8 == 0, rows inside n_out) ----
- * shared memory after the kernel's own: the router's columns of the rows [ne][R] (bf16), the
- * norm weight's and the shared gate row's R floats, the rows' weighted values and squares [T][R] */
-struct gemv_rsm {
-	bf16 *cols;
-	float *nw, *sg, *xw, *sq;
-};
-
-__host__ __device__ static inline size_t gemv_rsm_bytes(int ne, int R, int T)
-{
-	return ((size_t)ne * R * 2 + 15) / 16 * 16 + (size_t)(2 + 2 * T) * R * 4;
-}
-
-__device__ __forceinline__ gemv_rsm gemv_rsm_at(unsigned char *p, int ne, int R, int T)
-{
-	gemv_rsm s;
-	s.cols = (bf16 *)p;
-	s.nw = (float *)(p + ((size_t)ne * R * 2 + 15) / 16 * 16);
-	s.sg = s.nw + R, s.xw = s.sg + R, s.sq = s.xw + T * R;
-	return s;
-}
-
-/* before the wait (weights only): the router's, the norm's and the shared gate's columns of rows
- * row0..row0+R-1 into shared memory, in flight (cu_cp_wait before gemv_router_put) */
-__device__ __forceinline__ void gemv_router_issue(const cu_router &g, const gemv_rsm &s, int64_t row0, int R,
-						  int64_t n_out)
-{
-	int cpr = R / 8;
-	for (int i = threadIdx.x; i < g.ne * cpr; i += blockDim.x) {
-		int e = i / cpr, c = i - e * cpr;
-		cu_cp16(s.cols + (size_t)e * R + 8 * c, g.R + (size_t)e * n_out + row0 + 8 * c, true);
-	}
-	for (int i = threadIdx.x; i < R / 4; i += blockDim.x) {
-		cu_cp16(s.nw + 4 * i, g.nw + row0 + 4 * i, true);
-		cu_cp16(s.sg + 4 * i, (g.sgw ? g.sgw : g.nw) + row0 + 4 * i, true);
-	}
-	cu_cp_commit();
-}
-
-/* the new residual value xn of token t's row rl (of the block's R) */
-__device__ __forceinline__ void gemv_router_put(const cu_router &g, const gemv_rsm &s, int R, int t, int rl, float xn)
-{
-	s.xw[t * R + rl] = xn * ((g.plus_one ? 1.0f : 0.0f) + s.nw[rl]);
-	s.sq[t * R + rl] = xn * xn;
-}
-
-__device__ __forceinline__ long long cu_rt_fix(float v)
-{
-	return __float2ll_rn(fminf(fmaxf(v, -CU_RT_LIM), CU_RT_LIM) * CU_RT_ONE);
-}
-
-/* once a barrier has passed every put: each router row's share into acc, the squares' into ssp */
-template <int T>
-__device__ __forceinline__ void gemv_router_end(const cu_router &g, const gemv_rsm &s, int R, int nt, int blk)
-{
-	int ne1 = g.ne + (g.sgw ? 1 : 0);
-	for (int e = threadIdx.x; e < ne1; e += blockDim.x) {
-		float v[T] = {};
-		for (int i0 = 0; i0 < R; i0 += 8) {
-			float w[8];
-			if (e < g.ne)
-				cu_bf16x8(*(const uint4 *)(s.cols + (size_t)e * R + i0), w);
-			else
-#pragma unroll
-				for (int q = 0; q < 8; q++)
-					w[q] = s.sg[i0 + q];
-#pragma unroll
-			for (int t = 0; t < T; t++)
-#pragma unroll
-				for (int q = 0; q < 8; q++)
-					v[t] += w[q] * s.xw[t * R + i0 + q];
-		}
-#pragma unroll
-		for (int t = 0; t < T; t++)
-			if (t < nt)
-				atomicAdd((unsigned long long *)g.acc + (size_t)t * (g.ne + 1) + e, (unsigned long long)cu_rt_fix(v[t]));
-	}
-	if ((int)threadIdx.x < nt) {
-		float q = 0;
-		for (int i = 0; i < R; i++)
-			q += s.sq[threadIdx.x * R + i];
-		g.ssp[(size_t)threadIdx.x * g.nss + blk] = q;
-	}
 }
 
 /* stage the T input rows in shared memory as f32: xs[t][n_in], element i at cu_qpos<TYPE>(i) */
@@ -210,11 +124,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 #pragma unroll
 				for (int r = 0; r < ROWS; r++)
 					k[b][r] = cu_qload<TYPE>(wd(r), w[r], 0, row(r), lane + 32 * b);
-	/* the router's sums (a.router.R): every warp is live (n_out a multiple of the block's rows);
-	 * their shared memory is found again where used (held across the loop, its pointers spilled) */
-	auto rs = [&]() { return gemv_rsm_at((unsigned char *)(xs + T * n_in), a.router.ne, GEMV_BLOCK_ROWS, T); };
-	if (a.router.R)
-		gemv_router_issue(a.router, rs(), (blockIdx.x - jb.first_block) * GEMV_BLOCK_ROWS, GEMV_BLOCK_ROWS, jb.n_out);
 	cu_pdl_wait();
 	gemv_stage<TYPE, T>(a, xs);
 	if (!live)
@@ -262,10 +171,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 #pragma unroll
 		for (int t = 0; t < T; t++)
 			acc[r][t] = cu_warp_sum(acc[r][t]);
-	if (a.router.R) {
-		cu_cp_wait<0>();
-		__syncthreads();
-	}
 	if (lane == 0)
 #pragma unroll
 		for (int r = 0; r < OUT_ROWS; r++)
@@ -273,20 +178,11 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 #pragma unroll
 				for (int t = 0; t < T; t++)
 					if (t < a.nt) {
-						if constexpr (GLU) {
+						if constexpr (GLU)
 							gemv_store_glu(jb.out, jb.n_out, t, r0 + r, acc[r][t], acc[r + OUT_ROWS][t]);
-						} else if (a.router.R) {
-							float *o = (float *)jb.out + t * jb.n_out + r0 + r, xn = *o + acc[r][t];
-							*o = xn;
-							gemv_router_put(a.router, rs(), GEMV_BLOCK_ROWS, t, warp * OUT_ROWS + r, xn);
-						} else {
+						else
 							gemv_store(jb.out, jb.mode, jb.n_out, t, r0 + r, acc[r][t]);
-						}
 					}
-	if (a.router.R) {
-		__syncthreads();
-		gemv_router_end<T>(a.router, rs(), GEMV_BLOCK_ROWS, a.nt, (int)blockIdx.x);
-	}
 }
 
 /*
@@ -305,7 +201,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 
 /* shared memory: input rows [T][n_in + pad] bf16, sub-block sums [T][n_in / sub], scales
  * [GQ_WARPS] x 1 KB, partial sums [rt][GQ_WARPS][16][T] */
-__host__ __device__ static inline size_t gq_smem(int T, int64_t n_in, int rt, int sub)
+static size_t gq_smem(int T, int64_t n_in, int rt, int sub)
 {
 	return (size_t)T * ((size_t)n_in + (T > 1 ? 32 : 0)) * 2 + (size_t)T * (n_in / sub) * 4 + GQ_WARPS * 64 * 16 +
 	       (size_t)rt * GQ_WARPS * 16 * T * 4;
@@ -355,13 +251,6 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 		L[0] = load();
 	if (units > 1)
 		L[1] = load();
-	/* the router's sums (a.router.R, one job, not GLU): the block's 16 ntile rows (their shared
-	 * memory found again where used: held across the loop, its pointers spilled) */
-	auto rs = [&]() {
-		return gemv_rsm_at(gq_sm + (gq_smem(T, n_in, rt, SUB) + 15) / 16 * 16, a.router.ne, 16 * ntile, T);
-	};
-	if (!GLU && a.router.R)
-		gemv_router_issue(a.router, rs(), tile0 * 16, 16 * ntile, jb.n_out);
 	cu_pdl_wait();
 	/* the input rows: RMSNorm(norm_x) or act, in bf16, 8 elements a thread */
 	float p1 = a.plus_one ? 1.0f : 0.0f;
@@ -471,8 +360,6 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 	cu_tl_mark(1); /* warp 0's MMAs */
 	if (!one_wave)
 		cu_pdl_trigger();
-	if (!GLU && a.router.R)
-		cu_cp_wait<0>();
 	__syncthreads();
 	cu_tl_mark(2); /* every warp's */
 	/* the warps' partial sums of each tile (GLU: of each pair, the gate's tile and the up matrix's) */
@@ -487,20 +374,11 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 			for (int s = 0; s < TW; s++)
 				v[s] += part[((TW * p + s) * GQ_WARPS + w) * 16 * T + rc];
 		if (c < a.nt && row < jb.n_out) {
-			if constexpr (GLU) {
+			if constexpr (GLU)
 				gemv_store_glu(jb.out, jb.n_out, c, row, v[0], v[1]);
-			} else if (a.router.R) {
-				float *o = (float *)jb.out + c * jb.n_out + row, xn = *o + v[0];
-				*o = xn;
-				gemv_router_put(a.router, rs(), 16 * ntile, c, (int)(row - tile0 * 16), xn);
-			} else {
+			else
 				gemv_store(jb.out, jb.mode, jb.n_out, c, row, v[0]);
-			}
 		}
-	}
-	if (!GLU && a.router.R) {
-		__syncthreads();
-		gemv_router_end<T>(a.router, rs(), 16 * ntile, a.nt, (int)blockIdx.x);
 	}
 }
 
@@ -714,11 +592,6 @@ static void gemv_launch(struct cuda_backend *cb, gemv_args &a)
 		a.job[k].first_block = blocks;
 		blocks += (a.job[k].n_out + out_rows - 1) / out_rows;
 	}
-	size_t rsm = gemv_rsm_bytes(a.router.ne, out_rows, T);
-	if (a.router.R && (GLU || a.job[0].n_out % out_rows || blocks > CU_RT_MAX_NSS || smem + rsm > room))
-		a.router.R = NULL; /* (cu_matmul_router: launched without the sums) */
-	if (a.router.R)
-		smem += rsm, a.router.nss = (int)blocks;
 	cu_launch_pdl(cb, k_gemv<TYPE, T, ROWS, GLU>, (unsigned)blocks, GEMV_WARPS * 32, smem, a);
 }
 
@@ -808,11 +681,6 @@ static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 		a.job[k].first_block = blocks;
 		blocks += ((a.job[k].n_out + 15) / 16 * tw + rt - 1) / rt;
 	}
-	size_t rsm = (smem + 15) / 16 * 16 - smem + gemv_rsm_bytes(a.router.ne, 16 * rt, T);
-	if (a.router.R && (GLU || a.job[0].n_out % 16 || blocks > CU_RT_MAX_NSS || smem + rsm > room))
-		a.router.R = NULL; /* (cu_matmul_router: launched without the sums) */
-	if (a.router.R)
-		smem += rsm, a.router.nss = (int)blocks;
 	cu_launch_pdl(cb, k_gemv_k4<T, TYPE, GLU>, (unsigned)blocks, GQ_WARPS * 32, smem, a, rt, (int)(blocks <= slots));
 	return true;
 }
@@ -956,23 +824,6 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 			  n_in);
 		cu_launched(cb, "matmul (plain)");
 	}
-}
-
-int cu_matmul_router(struct cuda_backend *cb, const struct toast_mm_in *in, const struct toast_mm_out *o, int T,
-		     struct cu_router r)
-{
-	const struct toast_weight *W = o->W;
-	if (o->mode != TOAST_MM_ADD || !in->act || !gemv_fits(cb, W, T) || W->n_out % 8 || r.ne > CU_RT_MAX_NE) {
-		cu_matmul(cb, in, o, 1, T);
-		return 0;
-	}
-	gemv_args a = gemv_input(in, T, W->n_in);
-	a.job[0] = {o->out, cu_wd_weight(W), (int)TOAST_MM_ADD, W->n_out, 0};
-	a.n_jobs = 1;
-	a.router = r;
-	a.router.nss = 0;
-	gemv_launch_any(cb, W->dev_type, a);
-	return a.router.R ? a.router.nss : 0;
 }
 
 CU_TL_TU(k_matmul)

@@ -26,68 +26,6 @@ struct moe_dims {
 	int T, E, ne, k, F, Fs, Fmax, norm_topk, pick;
 };
 
-/* The router summed by the projection before the op (acc set; struct cu_router): the expert
- * kernels take h = RMSNorm(x) from x itself, 1/rms from the projection blocks' sums of squares,
- * and the logits acc / rms; the shared expert's gate block leaves sgate. acc NULL: the router
- * kernel left h, the logits and sgate. */
-struct moe_fz {
-	const float *x, *nw;
-	float eps;
-	int plus_one, nss;
-	const long long *acc;
-	const float *ssp;
-	float *sgate;
-};
-
-/* token t's 1/rms(x), by a whole warp: the projection's nss sums added in one fixed order, so
- * every block has the same bits (one warp a block reads them) */
-__device__ __forceinline__ float moe_fz_r(const moe_fz &fz, int E, int t, int lane)
-{
-	float v[CU_RT_MAX_NSS / 32], s = 0;
-#pragma unroll
-	for (int k = 0; k < CU_RT_MAX_NSS / 32; k++) /* every load in flight at once (a loop of them
-							   was one L2 round trip each: 2 us of every pick) */
-		v[k] = lane + 32 * k < fz.nss ? __ldcg(fz.ssp + (size_t)t * fz.nss + lane + 32 * k) : 0.0f;
-#pragma unroll
-	for (int k = 0; k < CU_RT_MAX_NSS / 32; k++)
-		s += v[k];
-	return rsqrtf(cu_warp_sum(s) / E + fz.eps);
-}
-
-/* logit e of token t is moe_fz_raw(e) * r (r: moe_fz_r) */
-__device__ __forceinline__ float moe_fz_raw(const moe_fz &fz, int ne, int t, int e)
-{
-	return (float)((double)__ldcg(fz.acc + (size_t)t * (ne + 1) + e) * (1.0 / CU_RT_ONE));
-}
-
-/* the shared expert's gate of token t, left in sgate by one thread of the block that computes its
- * first rows (before the barrier ahead of its trigger: the down kernel reads it before its wait) */
-__device__ __forceinline__ void moe_fz_sgate(const moe_fz &fz, int ne, int t, float r)
-{
-	if (fz.sgate && blockIdx.x == 0 && threadIdx.x == 0) {
-		fz.sgate[t] = cu_sigmoid(moe_fz_raw(fz, ne, t, ne) * r);
-		__threadfence();
-	}
-}
-
-/* the router's sums of token t zeroed for the next op by the down kernel's first block, after
- * its wait (every expert kernel that read them has completed) */
-__device__ __forceinline__ void moe_fz_zero(const moe_dims &d, long long *zacc, int t)
-{
-	if (zacc && blockIdx.x == 0)
-		for (int i = threadIdx.x; i <= d.ne; i += blockDim.x)
-			zacc[(size_t)t * (d.ne + 1) + i] = 0;
-}
-
-/* h = RMSNorm(x) rows of n f32 (n % 4 == 0) staged for TYPE at hs from 1/rms r, by a whole block */
-template <int TYPE>
-__device__ __forceinline__ void moe_fz_stage(const moe_fz &fz, int t, int n, float r, float *hs)
-{
-	float p1 = fz.plus_one ? 1.0f : 0.0f;
-	for (int i = threadIdx.x; i < n / 4; i += blockDim.x)
-		((float4 *)hs)[qk<TYPE>::swz(i)] = cu_norm4(fz.x + (size_t)t * n, fz.nw, i, r, p1);
-}
-
 /* softmax over ne logits, the k largest (ties: lower index), renormalised when asked; s holds ne
  * floats of shared memory; called by a whole block */
 __device__ void moe_topk_block(const moe_dims &d, const float *logits, float *s, int32_t *sel, float *wt)
@@ -198,25 +136,6 @@ struct moe_warp_topk {
 		int n = (d.ne - lane + 31) / 32;
 		taken = n >= MOE_WARP_TOPK ? 0u : ~0u << n;
 		best2(lane);
-	}
-
-	/* the same from the projection's sums (moe_fz), their loads and the squares' in flight
-	 * together; returns 1/rms */
-	__device__ __forceinline__ float load_fz(const moe_dims &d, const moe_fz &fz, int t, int lane)
-	{
-#pragma unroll
-		for (int i = 0; i < MOE_WARP_TOPK; i++) {
-			int e = lane + 32 * i;
-			v[i] = e < d.ne ? moe_fz_raw(fz, d.ne, t, e) : -INFINITY;
-		}
-		float r = moe_fz_r(fz, d.E, t, lane);
-#pragma unroll
-		for (int i = 0; i < MOE_WARP_TOPK; i++)
-			v[i] *= r;
-		int n = (d.ne - lane + 31) / 32;
-		taken = n >= MOE_WARP_TOPK ? 0u : ~0u << n;
-		best2(lane);
-		return r;
 	}
 
 	/* the largest of v but the positions in skip (fmaxf: NaN loses), and the first position
@@ -552,24 +471,14 @@ struct moe_picks {
 	float *lv, *ms;
 };
 
-/* with fz (moe_fz), warp 0 also leaves 1/rms in *rms_s (shared memory), and when arrive, lets
- * the rest of the block past named barrier 1 before its rounds (cu_bar_arrive) */
-__device__ __forceinline__ void moe_pick_slot(const moe_dims &d, const float *logits, const moe_fz &fz,
-					      const moe_picks &pk, int t, int slot, int *e_s, float *rms_s, bool arrive)
+__device__ __forceinline__ void moe_pick_slot(const moe_dims &d, const float *logits, const moe_picks &pk, int t,
+					      int slot, int *e_s)
 {
 	if (!d.pick || threadIdx.x >= 32)
 		return;
 	int lane = threadIdx.x;
 	moe_warp_topk w;
-	if (fz.acc) {
-		float r = w.load_fz(d, fz, t, lane);
-		if (lane == 0)
-			*rms_s = r;
-		if (arrive)
-			cu_bar_arrive(1, blockDim.x);
-	} else {
-		w.load(d, logits + (size_t)t * d.ne, lane);
-	}
+	w.load(d, logits + (size_t)t * d.ne, lane);
 	int ix = 0;
 	float val = 0;
 	bool mine = false;
@@ -615,8 +524,8 @@ __device__ __forceinline__ int moe_slot_expert(const moe_dims &d, const moe_pick
  * is the shared expert. CPL > 0: n_embd == 32 * CPL chunks, both rows' loads issued first. */
 template <int TYPE, int CPL>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
-	k_moe_gateup(moe_dims d, const float *h, cu_wd G, cu_wd U, const float *logits, moe_fz fz, moe_picks pk, cu_wd SG,
-		     cu_wd SU, int slot0, float *act, int one_wave)
+	k_moe_gateup(moe_dims d, const float *h, cu_wd G, cu_wd U, const float *logits, moe_picks pk, cu_wd SG, cu_wd SU,
+		     int slot0, float *act, int one_wave)
 {
 	extern __shared__ float hs[];
 	int slot = slot0 + blockIdx.y, t = blockIdx.z, E = d.E;
@@ -625,10 +534,9 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int r = blockIdx.x * MOE_WARPS + warp, rr = min(r, n - 1);
 	__shared__ int e_s;
-	__shared__ float rms_s; /* (fz: 1/rms from warp 0, read after a barrier) */
 	if (!shared) { /* the routed experts are known once the router is done; the shared one now */
 		cu_pdl_wait();
-		moe_pick_slot(d, logits, fz, pk, t, slot, &e_s, &rms_s, false);
+		moe_pick_slot(d, logits, pk, t, slot, &e_s);
 	}
 	size_t e = shared ? 0 : (size_t)moe_slot_expert(d, pk, &e_s, t, slot);
 	cu_wd gd = shared ? SG : G, ud = shared ? SU : U;
@@ -640,21 +548,9 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 			gw[p] = cu_qload<TYPE>(gd, g, e, rr, lane + 32 * p);
 			uw[p] = cu_qload<TYPE>(ud, u, e, rr, lane + 32 * p);
 		}
-	if (shared) {
+	if (shared)
 		cu_pdl_wait();
-		if (fz.acc && warp == 0) {
-			float r = moe_fz_r(fz, E, t, lane);
-			moe_fz_sgate(fz, d.ne, t, r);
-			if (lane == 0)
-				rms_s = r;
-		}
-		if (fz.acc)
-			__syncthreads();
-	}
-	if (fz.acc)
-		moe_fz_stage<TYPE>(fz, t, E, rms_s, hs);
-	else
-		moe_stage<TYPE>(hs, h + (size_t)t * E, E);
+	moe_stage<TYPE>(hs, h + (size_t)t * E, E);
 	moe_pick_fence(d, shared); /* before any thread of the block passes this barrier, and so its trigger */
 	__syncthreads();
 	if (one_wave) /* (moe_one_wave) */
@@ -718,7 +614,7 @@ __device__ __forceinline__ void moe_down_slots(const moe_dims &d, int t, const i
 template <int TYPE, int CPR>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_down(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, const float *ms, cu_wd SD,
-		   int slot0, int nslot, const float *sgate, const float *act, long long *zacc)
+		   int slot0, int nslot, const float *sgate, const float *act)
 {
 	extern __shared__ float as[];
 	__shared__ int32_t eid[MOE_MAX_K + 1];
@@ -745,7 +641,6 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		}
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
-	moe_fz_zero(d, zacc, t);
 	moe_stage_rows<TYPE>(as, act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d, slot0, nslot);
 	__syncthreads();
 	if (i >= E)
@@ -847,8 +742,8 @@ __device__ __forceinline__ float moe_k4_sum(const float *part, int r, int w0, in
  * units w % 4, w % 4 + 4, .. of n_embd; slot k is the shared expert */
 template <int TYPE>
 __global__ void __launch_bounds__(GU_WARPS * 32, 3)
-	k_moe_gateup_k4(moe_dims d, const float *h, cu_wd G, cu_wd U, const float *logits, moe_fz fz, moe_picks pk,
-			cu_wd SG, cu_wd SU, int slot0, float *act, int one_wave)
+	k_moe_gateup_k4(moe_dims d, const float *h, cu_wd G, cu_wd U, const float *logits, moe_picks pk, cu_wd SG,
+			cu_wd SU, int slot0, float *act, int one_wave)
 {
 	typedef cu_kq<TYPE> K;
 	constexpr int SUB = K::SUB;
@@ -872,53 +767,17 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	 * launch slower, docs/PERF.md). The shared expert's rows too wait for the router: asked
 	 * for while it ran, they slowed the step (-1%, docs/PERF.md) */
 	bool early = E / 8 <= 2 * (int)blockDim.x;
-	float hv[2][8], wv[2][8];
+	float hv[2][8];
 	__shared__ int e_s;
-	if (fz.acc && early) /* the norm's weight (fz: h = x * rms * (p1 + nw), in hv) */
-		moe_k4_load(fz.nw, 0, E, E / 8, threadIdx.x, wv);
 	cu_pdl_wait();
 	if (early)
-		moe_k4_load(fz.acc ? fz.x + (size_t)t * E : h + (size_t)t * E, 0, E, E / 8, threadIdx.x, hv);
-	/* fz: 1/rms from warp 0 (its pick's loads, or the shared expert's gate) through named barrier
-	 * 1, which warp 0 passes without waiting: the rest stage h while it picks */
-	__shared__ float rms_s;
-	if (!shared) {
-		moe_pick_slot(d, logits, fz, pk, t, slot, &e_s, &rms_s, true);
-	} else if (fz.acc && warp == 0) {
-		float r = moe_fz_r(fz, E, t, lane);
-		moe_fz_sgate(fz, d.ne, t, r);
-		if (lane == 0)
-			rms_s = r;
-		cu_bar_arrive(1, blockDim.x);
-	}
-	if (fz.acc && warp > 0)
-		cu_bar_sync(1, blockDim.x);
-	if (fz.acc) {
-		float p1 = fz.plus_one ? 1.0f : 0.0f, rms = rms_s;
-		if (early) {
-#pragma unroll
-			for (int k = 0; k < 2; k++)
-#pragma unroll
-				for (int q = 0; q < 8; q++)
-					hv[k][q] *= rms * (p1 + wv[k][q]);
-			moe_k4_store<TYPE>(E, E / 8, threadIdx.x, hv, xs, xsum);
-		} else {
-			for (int q0 = threadIdx.x; q0 < E / 8; q0 += 2 * blockDim.x) {
-				moe_k4_load(fz.x + (size_t)t * E, 0, E, E / 8, q0, hv);
-				moe_k4_load(fz.nw, 0, E, E / 8, q0, wv);
-#pragma unroll
-				for (int k = 0; k < 2; k++)
-#pragma unroll
-					for (int q = 0; q < 8; q++)
-						hv[k][q] *= rms * (p1 + wv[k][q]);
-				moe_k4_store<TYPE>(E, E / 8, q0, hv, xs, xsum);
-			}
-		}
-	} else if (early) {
+		moe_k4_load(h + (size_t)t * E, 0, E, E / 8, threadIdx.x, hv);
+	if (!shared)
+		moe_pick_slot(d, logits, pk, t, slot, &e_s);
+	if (early)
 		moe_k4_store<TYPE>(E, E / 8, threadIdx.x, hv, xs, xsum);
-	} else {
+	else
 		moe_k4_stage<TYPE>(h + (size_t)t * E, 0, 1, E, xs, xsum);
-	}
 	moe_pick_fence(d, shared); /* before any thread of the block passes this barrier, and so its trigger */
 	__syncthreads();
 	if (one_wave) /* (moe_one_wave) */
@@ -970,7 +829,7 @@ static size_t moe_k4_gateup_smem(const moe_dims &d, int sub)
 template <int TYPE>
 __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	k_moe_down_k4(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, const float *ms, cu_wd SD,
-		      int slot0, int nslot, const float *sgate, const float *act, long long *zacc)
+		      int slot0, int nslot, const float *sgate, const float *act)
 {
 	typedef cu_kq<TYPE> K;
 	constexpr int SUB = K::SUB;
@@ -1008,7 +867,6 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	float *xo = x + (size_t)t * E + r0 + threadIdx.x, xr = pre ? __ldcg(xo) : 0.0f;
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
-	moe_fz_zero(d, zacc, t);
 	moe_k4_stage<TYPE>(act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d.Fmax, nslot, F, xs, xsum);
 	__syncthreads();
 	cu_tl_mark(0); /* act staged */
@@ -1531,8 +1389,6 @@ struct moe_ff_args {
 	const float *logits, *sgate;
 	float *act;
 	cu_wd G, U, SG, SU, D, SD;
-	moe_fz fz;       /* the router summed by the projection (fz.acc), or not */
-	long long *zacc; /* fz.acc, for the first down launch to zero */
 };
 
 /*
@@ -1552,8 +1408,8 @@ template <int TYPE, int CPL>
 static void moe_gateup_cpl(struct cuda_backend *cb, const moe_ff_args &f, int s0, int ns, size_t smem)
 {
 	dim3 grid(cu_blocks((size_t)f.d.Fmax, MOE_WARPS), ns, f.d.T);
-	cu_launch_pdl(cb, k_moe_gateup<TYPE, CPL>, grid, MOE_WARPS * 32, smem, f.d, f.h, f.G, f.U, f.logits, f.fz, f.pk, f.SG,
-		      f.SU, s0, f.act, (int)moe_one_wave(cb, (const void *)k_moe_gateup<TYPE, CPL>, grid, MOE_WARPS * 32, smem));
+	cu_launch_pdl(cb, k_moe_gateup<TYPE, CPL>, grid, MOE_WARPS * 32, smem, f.d, f.h, f.G, f.U, f.logits, f.pk, f.SG, f.SU, s0,
+		      f.act, (int)moe_one_wave(cb, (const void *)k_moe_gateup<TYPE, CPL>, grid, MOE_WARPS * 32, smem));
 }
 
 template <int TYPE>
@@ -1586,8 +1442,7 @@ static void moe_down_cpr(struct cuda_backend *cb, const moe_ff_args &f, int s0, 
 {
 	dim3 grid(cu_blocks((size_t)f.d.E, MOE_WARPS), f.d.T);
 	cu_launch_pdl(cb, k_moe_down<TYPE, CPR>, grid, MOE_WARPS * 32, smem, f.d, f.x, f.D, (const int32_t *)f.pk.sel,
-		      (const float *)f.pk.lv, (const float *)f.pk.ms, f.SD, s0, ns, f.sgate, (const float *)f.act,
-		      s0 == 0 ? f.zacc : (long long *)NULL);
+		      (const float *)f.pk.lv, (const float *)f.pk.ms, f.SD, s0, ns, f.sgate, (const float *)f.act);
 }
 
 template <int TYPE>
@@ -1625,8 +1480,8 @@ static bool moe_gateup_tc(struct cuda_backend *cb, const moe_ff_args &f, int nsl
 	if (d.E % 256 || smem > 48 * 1024)
 		return false;
 	dim3 grid((unsigned)(d.Fmax + 15) / 16, nslot, d.T);
-	cu_launch_pdl(cb, k_moe_gateup_k4<TYPE>, grid, GU_WARPS * 32, smem, d, f.h, f.G, f.U, f.logits, f.fz, f.pk, f.SG,
-		      f.SU, 0, f.act, (int)moe_one_wave(cb, (const void *)k_moe_gateup_k4<TYPE>, grid, GU_WARPS * 32, smem));
+	cu_launch_pdl(cb, k_moe_gateup_k4<TYPE>, grid, GU_WARPS * 32, smem, d, f.h, f.G, f.U, f.logits, f.pk, f.SG, f.SU, 0,
+		      f.act, (int)moe_one_wave(cb, (const void *)k_moe_gateup_k4<TYPE>, grid, GU_WARPS * 32, smem));
 	return true;
 }
 
@@ -1641,7 +1496,7 @@ static bool moe_down_tc(struct cuda_backend *cb, const moe_ff_args &f, int nslot
 		return false;
 	dim3 grid((unsigned)(d.E + 15) / 16, d.T);
 	cu_launch_pdl(cb, k_moe_down_k4<TYPE>, grid, MK_WARPS * 32, smem, d, f.x, f.D, (const int32_t *)f.pk.sel,
-		      (const float *)f.pk.lv, (const float *)f.pk.ms, f.SD, 0, nslot, f.sgate, (const float *)f.act, f.zacc);
+		      (const float *)f.pk.lv, (const float *)f.pk.ms, f.SD, 0, nslot, f.sgate, (const float *)f.act);
 	return true;
 }
 
@@ -1655,13 +1510,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		cu_fail_msg(cb, "moe: %d experts per token is not supported", d.k);
 		return;
 	}
-	/* the projection before the op: x += pre_in · pre_wᵀ */
-	struct toast_mm_in pin = {};
-	pin.act = a->pre_in;
-	struct toast_mm_out pout = {a->x, TOAST_MM_ADD, a->pre_w, NULL};
 	if (moe_grouped_fits(d)) {
-		if (a->pre_w)
-			cu_matmul(cb, &pin, &pout, 1, d.T);
 		cu_moe_grouped(cb, a, d);
 		return;
 	}
@@ -1675,28 +1524,9 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	const float *sgw = a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL;
 	size_t route_smem = (n_h + d.ne) * 4;
 	int rtype = a->router->dev_type;
-	bool route = d.T <= CU_GEMV_MAX_T && route_smem <= 48 * 1024 &&
-		     (rtype == TOAST_DT_BF16 || (toast_dtype_is_quant((enum toast_dtype)rtype) && d.E % 8 == 0));
-	d.pick = route && d.ne <= 32 * MOE_WARP_TOPK;
-	/* the projection, with the router's sums when the experts pick from them (struct cu_router):
-	 * then no router kernel */
-	moe_fz fz = {};
-	if (a->pre_w) {
-		int nss = 0;
-		if (d.pick && rtype == TOAST_DT_BF16 && d.E % 4 == 0 && d.ne <= CU_RT_MAX_NE) {
-			cu_router r = {(const bf16 *)a->router->dev, sgw, (const float *)a->norm_w->dev, a->plus_one, d.ne, 0,
-				       cb->rt_acc, cb->rt_ssp};
-			nss = cu_matmul_router(cb, &pin, &pout, d.T, r);
-		} else {
-			cu_matmul(cb, &pin, &pout, 1, d.T);
-		}
-		if (nss)
-			fz = {a->x, (const float *)a->norm_w->dev, a->eps, a->plus_one, nss, cb->rt_acc, cb->rt_ssp,
-			      sgw ? sgate : NULL};
-	}
-	if (fz.acc) {
-		/* (the expert kernels take h, the logits and the shared gate from the sums) */
-	} else if (route) {
+	if (d.T <= CU_GEMV_MAX_T && route_smem <= 48 * 1024 &&
+	    (rtype == TOAST_DT_BF16 || (toast_dtype_is_quant((enum toast_dtype)rtype) && d.E % 8 == 0))) {
+		d.pick = d.ne <= 32 * MOE_WARP_TOPK;
 		moe_route_args ra = {d, a->x, (const float *)a->norm_w->dev, a->eps, a->plus_one, cu_wd_weight(a->router), sgw,
 				     h, logits, sel, wt, sgate, cb->counters};
 		unsigned nb = cu_blocks((size_t)d.ne, MOE_WARPS) + (sgw ? 1 : 0); /* (+ the shared gate's block) */
@@ -1723,8 +1553,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	cu_wd SG = d.Fs ? cu_wd_weight(a->sh_gate) : G, SU = d.Fs ? cu_wd_weight(a->sh_up) : U;
 	cu_wd SD = d.Fs ? cu_wd_weight(a->sh_down) : D;
 	int tr = moe_ktype2(G.type, U.type), ts = d.Fs ? moe_ktype2(SG.type, SU.type) : tr;
-	moe_ff_args fa = {d, h, a->x, {sel, wt, ms}, logits, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD,
-			  fz, fz.acc ? cb->rt_acc : NULL};
+	moe_ff_args fa = {d, h, a->x, {sel, wt, ms}, logits, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD};
 	int nslot = d.k + (d.Fs ? 1 : 0);
 	if (!cu_with_kq(G.type, [&](auto k) { return moe_gateup_tc<decltype(k)::value>(cb, fa, nslot); })) {
 		if (tr == ts) {
