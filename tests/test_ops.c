@@ -645,6 +645,7 @@ static const struct moe_types moe_q4k = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_
 static const struct moe_types moe_q8 = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q8_0};
 static const struct moe_types moe_mlx4 = {TOAST_DT_MLX8, TOAST_DT_MLX4, TOAST_DT_MLX4, TOAST_DT_MLX4};
 static const struct moe_types moe_mlx8 = {TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8};
+static const struct moe_types moe_q5k = {TOAST_DT_BF16, TOAST_DT_Q5_K, TOAST_DT_Q5_K, TOAST_DT_Q5_K};
 
 /* the routed experts' up of type up (gate: ty->gate_up) */
 static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, bool norm_topk, bool sh_gate,
@@ -873,8 +874,7 @@ static void test_quant(struct ctx *c)
 	test_moe_types(c, 5, 256, 4, 2, 512, 512, true, false, &moe_q8);
 	test_moe_types(c, 3, 2048, 2, 2, 256, 0, false, true, &q6);
 	test_moe_types(c, 3, 256, 4, 2, 512, 512, false, true, &q6);
-	struct moe_types q5 = {TOAST_DT_BF16, TOAST_DT_Q5_K, TOAST_DT_Q5_K, TOAST_DT_Q5_K};
-	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &q5);
+	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &moe_q5k);
 	/* MLX 8-bit experts (an 8-bit MLX checkpoint; groups of 32 above: the SIMT kernels) */
 	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &moe_mlx8);
 	test_moe_types(c, 3, 256, 4, 2, 256, 0, false, false, &moe_mlx8);
@@ -912,12 +912,11 @@ static void test_quant_kernels(struct ctx *c)
 	/* Q8_0 experts with a shared expert of another type: the SIMT kernels compiled for Q8_0 */
 	struct moe_types q8sh = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q4_K};
 	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q8sh);
-	/* a Q5_K_M file's experts (Q5_K, down Q5_K or Q6_K), at the Qwen3-Next widths and narrower:
-	 * on tensor cores on a GPU, but down of two types (routed Q6_K, shared Q5_K) in the SIMT
-	 * kernels compiled for each (and Q5_K gate/up with a shared expert of another type: small) */
-	struct moe_types q5 = {TOAST_DT_BF16, TOAST_DT_Q5_K, TOAST_DT_Q5_K, TOAST_DT_Q5_K};
+	/* a Q5_K_M file's experts (Q5_K, down Q5_K or Q6_K) at the Qwen3-Next widths (narrower ones
+	 * in test_quant): on tensor cores, but down of two types (routed Q6_K, shared Q5_K) in the
+	 * SIMT kernels compiled for each */
 	struct moe_types q5m = {TOAST_DT_BF16, TOAST_DT_Q5_K, TOAST_DT_Q6_K, TOAST_DT_Q5_K};
-	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q5);
+	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &moe_q5k);
 	test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, &q5m);
 	/* a Q4_K_M file's experts: Q4_K gate/up and Q6_K down, both on tensor cores, at the
 	 * Qwen3-Next widths with ten of sixteen experts, and eight of 64 without renormalising */
