@@ -329,10 +329,11 @@ static enum toast_status cu_check_type(const struct toast_weight *w, struct toas
 				     toast_dtype_name(w->type), cu_is_mlx(w->type) ? " with these scales or this group size" : "");
 	/* the contract's whole blocks a row (a partial one launched a split of no bytes, whose error
 	 * left the backend failed for good) */
-	int blck = toast_dtypes[w->type].blck;
-	if (w->n_in <= 0 || w->n_out <= 0 || (toast_dtype_is_quant(w->type) && !cu_is_mlx(w->type) && w->n_in % blck))
+	size_t row;
+	if (w->n_in <= 0 || w->n_out <= 0 || !toast_dtype_bytes(w->type, w->n_in, &row))
 		return toast_err_set(err, TOAST_ERR_FORMAT, "%s: %lld x %lld %s weights are not whole blocks of %d a row",
-				     w->name, (long long)w->n_out, (long long)w->n_in, toast_dtype_name(w->type), blck);
+				     w->name, (long long)w->n_out, (long long)w->n_in, toast_dtype_name(w->type),
+				     toast_dtypes[w->type].blck);
 	return TOAST_OK;
 }
 
