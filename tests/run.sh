@@ -7,6 +7,17 @@ BUILD=${BUILD:-build}
 export TOASTED_TESTDATA=${TOASTED_TESTDATA:-$BUILD/testdata}
 export TOASTED_BIN=${TOASTED_BIN:-$BUILD}
 fail=0
+# run_test NAME CMD...: run it, fail the suite when it fails, print its seconds
+run_test() {
+	name=$1
+	shift
+	t0=$(date +%s)
+	if ! "$@"; then
+		echo "FAILED: $name" >&2
+		fail=1
+	fi
+	echo "${name##*/}: $(($(date +%s) - t0)) s"
+}
 for t in "$BUILD"/tests/test_*; do
 	[ -x "$t" ] || continue
 	case "$t" in *.o|*.d) continue ;; esac
@@ -14,22 +25,12 @@ for t in "$BUILD"/tests/test_*; do
 		echo "${t##*/}: left out of this sanitizer run (TOASTED_SAN_SKIP)"
 		continue ;;
 	esac
-	t0=$(date +%s)
-	if ! "$t"; then
-		echo "FAILED: $t" >&2
-		fail=1
-	fi
-	echo "${t##*/}: $(($(date +%s) - t0)) s"
+	run_test "$t" "$t"
 done
 for t in tests/*.sh; do
 	[ "$t" = tests/run.sh ] && continue
 	[ -f "$t" ] || continue
-	t0=$(date +%s)
-	if ! sh "$t"; then
-		echo "FAILED: $t" >&2
-		fail=1
-	fi
-	echo "${t##*/}: $(($(date +%s) - t0)) s"
+	run_test "$t" sh "$t"
 done
 [ $fail = 0 ] && echo "all tests passed"
 exit $fail
