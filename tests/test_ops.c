@@ -50,9 +50,6 @@ static enum toast_dtype mlx_sb = TOAST_DT_BF16;
 /* > 0: test_moe's bf16 router rows repeat with this period, so the logits tie in groups (the
  * experts chosen among equal logits: the lower index first) */
 static int moe_tie_period;
-/* > 0: test_moe's op first adds the output projection of an input this wide (toast_moe_args.pre_W,
- * of the routed down's type), which CUDA folds into the router at decode */
-static int moe_pre_n;
 
 /* scale or bias v stored as mlx_sb at p[i] */
 static void mlx_sb_put(void *p, size_t i, float v)
@@ -659,26 +656,7 @@ static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int F
 	float *x0 = rand_vec((size_t)T * E, 3);
 	struct hw nw = mkw(TOAST_DT_BF16, 1, E, 0.5, 0);
 	prep(be, &nw);
-	/* with moe_pre_n: x1 = x0 + W_o · o, the MoE's input (o as the backend holds it: act) */
-	int no = moe_pre_n;
-	struct hw wo = mkw(ty->down, E, no ? no : 256, 0.5, 0);
-	float *o = rand_vec((size_t)T * (no ? no : 1), 1), *x1 = malloc((size_t)T * E * sizeof(float));
-	double *x1d = malloc((size_t)T * E * sizeof(double));
-	if (be->act_type == TOAST_DT_BF16)
-		for (size_t i = 0; i < (size_t)T * (no ? no : 1); i++)
-			o[i] = toast_bf16_to_f32(toast_f32_to_bf16(o[i]));
-	for (int t = 0; t < T; t++)
-		for (int i = 0; i < E; i++) {
-			double v = x0[(size_t)t * E + i];
-			for (int j = 0; j < no; j++)
-				v += (double)wo.f[(size_t)i * no + j] * o[(size_t)t * no + j];
-			x1d[(size_t)t * E + i] = v;
-			x1[(size_t)t * E + i] = (float)v;
-		}
-	if (no)
-		prep(be, &wo);
-	void *dpo = no ? put(be, o, (size_t)T * no, true) : NULL;
-	double *hd = ref_norm(x1, nw.f, T, E, true);
+	double *hd = ref_norm(x0, nw.f, T, E, true);
 	float *h = malloc((size_t)T * E * sizeof(float)); /* the reference's input: the normed x, kept in double below */
 	for (size_t i = 0; i < (size_t)T * E; i++)
 		h[i] = (float)hd[i];
@@ -707,7 +685,7 @@ static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int F
 	      "prepare experts: %s", err.msg);
 	float *dx = put(be, x0, (size_t)T * E, false);
 	struct toast_moe_args a = {dx, &nw.w, 1e-6f, true, &router.w, &G, &U, &D, ne, k, norm_topk, Fs ? &sg.w : NULL, Fs ? &su.w : NULL,
-				   Fs ? &sd.w : NULL, Fs && sh_gate ? &sgi.w : NULL, E, F, Fs, T, no ? &wo.w : NULL, dpo};
+				   Fs ? &sd.w : NULL, Fs && sh_gate ? &sgi.w : NULL, E, F, Fs, T};
 	be->ops->moe(be, &a);
 	float *x = get(be, dx, (size_t)T * E, false);
 	double *ref = malloc((size_t)T * E * sizeof(double)), *p = malloc(ne * sizeof(double));
@@ -739,7 +717,7 @@ static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int F
 			tot += p[best] / sum;
 		}
 		for (int i = 0; i < E; i++)
-			ref[(size_t)t * E + i] = x1d[(size_t)t * E + i];
+			ref[(size_t)t * E + i] = x0[(size_t)t * E + i];
 		for (int j = 0; j < k + (Fs ? 1 : 0); j++) {
 			bool shared = j == k;
 			int e = shared ? 0 : sel[j], FF = shared ? Fs : F;
@@ -768,15 +746,11 @@ static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int F
 		}
 	}
 	double e = relerr(x, ref, (size_t)T * E);
-	CHECK(e < c->tol,
-	      "%s moe T=%d E=%d experts %d top %d F %d shared %d norm %d gate %d types %s/%s%s%s/%s/%s projection %d: error %.3g",
+	CHECK(e < c->tol, "%s moe T=%d E=%d experts %d top %d F %d shared %d norm %d gate %d types %s/%s%s%s/%s/%s: error %.3g",
 	      c->name, T, E, ne, k, F, Fs, norm_topk, sh_gate, toast_dtype_name(ty->router), toast_dtype_name(ty->gate_up),
 	      up != ty->gate_up ? "+" : "", up != ty->gate_up ? toast_dtype_name(up) : "", toast_dtype_name(ty->down),
-	      toast_dtype_name(st), no, e);
+	      toast_dtype_name(st), e);
 	be->ops->release(be, dx);
-	if (dpo)
-		be->ops->release(be, dpo);
-	freew(&wo), free(o), free(x1), free(x1d);
 	freew(&nw), free(hd);
 	for (int e2 = 0; e2 < ne; e2++)
 		freew(&gw[e2]), freew(&uw[e2]), freew(&dw[e2]);
@@ -949,19 +923,6 @@ static void test_quant_kernels(struct ctx *c)
 	struct moe_types q4km = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q6_K, TOAST_DT_Q6_K};
 	test_moe_types(c, 2, 2048, 16, 10, 512, 0, true, false, &q4km);
 	test_moe_types(c, 1, 2048, 64, 8, 256, 0, false, false, &q4km);
-	/* the router folded through the projection before it at Qwen3-Next's widths (o of 4096: M's
-	 * rows loaded whole; 512 wide: by a loop), each router type, tensor-core and SIMT experts */
-	struct moe_types q6 = {TOAST_DT_BF16, TOAST_DT_Q6_K, TOAST_DT_Q6_K, TOAST_DT_Q6_K};
-	const struct moe_types *fold_types[] = {&moe_q4k, &moe_mlx4, &moe_q8, &q6};
-	for (int i = 0; i < 4; i++) {
-		moe_pre_n = 4096;
-		test_moe_types(c, 1, 2048, 16, 10, 512, 512, true, true, fold_types[i]);
-		moe_pre_n = 512;
-		test_moe_types(c, 1, 2048, 16, 8, 512, 512, true, i % 2 == 0, fold_types[i]);
-	}
-	moe_pre_n = 4096;
-	test_moe_types(c, 1, 2048, 16, 10, 512, 0, true, false, &moe_bf16);
-	moe_pre_n = 0;
 	/* every decode kernel variant of the three split or blocked types: n_embd 2048 (rows loaded
 	 * whole) or not, n_ff 512 (down rows loaded whole) or not, with and without a shared expert */
 	enum toast_dtype grid_types[] = {TOAST_DT_Q4_K, TOAST_DT_Q8_0, TOAST_DT_Q6_K};
@@ -1069,19 +1030,6 @@ static void test_backend(struct ctx *c)
 	 * (2,048 of it; the rest loaded after the wait), with experts that are not whole warps of the
 	 * router's blocks */
 	test_moe(c, 1, 2304, 12, 3, 16, 16, true, true);
-	/* the projection before the MoE (on a GPU at decode folded into the router, the expert
-	 * kernels norming its sum; prefill-sized and odd widths unfolded) */
-	int pre_n[] = {64, 40};
-	for (int i = 0; i < 2; i++) {
-		moe_pre_n = pre_n[i];
-		test_moe(c, 1, 64, 512, 10, 16, 16, true, true);
-		test_moe(c, 1, 48, 16, 4, 24, 20, true, true);
-		test_moe(c, 1, 32, 8, 2, 16, 0, false, false);
-		test_moe(c, 3, 64, 16, 4, 16, 16, true, true);
-		test_moe(c, 70, 128, 16, 4, 64, 64, true, true);
-		test_moe(c, 1, 2304, 12, 3, 16, 16, true, true);
-	}
-	moe_pre_n = 0;
 	/* tied logits, in groups of 5 or 6 and of 170 or 171 among 512 experts, of 7 or 8 among
 	 * 64: which of the tied experts run is decided by the tie rule (the lower index first) */
 	int periods[] = {100, 3, 9};
@@ -1282,7 +1230,7 @@ static void perf_moe(struct toast_backend *be, float *x, const struct toast_weig
 		      be->ops->prepare_experts(be, &D, &err) == TOAST_OK, "%s", err.msg);
 	struct toast_weight sg = synth_t(be, "perf.sg", type, F, E), su = synth_t(be, "perf.su", type, F, E);
 	struct toast_weight sd = synth_t(be, "perf.sd", type, E, F), sgi = synth(be, "perf.sgi", 1, E);
-	struct toast_moe_args ma = {x, nw, 1e-6f, true, &router, &G, &U, &D, NE, K, true, &sg, &su, &sd, &sgi, E, F, F, 1, NULL, NULL};
+	struct toast_moe_args ma = {x, nw, 1e-6f, true, &router, &G, &U, &D, NE, K, true, &sg, &su, &sd, &sgi, E, F, F, 1};
 	void *mctx[2] = {be, &ma};
 	char name[80];
 	snprintf(name, sizeof(name), "moe %s 512 experts top-10 + shared", toast_dtype_name(type));

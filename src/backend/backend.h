@@ -195,8 +195,6 @@ struct toast_gdn_args {
  * sigmoid(sh_gate_inp · h) · down_s(SiLU(gate_s·h) ⊙ up_s·h) (no sigmoid factor when
  * sh_gate_inp is NULL), where h = RMSNorm(x) with norm_w (as struct toast_mm_in defines it).
  * The router and the shared gate see h in f32 (a near-tie must not flip on rounding).
- * With pre_W, x += pre_W · pre_in first (the attention's or DeltaNet's output projection), so
- * that a backend may compute the router beside that product instead of after it.
  */
 struct toast_moe_args {
 	float *x;                               /* f32 [T][n_embd]: read (normed: the input), then += the output */
@@ -211,8 +209,6 @@ struct toast_moe_args {
 	const struct toast_weight *sh_gate, *sh_up, *sh_down; /* NULL when there is no shared expert */
 	const struct toast_weight *sh_gate_inp;               /* [1][n_embd] or NULL */
 	int n_embd, n_ff, n_ff_sh, T;
-	const struct toast_weight *pre_W;       /* [n_embd][n_in] or NULL */
-	const void *pre_in;                     /* act [T][n_in] */
 };
 
 /* inv_freq_i of RoPE as the attention op contract defines it (f32, rounded to freq_type) */

@@ -896,15 +896,8 @@ static int fwd_span(const struct toast_state *s, int end)
 	return span < s->n_ctx ? span : s->n_ctx;
 }
 
-/* a mixer's output projection, x += W · in, left for fwd_ffn: a MoE takes it into its op (a
- * backend may compute the router beside it) */
-struct fwd_proj {
-	const struct toast_weight *W;
-	const void *in;
-};
-
-static struct fwd_proj fwd_attention(const struct toast_model *m, const struct toast_layer *l, struct toast_state *s,
-				     struct toast_work *w, int il, int T, int pos)
+static void fwd_attention(const struct toast_model *m, const struct toast_layer *l, struct toast_state *s,
+			  struct toast_work *w, int il, int T, int pos)
 {
 	const struct toast_hparams *hp = &m->hp;
 	struct toast_backend *be = m->be;
@@ -924,11 +917,13 @@ static struct fwd_proj fwd_attention(const struct toast_model *m, const struct t
 		.span = fwd_span(s, pos + T), .out = w->o,
 	};
 	be->ops->attention(be, &a);
-	return (struct fwd_proj){&l->wo, w->o};
+	struct toast_mm_in oin = fwd_act(w->o);
+	struct toast_mm_out o = {.out = w->x, .mode = TOAST_MM_ADD, .W = &l->wo};
+	be->ops->matmul(be, &oin, &o, 1, T);
 }
 
-static struct fwd_proj fwd_gdn(const struct toast_model *m, const struct toast_layer *l, struct toast_state *s,
-			       struct toast_work *w, int il, int T, int pos)
+static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, struct toast_state *s,
+		    struct toast_work *w, int il, int T, int pos)
 {
 	const struct toast_hparams *hp = &m->hp;
 	struct toast_backend *be = m->be;
@@ -953,18 +948,16 @@ static struct fwd_proj fwd_gdn(const struct toast_model *m, const struct toast_l
 		.conv_state = s->conv[il], .ssm_state = s->ssm[il], .pos = pos, .T = T, .out = w->g_out,
 	};
 	be->ops->gdn(be, &a);
-	return (struct fwd_proj){&l->ssm_out, w->g_out};
+	struct toast_mm_in oin = fwd_act(w->g_out);
+	struct toast_mm_out o = {.out = w->x, .mode = TOAST_MM_ADD, .W = &l->ssm_out};
+	be->ops->matmul(be, &oin, &o, 1, T);
 }
 
-static void fwd_ffn(const struct toast_model *m, const struct toast_layer *l, struct toast_work *w, int T,
-		    struct fwd_proj p)
+static void fwd_ffn(const struct toast_model *m, const struct toast_layer *l, struct toast_work *w, int T)
 {
 	const struct toast_hparams *hp = &m->hp;
 	struct toast_backend *be = m->be;
 	if (!l->is_moe) {
-		struct toast_mm_in pin = fwd_act(p.in);
-		struct toast_mm_out o = {.out = w->x, .mode = TOAST_MM_ADD, .W = p.W};
-		be->ops->matmul(be, &pin, &o, 1, T);
 		struct toast_mm_in in = fwd_normed(m, w->x, &l->ffn_norm);
 		struct toast_mm_out gu = {.out = w->ff_act, .mode = TOAST_MM_GLU, .W = &l->ffn_gate, .W2 = &l->ffn_up};
 		be->ops->matmul(be, &in, &gu, 1, T);
@@ -981,7 +974,6 @@ static void fwd_ffn(const struct toast_model *m, const struct toast_layer *l, st
 		.sh_down = l->has_shexp ? &l->sh_down : NULL,
 		.sh_gate_inp = l->has_sh_gate_inp ? &l->sh_gate_inp : NULL,
 		.n_embd = hp->n_embd, .n_ff = hp->n_ff_exp, .n_ff_sh = hp->n_ff_shexp, .T = T,
-		.pre_W = p.W, .pre_in = p.in,
 	};
 	be->ops->moe(be, &a);
 }
@@ -1017,8 +1009,11 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 		rc = fwd_hook(be, hook, hook_ud, 0, w->x, false, T, E, err);
 	for (int il = 0; il < hp->n_layer && rc == TOAST_OK; il++) {
 		const struct toast_layer *l = &m->layers[il];
-		struct fwd_proj p = l->is_attn ? fwd_attention(m, l, s, w, il, T, pos) : fwd_gdn(m, l, s, w, il, T, pos);
-		fwd_ffn(m, l, w, T, p);
+		if (l->is_attn)
+			fwd_attention(m, l, s, w, il, T, pos);
+		else
+			fwd_gdn(m, l, s, w, il, T, pos);
+		fwd_ffn(m, l, w, T);
 		if (hook && il + 1 < hp->n_layer)
 			rc = fwd_hook(be, hook, hook_ud, il + 1, w->x, false, T, E, err);
 	}

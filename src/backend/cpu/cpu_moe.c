@@ -130,11 +130,6 @@ void cpu_moe(struct toast_backend *be, const struct toast_moe_args *a)
 {
 	struct cpu_backend *cb = cpu_of(be);
 	int T = a->T, k = a->n_expert_used, ne = a->n_expert, E = a->n_embd;
-	if (a->pre_W) { /* (before the shared buffer below: the matmul may take it) */
-		struct toast_mm_in in = {.act = a->pre_in};
-		struct toast_mm_out o = {.out = a->x, .mode = TOAST_MM_ADD, .W = a->pre_W};
-		be->ops->matmul(be, &in, &o, 1, T);
-	}
 	int nb = (a->n_ff + MOE_ROWS - 1) / MOE_ROWS, nbs = (a->n_ff_sh + MOE_ROWS - 1) / MOE_ROWS;
 	size_t n_tk = (size_t)T * k;
 	size_t need = (size_t)T * ne * 2 + n_tk * 3 + (size_t)ne + 1 + (size_t)ne * nb + (size_t)nbs +

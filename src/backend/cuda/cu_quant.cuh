@@ -684,10 +684,9 @@ __device__ __forceinline__ int64_t cu_qpos(int64_t i)
  * when plus_one), and the same values in order to out (f32) or outb (bf16) when not NULL. Called
  * by a whole block; red: 32 floats of shared memory; no barrier after the writes. Whole float4s
  * when n % 4 == 0 and x, w are 16-byte aligned (the swizzles move float4s, never split them):
- * a GEMV block of a few rows spends as many instructions here as on its rows otherwise.
- * Returns the norm's factor, 1 / rms(x). */
+ * a GEMV block of a few rows spends as many instructions here as on its rows otherwise. */
 template <int TYPE>
-__device__ __forceinline__ float cu_stage_norm(const float *x, const float *w, int64_t n, float eps, int plus_one,
+__device__ __forceinline__ void cu_stage_norm(const float *x, const float *w, int64_t n, float eps, int plus_one,
 					      float *row, float *red, float *out, bf16 *outb)
 {
 	if ((n & 3) == 0 && (((uintptr_t)x | (uintptr_t)w | (uintptr_t)out) & 15) == 0 && ((uintptr_t)outb & 3) == 0) {
@@ -728,7 +727,7 @@ __device__ __forceinline__ float cu_stage_norm(const float *x, const float *w, i
 				}
 			}
 		}
-		return r;
+		return;
 	}
 	float r = cu_rms(x, n, eps, red);
 	for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -739,7 +738,6 @@ __device__ __forceinline__ float cu_stage_norm(const float *x, const float *w, i
 		if (outb)
 			outb[i] = __float2bfloat16(y);
 	}
-	return r;
 }
 
 /*

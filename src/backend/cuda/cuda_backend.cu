@@ -251,7 +251,8 @@ static void cuda_zero(struct toast_backend *be, void *dst, size_t n)
 
 /* ---- weights ---- */
 
-enum toast_status cu_own(struct cuda_backend *cb, size_t n, void **out, const char *name, struct toast_error *err)
+static enum toast_status cu_own(struct cuda_backend *cb, size_t n, void **out, const char *name,
+				struct toast_error *err)
 {
 	if (cb->n_owned == cb->cap_owned) {
 		size_t cap = cb->cap_owned ? cb->cap_owned * 2 : 256;
@@ -629,7 +630,6 @@ static void cuda_free(struct toast_backend *be)
 	for (size_t i = 0; i < cb->n_owned; i++)
 		cudaFree(cb->owned[i]);
 	free(cb->owned);
-	free(cb->folds);
 	cudaFree(cb->scratch);
 	cudaFree(cb->scratch2);
 	cudaFree(cb->scratch3);

@@ -51,9 +51,6 @@ struct cuda_backend {
 	void *scratch, *scratch2, *scratch3;
 	size_t scratch_bytes, scratch2_bytes, scratch3_bytes;
 	unsigned *counters; /* zeroed device counters for "last block" patterns; each user resets its own */
-	/* routers folded through the projection before them, made at a MoE's first decode (k_moe.cu) */
-	struct cu_moe_fold *folds;
-	int n_folds, cap_folds;
 	/* weights uploaded by prepare_weight/prepare_experts, freed with the backend */
 	void **owned;
 	size_t n_owned, cap_owned;
@@ -100,8 +97,6 @@ size_t cu_allow_smem(struct cuda_backend *cb, const void *func);
 void *cu_scratch(struct cuda_backend *cb, size_t n);
 void *cu_scratch2(struct cuda_backend *cb, size_t n);
 void *cu_scratch3(struct cuda_backend *cb, size_t n);
-/* n bytes of device memory freed with the backend */
-enum toast_status cu_own(struct cuda_backend *cb, size_t n, void **out, const char *name, struct toast_error *err);
 
 static inline unsigned cu_blocks(size_t n, unsigned per)
 {
@@ -475,12 +470,6 @@ void cu_f32_to_bf16(struct cuda_backend *cb, bf16 *dst, const float *src, size_t
 #define CU_GEMV_MAX_T 8 /* up to this many tokens a matmul is a GEMV (decode); beyond, cuBLAS */
 void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const struct toast_mm_out *outs, int n_outs,
 	       int T);
-/* whether a GEMV kernel takes W at T tokens */
-bool cu_gemv_fits(struct cuda_backend *cb, const struct toast_weight *W, int T);
-/* decode (T = 1): out = src + W · act by one GEMV launch; false (nothing launched) when no
- * GEMV kernel takes W */
-bool cu_gemv_add_from(struct cuda_backend *cb, float *out, const float *src, const bf16 *act,
-		      const struct toast_weight *W);
 /* out[T][W.n_out] (f32) = x[T][W.n_in] (f32) · Wᵀ, any weight type: precise and slow */
 void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const struct toast_weight *W, int T);
 /* rows y = RMSNorm(x) with w, into yf (f32) and/or yb (bf16); ylo = bf16(y - yb) */

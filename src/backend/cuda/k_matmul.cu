@@ -38,7 +38,6 @@ struct gemv_args {
 	float eps;
 	int plus_one;
 	bf16 *norm_out;        /* written by block 0 when set */
-	const float *add_from; /* TOAST_MM_ADD: out = add_from + product (NULL: out +=) */
 };
 
 /* a dense MLP's act value from its gate and up products (as cu_swiglu rounds it) */
@@ -47,16 +46,14 @@ __device__ __forceinline__ void gemv_store_glu(void *out, int64_t n_out, int t, 
 	((bf16 *)out)[t * n_out + r] = cu_swiglu1(g, u);
 }
 
-__device__ __forceinline__ void gemv_store(void *out, int mode, int64_t n_out, int t, int64_t r, float v,
-					   const float *add_from)
+__device__ __forceinline__ void gemv_store(void *out, int mode, int64_t n_out, int t, int64_t r, float v)
 {
-	float *o = (float *)out + t * n_out + r;
 	if (mode == TOAST_MM_ACT)
 		((bf16 *)out)[t * n_out + r] = __float2bfloat16(v);
 	else if (mode == TOAST_MM_F32)
-		*o = v;
+		((float *)out)[t * n_out + r] = v;
 	else
-		*o = (add_from ? add_from[t * n_out + r] : *o) + v;
+		((float *)out)[t * n_out + r] += v;
 }
 
 /* stage the T input rows in shared memory as f32: xs[t][n_in], element i at cu_qpos<TYPE>(i) */
@@ -184,7 +181,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 						if constexpr (GLU)
 							gemv_store_glu(jb.out, jb.n_out, t, r0 + r, acc[r][t], acc[r + OUT_ROWS][t]);
 						else
-							gemv_store(jb.out, jb.mode, jb.n_out, t, r0 + r, acc[r][t], a.add_from);
+							gemv_store(jb.out, jb.mode, jb.n_out, t, r0 + r, acc[r][t]);
 					}
 }
 
@@ -380,7 +377,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 			if constexpr (GLU)
 				gemv_store_glu(jb.out, jb.n_out, c, row, v[0], v[1]);
 			else
-				gemv_store(jb.out, jb.mode, jb.n_out, c, row, v[0], a.add_from);
+				gemv_store(jb.out, jb.mode, jb.n_out, c, row, v[0]);
 		}
 	}
 }
@@ -408,7 +405,7 @@ __global__ void k_gemv_plain(void *out, int mode, const bf16 *x, const float *xf
 	}
 	acc = cu_warp_sum(acc);
 	if (lane == 0)
-		gemv_store(out, mode, n_out, t, r, acc, NULL);
+		gemv_store(out, mode, n_out, t, r, acc);
 }
 
 /* y = RMSNorm(x) rows, to f32 and/or bf16 */
@@ -560,7 +557,7 @@ static int gemv_tt(int type, int T)
 	return type == TOAST_DT_BF16 ? T : T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
 }
 
-bool cu_gemv_fits(struct cuda_backend *cb, const struct toast_weight *W, int T)
+static bool gemv_fits(struct cuda_backend *cb, const struct toast_weight *W, int T)
 {
 	int type = W->dev_type;
 	if (T > CU_GEMV_MAX_T || !(type == TOAST_DT_BF16 || toast_dtype_is_quant((enum toast_dtype)type)))
@@ -727,7 +724,7 @@ static void gemv_launch_any(struct cuda_backend *cb, int type, gemv_args &a)
 
 void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const struct toast_weight *W, int T)
 {
-	if (cu_gemv_fits(cb, W, T)) {
+	if (gemv_fits(cb, W, T)) {
 		gemv_args a = {};
 		a.job[0] = {out, cu_wd_weight(W), (int)TOAST_MM_F32, W->n_out, 0};
 		a.n_jobs = 1, a.nt = T, a.n_in = W->n_in, a.xf = x;
@@ -738,20 +735,6 @@ void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const stru
 	cu_launch(cb, k_gemv_plain, grid, 256, 0, out, (int)TOAST_MM_F32, (const bf16 *)NULL, x, cu_wd_weight(W), W->n_out,
 		  W->n_in);
 	cu_launched(cb, "gemv (f32 input)");
-}
-
-/* decode (T = 1): out = src + W · act by one GEMV launch; false (nothing launched) when no
- * GEMV kernel takes W */
-bool cu_gemv_add_from(struct cuda_backend *cb, float *out, const float *src, const bf16 *act,
-		      const struct toast_weight *W)
-{
-	if (!cu_gemv_fits(cb, W, 1))
-		return false;
-	gemv_args a = {};
-	a.job[0] = {out, cu_wd_weight(W), (int)TOAST_MM_ADD, W->n_out, 0};
-	a.n_jobs = 1, a.nt = 1, a.n_in = W->n_in, a.act = act, a.add_from = src;
-	gemv_launch_any(cb, W->dev_type, a);
-	return true;
 }
 
 /* the GEMVs' input and token count */
@@ -770,7 +753,7 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 	int64_t n_in = outs[0].W->n_in;
 	if (outs[0].mode == TOAST_MM_GLU) {
 		const struct toast_weight *G = outs[0].W, *U = outs[0].W2;
-		if (T == 1 && G->dev_type == U->dev_type && cu_gemv_fits(cb, G, T)) {
+		if (T == 1 && G->dev_type == U->dev_type && gemv_fits(cb, G, T)) {
 			/* a decode step: one GEMV launch stores SiLU(gate) * up */
 			gemv_args a = gemv_input(in, T, n_in);
 			a.job[0] = {outs[0].out, cu_wd_weight(G), (int)TOAST_MM_GLU, G->n_out, 0, cu_wd_weight(U)};
@@ -793,12 +776,12 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 	int left = n_outs;
 	gemv_args a = gemv_input(in, T, n_in);
 	for (int k = 0; k < n_outs; k++) {
-		if (done[k] || !cu_gemv_fits(cb, outs[k].W, T))
+		if (done[k] || !gemv_fits(cb, outs[k].W, T))
 			continue;
 		int type = outs[k].W->dev_type;
 		a.n_jobs = 0;
 		for (int k2 = k; k2 < n_outs; k2++)
-			if (!done[k2] && outs[k2].W->dev_type == type && cu_gemv_fits(cb, outs[k2].W, T)) {
+			if (!done[k2] && outs[k2].W->dev_type == type && gemv_fits(cb, outs[k2].W, T)) {
 				a.job[a.n_jobs++] = {outs[k2].out, cu_wd_weight(outs[k2].W), (int)outs[k2].mode, outs[k2].W->n_out, 0};
 				done[k2] = true;
 				left--;

@@ -193,17 +193,17 @@ struct moe_warp_topk {
 		return mine;
 	}
 
-	/* the softmax's max and sum over all the logits times s (> 0), in every lane */
-	__device__ __forceinline__ void softmax(const moe_dims &d, int lane, float *mx, float *sum, float s = 1.0f) const
+	/* the softmax's max and sum over all the logits, in every lane */
+	__device__ __forceinline__ void softmax(const moe_dims &d, int lane, float *mx, float *sum) const
 	{
 		float m = -INFINITY, z = 0;
 #pragma unroll
 		for (int i = 0; i < MOE_WARP_TOPK; i++)
 			m = fmaxf(m, v[i]);
-		m = cu_warp_max(m) * s;
+		m = cu_warp_max(m);
 #pragma unroll
 		for (int i = 0; i < MOE_WARP_TOPK; i++)
-			z += lane + 32 * i < d.ne ? __expf(v[i] * s - m) : 0.0f;
+			z += lane + 32 * i < d.ne ? __expf(v[i] - m) : 0.0f;
 		*mx = m, *sum = cu_warp_sum(z);
 	}
 
@@ -423,145 +423,6 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		*counter = 0;
 }
 
-/* 8 fp16 of m times 8 f32 at o (16-byte aligned) */
-__device__ __forceinline__ float moe_h8dot(uint4 m, const float *o)
-{
-	const __half2 *h = (const __half2 *)&m;
-	float4 a = ((const float4 *)o)[0], b = ((const float4 *)o)[1];
-	float2 f0 = __half22float2(h[0]), f1 = __half22float2(h[1]), f2 = __half22float2(h[2]), f3 = __half22float2(h[3]);
-	return f0.x * a.x + f0.y * a.y + f1.x * a.z + f1.y * a.w + f2.x * b.x + f2.y * b.y + f3.x * b.z + f3.y * b.w;
-}
-
-/*
- * Decode with the projection before the MoE folded into the router (moe_fold; one token): the
- * router's logits before the norm's factor, u = R · (w ⊙ x) + M · o, where x is the residual
- * before the projection, o the projection's input (the mixer's output) and M = R diag(w) W_o
- * (fp16 rows, each with a power-of-two scale); the expert kernels apply 1 / rms(x + W_o · o),
- * from the projection's output. Launched before the projection, after the mixer: its rows are
- * loaded and R · (w ⊙ x) computed while the mixer runs (x was complete before the mixer passed
- * its wait, after which it let this kernel start: read past L1), o is read after the wait, and
- * the projection's blocks are let in once the rows are asked for. A warp a router row; with sgw
- * one more block (the last) takes the shared gate's row, sgw ⊙ w and its own row of M, over all
- * its threads, into usg. CPL > 0: n_embd == 32 * CPL chunks (2048); MC > 0: M's rows are 256 * MC
- * wide. smem: w ⊙ x [n_embd] (staged for TYPE), then o [n_o] in f32.
- */
-#define FOLD_WARPS 4   /* a block: ne / 4 blocks spread the rows' bytes over the SMs (at 8, 65 SMs held 6 MB) */
-#define FOLD_SG_PER 16 /* the shared gate's block holds FOLD_SG_PER * 128 floats of sgw in registers */
-template <int TYPE, int CPL, int MC>
-__global__ void __launch_bounds__(FOLD_WARPS * 32)
-	k_moe_route_fold(moe_dims d, const float *x, const float *nw, int plus_one, cu_wd R, const float *sgw,
-			 const __half *M, const float *mscale, int n_o, const bf16 *o, float *u, float *usg)
-{
-	extern __shared__ __align__(16) float hs[];
-	float *os = hs + d.E;
-	int E = d.E, no8 = n_o / 8;
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	int e = blockIdx.x * FOLD_WARPS + warp;
-	bool sgb = sgw && blockIdx.x == gridDim.x - 1; /* the shared gate's block (no router rows) */
-	bool live = e < d.ne && !sgb;
-	cu_wrow row = cu_row(R, 0, min(e, d.ne - 1));
-	typename qk<TYPE>::chunk rw[CPL > 0 ? CPL : 1];
-	if (CPL > 0 && live)
-#pragma unroll
-		for (int p = 0; p < CPL; p++)
-			rw[p] = cu_qload<TYPE>(R, row, 0, e, lane + 32 * p);
-	/* M's row: a warp's (a lane's chunks lane, lane + 32, ..) or, in the shared gate's block, row
-	 * ne by the whole block (chunks threadIdx.x, + 256, ..) */
-	int mrow = sgb ? d.ne : min(e, d.ne - 1), c0 = sgb ? (int)threadIdx.x : lane, cs = sgb ? (int)blockDim.x : 32;
-	const uint4 *mr = (const uint4 *)(M + (size_t)mrow * n_o);
-	uint4 mw[MC > 0 ? MC : 1];
-	if (MC > 0 && (live || sgb))
-#pragma unroll
-		for (int p = 0; p < MC; p++)
-			if (c0 + cs * p < no8)
-				mw[p] = mr[c0 + cs * p];
-	float sg[FOLD_SG_PER];
-	if (sgb)
-#pragma unroll
-		for (int k = 0; k < FOLD_SG_PER; k++) {
-			int i = threadIdx.x + k * blockDim.x;
-			sg[k] = i < E ? sgw[i] : 0.0f;
-		}
-	cu_pdl_trigger(); /* every load issued: the projection's blocks may take the room left */
-	/* w ⊙ x staged, four 16-byte loads a thread a round, every load of a round before its stores
-	 * (a load then its store, element by element, was an L2 round trip each: 7 us) */
-	float p1 = plus_one ? 1.0f : 0.0f;
-	int E4 = E / 4, nt = blockDim.x;
-	for (int i0 = threadIdx.x; i0 < E4; i0 += 4 * nt) {
-		float4 xv[4], wv[4];
-#pragma unroll
-		for (int k = 0; k < 4; k++)
-			if (i0 + k * nt < E4) {
-				xv[k] = __ldcg((const float4 *)x + i0 + k * nt);
-				wv[k] = ((const float4 *)nw)[i0 + k * nt];
-			}
-#pragma unroll
-		for (int k = 0; k < 4; k++)
-			if (i0 + k * nt < E4)
-				((float4 *)hs)[qk<TYPE>::swz(i0 + k * nt)] =
-					make_float4(xv[k].x * (p1 + wv[k].x), xv[k].y * (p1 + wv[k].y), xv[k].z * (p1 + wv[k].z),
-						    xv[k].w * (p1 + wv[k].w));
-	}
-	__syncthreads();
-	float m = 0, acc = 0;
-	if (live) {
-		if (CPL > 0) {
-#pragma unroll
-			for (int p = 0; p < CPL; p++)
-				acc += cu_qdot<TYPE>(rw[p], lane + 32 * p, hs);
-		} else {
-			acc = moe_dot_row<TYPE>(R, 0, e, hs, E, lane);
-		}
-	} else if (sgb) {
-#pragma unroll
-		for (int k = 0; k < FOLD_SG_PER; k++) {
-			int i = threadIdx.x + k * blockDim.x;
-			if (i < E)
-				acc += hs[cu_qpos<TYPE>(i)] * sg[k];
-		}
-		for (int i = threadIdx.x + FOLD_SG_PER * blockDim.x; i < E; i += blockDim.x)
-			acc += hs[cu_qpos<TYPE>(i)] * sgw[i];
-	}
-	cu_pdl_wait(); /* o, the mixer's output */
-	for (int i0 = threadIdx.x; i0 < no8; i0 += 4 * nt) {
-		uint4 ov[4];
-#pragma unroll
-		for (int k = 0; k < 4; k++)
-			if (i0 + k * nt < no8)
-				ov[k] = ((const uint4 *)o)[i0 + k * nt];
-#pragma unroll
-		for (int k = 0; k < 4; k++)
-			if (i0 + k * nt < no8) {
-				float f[8];
-				cu_bf16x8(ov[k], f);
-				((float4 *)os)[2 * (i0 + k * nt)] = make_float4(f[0], f[1], f[2], f[3]);
-				((float4 *)os)[2 * (i0 + k * nt) + 1] = make_float4(f[4], f[5], f[6], f[7]);
-			}
-	}
-	__syncthreads();
-	if (live || sgb) {
-		if (MC > 0) {
-#pragma unroll
-			for (int p = 0; p < MC; p++)
-				if (c0 + cs * p < no8)
-					m += moe_h8dot(mw[p], os + 8 * (c0 + cs * p));
-		} else {
-			for (int c = c0; c < no8; c += cs)
-				m += moe_h8dot(mr[c], os + 8 * c);
-		}
-	}
-	if (live) {
-		float v = cu_warp_sum(acc) + mscale[e] * cu_warp_sum(m);
-		if (lane == 0)
-			u[e] = v;
-	} else if (sgb) {
-		__shared__ float red[32];
-		float v = cu_block_sum(acc + mscale[d.ne] * m, red);
-		if (threadIdx.x == 0)
-			*usg = v;
-	}
-}
-
 /* prefill, ne <= 32 * MOE_WARP_TOPK: a warp per token, 8 tokens a block */
 __global__ void k_moe_topk_warps(moe_dims d, const float *h, const float *logits, const float *sgw, int32_t *sel,
 				 float *wt, float *sgate)
@@ -610,63 +471,33 @@ struct moe_picks {
 	float *lv, *ms;
 };
 
-/* the logits unnormed (moe_fold): the norm's parameters, for the expert kernels to norm h
- * themselves and scale the picks' logits by its factor; the shared gate's unnormed logit usg, its
- * sigmoid into sgate by the first block of slot 0. nw NULL: logits and h come normed. */
-struct moe_norm {
-	const float *nw;
-	float eps;
-	int plus_one;
-	const float *usg;
-	float *sgate;
-};
-
-/* pick slot by warp 0: its rounds over the logits in w, the expert into *e_s, its logit into *val */
-__device__ __forceinline__ void moe_pick_rounds(const moe_dims &d, const float *logits, int t, int slot,
-						moe_warp_topk &w, float *val, int *e_s)
+__device__ __forceinline__ void moe_pick_slot(const moe_dims &d, const float *logits, const moe_picks &pk, int t,
+					      int slot, int *e_s)
 {
 	if (!d.pick || threadIdx.x >= 32)
 		return;
 	int lane = threadIdx.x;
+	moe_warp_topk w;
 	w.load(d, logits + (size_t)t * d.ne, lane);
 	int ix = 0;
+	float val = 0;
 	bool mine = false;
 	for (int r = 0; r <= slot; r++)
-		mine = w.round(lane, val, &ix);
+		mine = w.round(lane, &val, &ix);
 	int e = min(moe_warp_topk::index(mine, ix), d.ne - 1); /* (NaN logits: some expert) */
 	if (lane == 0)
 		*e_s = e;
-}
-
-/* then, by warp 0 of the slot's first block: the pick left for down, the logits times s */
-__device__ __forceinline__ void moe_pick_publish(const moe_dims &d, const moe_picks &pk, int t, int slot,
-						 const moe_warp_topk &w, float val, const int *e_s, float s,
-						 const moe_norm &nm)
-{
-	if (!d.pick || threadIdx.x >= 32 || blockIdx.x != 0)
+	if (blockIdx.x != 0)
 		return;
-	int lane = threadIdx.x;
 	float mx = 0, sum = 0;
 	if (slot == 0)
-		w.softmax(d, lane, &mx, &sum, s);
+		w.softmax(d, lane, &mx, &sum);
 	if (lane == 0) {
-		pk.sel[(size_t)t * d.k + slot] = *e_s;
-		pk.lv[(size_t)t * d.k + slot] = val * s;
-		if (slot == 0) {
+		pk.sel[(size_t)t * d.k + slot] = e;
+		pk.lv[(size_t)t * d.k + slot] = val;
+		if (slot == 0)
 			pk.ms[2 * t] = mx, pk.ms[2 * t + 1] = sum;
-			if (nm.usg)
-				nm.sgate[t] = cu_sigmoid(__ldcg(nm.usg + t) * s);
-		}
 	}
-}
-
-__device__ __forceinline__ void moe_pick_slot(const moe_dims &d, const float *logits, const moe_picks &pk, int t,
-					      int slot, int *e_s)
-{
-	moe_warp_topk w;
-	float val = 0;
-	moe_pick_rounds(d, logits, t, slot, w, &val, e_s);
-	moe_pick_publish(d, pk, t, slot, w, val, e_s, 1.0f, moe_norm{});
 }
 
 __device__ __forceinline__ void moe_pick_fence(const moe_dims &d, bool shared)
@@ -690,29 +521,22 @@ __device__ __forceinline__ int moe_slot_expert(const moe_dims &d, const moe_pick
 }
 
 /* act[t][slot][r] = SiLU(gate·h) * (up·h), one r per warp, for slots slot0 + blockIdx.y; slot k
- * is the shared expert. CPL > 0: n_embd == 32 * CPL chunks, both rows' loads issued first. With
- * nm.nw, h is the residual and the logits come unnormed (moe_norm). */
+ * is the shared expert. CPL > 0: n_embd == 32 * CPL chunks, both rows' loads issued first. */
 template <int TYPE, int CPL>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_gateup(moe_dims d, const float *h, cu_wd G, cu_wd U, const float *logits, moe_picks pk, cu_wd SG, cu_wd SU,
-		     int slot0, float *act, int one_wave, moe_norm nm)
+		     int slot0, float *act, int one_wave)
 {
 	extern __shared__ float hs[];
-	__shared__ float red[32];
 	int slot = slot0 + blockIdx.y, t = blockIdx.z, E = d.E;
 	bool shared = slot == d.k;
 	int n = shared ? d.Fs : d.F;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int r = blockIdx.x * MOE_WARPS + warp, rr = min(r, n - 1);
 	__shared__ int e_s;
-	moe_warp_topk pw;
-	float pval = 0;
 	if (!shared) { /* the routed experts are known once the router is done; the shared one now */
 		cu_pdl_wait();
-		if (nm.nw)
-			moe_pick_rounds(d, logits, t, slot, pw, &pval, &e_s);
-		else
-			moe_pick_slot(d, logits, pk, t, slot, &e_s);
+		moe_pick_slot(d, logits, pk, t, slot, &e_s);
 	}
 	size_t e = shared ? 0 : (size_t)moe_slot_expert(d, pk, &e_s, t, slot);
 	cu_wd gd = shared ? SG : G, ud = shared ? SU : U;
@@ -726,13 +550,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		}
 	if (shared)
 		cu_pdl_wait();
-	if (nm.nw) {
-		float sc = cu_stage_norm<TYPE>(h + (size_t)t * E, nm.nw, E, nm.eps, nm.plus_one, hs, red, NULL, NULL);
-		if (!shared)
-			moe_pick_publish(d, pk, t, slot, pw, pval, &e_s, sc, nm);
-	} else {
-		moe_stage<TYPE>(hs, h + (size_t)t * E, E);
-	}
+	moe_stage<TYPE>(hs, h + (size_t)t * E, E);
 	moe_pick_fence(d, shared); /* before any thread of the block passes this barrier, and so its trigger */
 	__syncthreads();
 	if (one_wave) /* (moe_one_wave) */
@@ -796,7 +614,7 @@ __device__ __forceinline__ void moe_down_slots(const moe_dims &d, int t, const i
 template <int TYPE, int CPR>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_down(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, const float *ms, cu_wd SD,
-		   int slot0, int nslot, const float *sgate, const float *act, const float *xin)
+		   int slot0, int nslot, const float *sgate, const float *act)
 {
 	extern __shared__ float as[];
 	__shared__ int32_t eid[MOE_MAX_K + 1];
@@ -843,8 +661,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		}
 	}
 	acc = cu_warp_sum(acc);
-	if (lane == 0) /* the first launch adds to xin (x, or the projection's sum beside it: moe_fold) */
-		x[(size_t)t * E + i] = (slot0 == 0 ? xin : x)[(size_t)t * E + i] + acc;
+	if (lane == 0)
+		x[(size_t)t * E + i] += acc;
 }
 
 /* ---- experts on tensor cores (cu_kq: every type but Q4_0 and Q4_1; one token a block, the
@@ -925,7 +743,7 @@ __device__ __forceinline__ float moe_k4_sum(const float *part, int r, int w0, in
 template <int TYPE>
 __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	k_moe_gateup_k4(moe_dims d, const float *h, cu_wd G, cu_wd U, const float *logits, moe_picks pk, cu_wd SG,
-			cu_wd SU, int slot0, float *act, int one_wave, moe_norm nm)
+			cu_wd SU, int slot0, float *act, int one_wave)
 {
 	typedef cu_kq<TYPE> K;
 	constexpr int SUB = K::SUB;
@@ -948,36 +766,14 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	 * nearly all of the SM's rows, and every warp's MMAs ran after that (2.7 us; 0.7 us a
 	 * launch slower, docs/PERF.md). The shared expert's rows too wait for the router: asked
 	 * for while it ran, they slowed the step (-1%, docs/PERF.md) */
-	bool early = E / 8 <= 2 * (int)blockDim.x; /* (always with nm.nw: moe_fold_fits) */
-	float hv[2][8] = {}, wv[2][8] = {};
+	bool early = E / 8 <= 2 * (int)blockDim.x;
+	float hv[2][8];
 	__shared__ int e_s;
-	__shared__ float red[32];
-	if (nm.nw) /* the norm's weights: before the wait */
-		moe_k4_load(nm.nw, 0, E, E / 8, threadIdx.x, wv);
 	cu_pdl_wait();
 	if (early)
 		moe_k4_load(h + (size_t)t * E, 0, E, E / 8, threadIdx.x, hv);
-	if (nm.nw) { /* h is the residual: normed here, its factor scaling the picks' logits */
-		moe_warp_topk pw;
-		float pval = 0, ss = 0, p1 = nm.plus_one ? 1.0f : 0.0f;
-		if (!shared)
-			moe_pick_rounds(d, logits, t, slot, pw, &pval, &e_s);
-#pragma unroll
-		for (int k = 0; k < 2; k++)
-#pragma unroll
-			for (int i = 0; i < 8; i++)
-				ss += hv[k][i] * hv[k][i];
-		float sc = rsqrtf(cu_block_sum(ss, red) / E + nm.eps);
-#pragma unroll
-		for (int k = 0; k < 2; k++)
-#pragma unroll
-			for (int i = 0; i < 8; i++)
-				hv[k][i] *= sc * (p1 + wv[k][i]);
-		if (!shared)
-			moe_pick_publish(d, pk, t, slot, pw, pval, &e_s, sc, nm);
-	} else if (!shared) {
+	if (!shared)
 		moe_pick_slot(d, logits, pk, t, slot, &e_s);
-	}
 	if (early)
 		moe_k4_store<TYPE>(E, E / 8, threadIdx.x, hv, xs, xsum);
 	else
@@ -1033,7 +829,7 @@ static size_t moe_k4_gateup_smem(const moe_dims &d, int sub)
 template <int TYPE>
 __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	k_moe_down_k4(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, const float *ms, cu_wd SD,
-		      int slot0, int nslot, const float *sgate, const float *act, const float *xin)
+		      int slot0, int nslot, const float *sgate, const float *act)
 {
 	typedef cu_kq<TYPE> K;
 	constexpr int SUB = K::SUB;
@@ -1068,7 +864,7 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	 * completed (a later launch would follow one that adds to x). Its round trip was at the
 	 * kernel's end. */
 	bool mine = threadIdx.x < 16 && r0 + threadIdx.x < E, pre = mine && slot0 == 0; /* (mine: an output row) */
-	float *xo = x + (size_t)t * E + r0 + threadIdx.x, xr = pre ? __ldcg(xin + (xo - x)) : 0.0f;
+	float *xo = x + (size_t)t * E + r0 + threadIdx.x, xr = pre ? __ldcg(xo) : 0.0f;
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
 	moe_k4_stage<TYPE>(act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d.Fmax, nslot, F, xs, xsum);
@@ -1593,8 +1389,6 @@ struct moe_ff_args {
 	const float *logits, *sgate;
 	float *act;
 	cu_wd G, U, SG, SU, D, SD;
-	moe_norm nm;      /* nm.nw: h is the residual, the logits unnormed (moe_fold) */
-	const float *xin; /* what the first down launch adds to (x, or h with moe_fold) */
 };
 
 /*
@@ -1615,7 +1409,7 @@ static void moe_gateup_cpl(struct cuda_backend *cb, const moe_ff_args &f, int s0
 {
 	dim3 grid(cu_blocks((size_t)f.d.Fmax, MOE_WARPS), ns, f.d.T);
 	cu_launch_pdl(cb, k_moe_gateup<TYPE, CPL>, grid, MOE_WARPS * 32, smem, f.d, f.h, f.G, f.U, f.logits, f.pk, f.SG, f.SU, s0,
-		      f.act, (int)moe_one_wave(cb, (const void *)k_moe_gateup<TYPE, CPL>, grid, MOE_WARPS * 32, smem), f.nm);
+		      f.act, (int)moe_one_wave(cb, (const void *)k_moe_gateup<TYPE, CPL>, grid, MOE_WARPS * 32, smem));
 }
 
 template <int TYPE>
@@ -1648,7 +1442,7 @@ static void moe_down_cpr(struct cuda_backend *cb, const moe_ff_args &f, int s0, 
 {
 	dim3 grid(cu_blocks((size_t)f.d.E, MOE_WARPS), f.d.T);
 	cu_launch_pdl(cb, k_moe_down<TYPE, CPR>, grid, MOE_WARPS * 32, smem, f.d, f.x, f.D, (const int32_t *)f.pk.sel,
-		      (const float *)f.pk.lv, (const float *)f.pk.ms, f.SD, s0, ns, f.sgate, (const float *)f.act, f.xin);
+		      (const float *)f.pk.lv, (const float *)f.pk.ms, f.SD, s0, ns, f.sgate, (const float *)f.act);
 }
 
 template <int TYPE>
@@ -1687,7 +1481,7 @@ static bool moe_gateup_tc(struct cuda_backend *cb, const moe_ff_args &f, int nsl
 		return false;
 	dim3 grid((unsigned)(d.Fmax + 15) / 16, nslot, d.T);
 	cu_launch_pdl(cb, k_moe_gateup_k4<TYPE>, grid, GU_WARPS * 32, smem, d, f.h, f.G, f.U, f.logits, f.pk, f.SG, f.SU, 0,
-		      f.act, (int)moe_one_wave(cb, (const void *)k_moe_gateup_k4<TYPE>, grid, GU_WARPS * 32, smem), f.nm);
+		      f.act, (int)moe_one_wave(cb, (const void *)k_moe_gateup_k4<TYPE>, grid, GU_WARPS * 32, smem));
 	return true;
 }
 
@@ -1702,158 +1496,8 @@ static bool moe_down_tc(struct cuda_backend *cb, const moe_ff_args &f, int nslot
 		return false;
 	dim3 grid((unsigned)(d.E + 15) / 16, d.T);
 	cu_launch_pdl(cb, k_moe_down_k4<TYPE>, grid, MK_WARPS * 32, smem, d, f.x, f.D, (const int32_t *)f.pk.sel,
-		      (const float *)f.pk.lv, (const float *)f.pk.ms, f.SD, 0, nslot, f.sgate, (const float *)f.act, f.xin);
+		      (const float *)f.pk.lv, (const float *)f.pk.ms, f.SD, 0, nslot, f.sgate, (const float *)f.act);
 	return true;
-}
-
-/* ---- the router folded through the projection before it (decode, one token) ----
- * The MoE's input is x' = x + W_o · o (toast_moe_args.pre_W) and its router reads
- * RMSNorm(x') = s (w ⊙ x') with s = 1 / rms(x'): the logits are s (R · (w ⊙ x) + M · o) with
- * M = R diag(w) W_o, and which k of them are largest does not depend on s > 0. So the router's
- * dot products need not wait for the projection: k_moe_route_fold runs beside it, and the
- * expert kernels, which read x' anyway, take s from it and scale the picks' logits by it. The
- * step loses the router's dependent phase (docs/PERF.md). M is made once per (router,
- * projection), at the first decode, in f32 from the dequantised weights, and kept as fp16 rows
- * scaled by powers of two (11 significant bits; bf16 would keep 8).
- */
-struct cu_moe_fold {
-	const void *router, *wo; /* the two weights' device memory: the key */
-	__half *M;               /* [ne + 1][n_o]; row ne the shared gate's (zeros without one) */
-	float *scale;            /* [ne + 1]: row e of M times scale[e] */
-};
-
-/* A [ne + 1][E] = the router's rows (then the shared gate's, or zeros) times w (f32) */
-__global__ void k_fold_a(cu_wd R, const float *nw, int plus_one, const float *sgw, int ne, int E, float *A)
-{
-	int64_t n8 = E / 8, tot = (int64_t)(ne + 1) * n8;
-	float p1 = plus_one ? 1.0f : 0.0f;
-	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < tot; i += (int64_t)gridDim.x * blockDim.x) {
-		int e = (int)(i / n8), k = (int)(i - e * n8) * 8;
-		float y[8];
-		if (e < ne)
-			cu_dq8(R, 0, e, k, y);
-		else
-			for (int j = 0; j < 8; j++)
-				y[j] = sgw ? sgw[k + j] : 0.0f;
-		for (int j = 0; j < 8; j++)
-			A[(size_t)e * E + k + j] = y[j] * (p1 + nw[k + j]);
-	}
-}
-
-/* B [E][n_o] = W (f32) */
-__global__ void k_fold_b(cu_wd W, int E, int n_o, float *B)
-{
-	int64_t n8 = n_o / 8, tot = (int64_t)E * n8;
-	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < tot; i += (int64_t)gridDim.x * blockDim.x) {
-		int64_t r = i / n8, k = (i - r * n8) * 8;
-		float y[8];
-		cu_dq8(W, 0, r, k, y);
-		for (int j = 0; j < 8; j++)
-			B[r * n_o + k + j] = y[j];
-	}
-}
-
-/* row blockIdx.x of Mf to fp16 in M, scaled by a power of two that puts its largest at 2^13..2^14 */
-__global__ void k_fold_h(const float *Mf, int n_o, __half *M, float *scale)
-{
-	__shared__ float red[32];
-	const float *r = Mf + (size_t)blockIdx.x * n_o;
-	float mx = 0;
-	for (int i = threadIdx.x; i < n_o; i += blockDim.x)
-		mx = fmaxf(mx, fabsf(r[i]));
-	mx = cu_warp_max(mx);
-	if ((threadIdx.x & 31) == 0)
-		red[threadIdx.x >> 5] = mx;
-	__syncthreads();
-	mx = 0;
-	for (int w = 0; w < (int)(blockDim.x >> 5); w++)
-		mx = fmaxf(mx, red[w]);
-	int ex = 0;
-	frexpf(mx, &ex); /* mx < 2^ex */
-	int sh = mx > 0 ? 14 - ex : 0;
-	for (int i = threadIdx.x; i < n_o; i += blockDim.x)
-		M[(size_t)blockIdx.x * n_o + i] = __float2half_rn(ldexpf(r[i], sh));
-	if (threadIdx.x == 0)
-		scale[blockIdx.x] = ldexpf(1.0f, -sh);
-}
-
-/* the fold of a's router through a's projection, made now if it is not yet; NULL when it cannot
- * be (recording a step, out of memory: the MoE then runs unfolded) */
-static const cu_moe_fold *moe_fold_get(struct cuda_backend *cb, const struct toast_moe_args *a, const float *sgw)
-{
-	for (int i = 0; i < cb->n_folds; i++)
-		if (cb->folds[i].router == a->router->dev && cb->folds[i].wo == a->pre_W->dev)
-			return &cb->folds[i];
-	if (cb->capturing || cb->failed)
-		return NULL;
-	if (cb->n_folds == cb->cap_folds) {
-		int cap = cb->cap_folds ? 2 * cb->cap_folds : 64;
-		cu_moe_fold *f = (cu_moe_fold *)realloc(cb->folds, (size_t)cap * sizeof(*f));
-		if (!f)
-			return NULL;
-		cb->folds = f, cb->cap_folds = cap;
-	}
-	int ne = a->n_expert, E = a->n_embd, n_o = (int)a->pre_W->n_in;
-	size_t na = (size_t)(ne + 1) * E, nb = (size_t)E * n_o, nm = (size_t)(ne + 1) * n_o;
-	struct toast_error err;
-	void *M = NULL, *sc = NULL;
-	float *t = NULL;
-	if (cu_own(cb, nm * 2, &M, "router fold", &err) != TOAST_OK || cu_own(cb, (ne + 1) * 4, &sc, "router fold", &err) != TOAST_OK)
-		return NULL;
-	if (cudaMalloc(&t, (na + nb + nm) * 4) != cudaSuccess) {
-		cudaGetLastError();
-		return NULL;
-	}
-	float *A = t, *B = t + na, *Mf = B + nb, one = 1.0f, zero = 0.0f;
-	unsigned cap = (unsigned)cb->n_sm * 16;
-	cu_launch(cb, k_fold_a, cap, 256, 0, cu_wd_weight(a->router), (const float *)a->norm_w->dev, (int)a->plus_one, sgw,
-		  ne, E, A);
-	cu_launch(cb, k_fold_b, cap, 256, 0, cu_wd_weight(a->pre_W), E, n_o, B);
-	/* row-major Mf [ne + 1][n_o] = A · B, as column-major Mfᵀ = Bᵀ · Aᵀ; f32 throughout */
-	cublasStatus_t st = cublasGemmEx(cb->cublas, CUBLAS_OP_N, CUBLAS_OP_N, n_o, ne + 1, E, &one, B, CUDA_R_32F, n_o, A,
-					 CUDA_R_32F, E, &zero, Mf, CUDA_R_32F, n_o, CUBLAS_COMPUTE_32F_PEDANTIC,
-					 CUBLAS_GEMM_DEFAULT);
-	if (st != CUBLAS_STATUS_SUCCESS)
-		cu_fail_msg(cb, "router fold: cublasGemmEx %dx%dx%d: status %d", n_o, ne + 1, E, (int)st);
-	cu_launch(cb, k_fold_h, ne + 1, 256, 0, (const float *)Mf, n_o, (__half *)M, (float *)sc);
-	cu_launched(cb, "router fold");
-	cudaStreamSynchronize(cb->stream);
-	cudaFree(t);
-	if (cb->failed)
-		return NULL;
-	cb->folds[cb->n_folds] = {a->router->dev, a->pre_W->dev, (__half *)M, (float *)sc};
-	return &cb->folds[cb->n_folds++];
-}
-
-/* TOASTED_CUDA_FOLD=0: never fold (to measure what the fold gives) */
-static bool moe_fold_on(void)
-{
-	static int on = -1;
-	if (on < 0) {
-		const char *v = getenv("TOASTED_CUDA_FOLD");
-		on = !(v && v[0] == '0');
-	}
-	return on;
-}
-
-template <int TYPE>
-static void moe_route_fold(struct cuda_backend *cb, const moe_dims &d, const struct toast_moe_args *a,
-			   const cu_moe_fold *f, const float *sgw, float *u, float *usg)
-{
-	const int CPL = moe_cpl<TYPE>(2048);
-	int E = d.E, n_o = (int)a->pre_W->n_in;
-	unsigned nb = cu_blocks((size_t)d.ne, FOLD_WARPS) + (sgw ? 1 : 0);
-	size_t smem = (size_t)(E + n_o) * 4;
-	auto go = [&](auto kern) {
-		cu_launch_pdl(cb, kern, nb, FOLD_WARPS * 32, smem, d, (const float *)a->x, (const float *)a->norm_w->dev,
-			      (int)a->plus_one, cu_wd_weight(a->router), sgw, (const __half *)f->M, (const float *)f->scale, n_o,
-			      (const bf16 *)a->pre_in, u, usg);
-	};
-	if constexpr (CPL > 0) {
-		if (E == 2048)
-			return n_o == 4096 ? go(k_moe_route_fold<TYPE, CPL, 16>) : go(k_moe_route_fold<TYPE, CPL, 0>);
-	}
-	n_o == 4096 ? go(k_moe_route_fold<TYPE, 0, 16>) : go(k_moe_route_fold<TYPE, 0, 0>);
 }
 
 void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
@@ -1866,50 +1510,22 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		cu_fail_msg(cb, "moe: %d experts per token is not supported", d.k);
 		return;
 	}
-	size_t T = (size_t)d.T, n_h = T * d.E, n_log = T * d.ne, n_sel = T * d.k, n_act = T * (d.k + 1) * d.Fmax;
-	const float *sgw = a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL;
-	size_t route_smem = (n_h + d.ne) * 4;
-	int rtype = a->router->dev_type;
-	bool route_dec = d.T <= CU_GEMV_MAX_T && route_smem <= 48 * 1024 &&
-			 (rtype == TOAST_DT_BF16 || (toast_dtype_is_quant((enum toast_dtype)rtype) && d.E % 8 == 0));
-	/* the router folded through the projection (moe_fold): one token, the experts picked by the
-	 * expert kernels, h in their registers (n_embd <= 16 * 256), rows of 16 bytes */
-	int64_t n_o = a->pre_W ? a->pre_W->n_in : 0;
-	bool fold = a->pre_W && d.T == 1 && route_dec && d.ne <= 32 * MOE_WARP_TOPK && d.E <= 4096 && d.E % 8 == 0 && n_o % 8 == 0 &&
-		    (size_t)(d.E + n_o) * 4 <= 48 * 1024 &&
-		    !(((uintptr_t)a->pre_in | (uintptr_t)a->x | (uintptr_t)a->norm_w->dev) & 15) &&
-		    moe_fold_on();
-	const cu_moe_fold *fo = fold ? moe_fold_get(cb, a, sgw) : NULL;
-	struct toast_mm_in pin = {};
-	pin.act = a->pre_in;
-	struct toast_mm_out pout = {a->x, TOAST_MM_ADD, a->pre_W, NULL};
-	if (a->pre_W && !fo)
-		cu_matmul(cb, &pin, &pout, 1, d.T);
 	if (moe_grouped_fits(d)) {
 		cu_moe_grouped(cb, a, d);
 		return;
 	}
-	char *scr = (char *)cu_scratch(cb, (n_act + n_h + n_log + 2 * n_sel + 4 * T) * 4);
+	size_t T = (size_t)d.T, n_h = T * d.E, n_log = T * d.ne, n_sel = T * d.k, n_act = T * (d.k + 1) * d.Fmax;
+	char *scr = (char *)cu_scratch(cb, (n_act + n_h + n_log + 2 * n_sel + 3 * T) * 4);
 	if (!scr)
 		return;
 	float *act = (float *)scr, *h = act + n_act, *logits = h + n_h;
 	int32_t *sel = (int32_t *)(logits + n_log);
-	float *wt = (float *)(sel + n_sel), *sgate = wt + n_sel, *ms = sgate + T, *usg = ms + 2 * T;
-	if (fo && !cu_gemv_fits(cb, a->pre_W, 1)) {
-		cu_matmul(cb, &pin, &pout, 1, d.T);
-		fo = NULL;
-	}
-	if (fo) { /* the router's products, then h = x + W_o · o beside them */
-		d.pick = 1;
-		if (rtype == TOAST_DT_BF16)
-			moe_route_fold<TOAST_DT_BF16>(cb, d, a, fo, sgw, logits, usg);
-		else if (rtype == TOAST_DT_MLX8)
-			moe_route_fold<TOAST_DT_MLX8>(cb, d, a, fo, sgw, logits, usg);
-		else
-			moe_route_fold<CU_QT_ANY>(cb, d, a, fo, sgw, logits, usg);
-		cu_launched(cb, "moe route (folded)");
-		cu_gemv_add_from(cb, h, a->x, (const bf16 *)a->pre_in, a->pre_W);
-	} else if (route_dec) {
+	float *wt = (float *)(sel + n_sel), *sgate = wt + n_sel, *ms = sgate + T;
+	const float *sgw = a->sh_gate_inp ? (const float *)a->sh_gate_inp->dev : NULL;
+	size_t route_smem = (n_h + d.ne) * 4;
+	int rtype = a->router->dev_type;
+	if (d.T <= CU_GEMV_MAX_T && route_smem <= 48 * 1024 &&
+	    (rtype == TOAST_DT_BF16 || (toast_dtype_is_quant((enum toast_dtype)rtype) && d.E % 8 == 0))) {
 		d.pick = d.ne <= 32 * MOE_WARP_TOPK;
 		moe_route_args ra = {d, a->x, (const float *)a->norm_w->dev, a->eps, a->plus_one, cu_wd_weight(a->router), sgw,
 				     h, logits, sel, wt, sgate, cb->counters};
@@ -1937,10 +1553,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	cu_wd SG = d.Fs ? cu_wd_weight(a->sh_gate) : G, SU = d.Fs ? cu_wd_weight(a->sh_up) : U;
 	cu_wd SD = d.Fs ? cu_wd_weight(a->sh_down) : D;
 	int tr = moe_ktype2(G.type, U.type), ts = d.Fs ? moe_ktype2(SG.type, SU.type) : tr;
-	moe_ff_args fa = {d, h, a->x, {sel, wt, ms}, logits, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD,
-			  moe_norm{}, fo ? h : a->x};
-	if (fo)
-		fa.nm = {(const float *)a->norm_w->dev, a->eps, (int)a->plus_one, sgw ? usg : NULL, sgate};
+	moe_ff_args fa = {d, h, a->x, {sel, wt, ms}, logits, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD};
 	int nslot = d.k + (d.Fs ? 1 : 0);
 	if (!cu_with_kq(G.type, [&](auto k) { return moe_gateup_tc<decltype(k)::value>(cb, fa, nslot); })) {
 		if (tr == ts) {
