@@ -2,7 +2,7 @@
 # One GPU session's work in one call: correctness of every CUDA op and model against the CPU
 # oracle, then timing. Run on the device machine from the repository root, with carry/gpu
 # (made here by tools/gpu-bundle.sh) carried. Full logs go to $OUT; a short table is printed last.
-# Usage: bench/gpu.sh [quick|full|perf|cache|quant|ab|dab|pab|probe|demo]   (cache: only the session cache's checks and benchmark)
+# Usage: bench/gpu.sh [quick|full|perf|cache|quant|ab|dab|pab|prec|probe|demo]   (cache: only the session cache's checks and benchmark)
 #   demo: the product on the GPU: the real demo model (SmolLM2-135M-Instruct, 98 MB: more than a
 #   run carries with the tree, so it comes in parts, see below) through test_smollm (CUDA against
 #   the CPU), tests/smollm_run.sh on the CUDA backend (`toasted run`, the daemon, `toast`), its
@@ -194,6 +194,42 @@ if [ "$MODE" = pab ]; then
 		TOASTED_CUDA_PROFILE=1 timeout 200 $B/$v bench --synthetic qwen3-next-80b-a3b --layers 12 --backend cuda \
 			--chunk 4096 --prompt 4096 --ctx 0 --decode 1 2>&1 | grep -A40 "cuda profile" | tee "$OUT/profile-$v.txt" | head -24
 	done
+	echo
+	echo "==== summary ===="
+	printf '%s\n' "${summary[@]}"
+	exit 0
+fi
+# prec: the fp16 products of normed inputs against bf16 ones (TOASTED_CUDA_BF16_GEMM=1), same
+# binary: PREC_PART=1 test_ops under both (the bf16 products must fail test_matmul_normed) and
+# every fixture's prefill-chunk check under both; PREC_PART=2 the 17K prompt under both, two rounds
+if [ "$MODE" = prec ]; then
+	if [ "${PREC_PART:-1}" = 1 ]; then
+		for ev in "" TOASTED_CUDA_BF16_GEMM=1; do
+			log="$OUT/test_ops${ev:+-bf16}.log"
+			timeout 280 env $ev $B/test_ops >"$log" 2>&1
+			summary+=("test_ops ${ev:-fp16}: rc=$? $(grep -c 'failed' "$log") failures, $(tail -1 "$log")")
+			grep -E "failed|normed inputs" "$log" | head -12
+		done
+		for m in qwen3-tiny qwen3moe-tiny qwen35-tiny qwen35moe-tiny qwen3next-tiny qwen3-odd qwen3moe-odd qwen35moe-odd qwen3next-odd; do
+			for ev in "" TOASTED_CUDA_BF16_GEMM=1; do
+				timeout 120 env $ev $B/toasted check build/testdata/models/$m --backend cuda --chunk 64 >"$OUT/check.tmp" 2>&1
+				summary+=("check $m chunk 64 ${ev:-fp16}: rc=$? $(grep -E '^ids|^greedy|^toasted' "$OUT/check.tmp" | tr '\n' ' ')")
+			done
+		done
+	else
+		for r in 1 2; do
+			for ev in "" TOASTED_CUDA_BF16_GEMM=1; do
+				for t in "--layers 12" "--type q4_k --chunk 4096" "--type q4_k --chunk 32768"; do
+					timeout 200 env $ev $B/toasted bench --synthetic qwen3-next-80b-a3b $t --backend cuda --prompt 17408 \
+						--ctx 0 --decode 1 >"$OUT/ab.tmp" 2>&1
+					summary+=("round $r ${ev:-fp16} $t: $(awk '/^prefill/ {printf "%s ms, %s x GEMM", $4, $7}' "$OUT/ab.tmp")")
+				done
+			done
+		done
+		timeout 200 $B/test_cache >"$OUT/test_cache.log" 2>&1
+		summary+=("test_cache (cpu + cuda): rc=$? $(tail -1 "$OUT/test_cache.log")")
+	fi
+	rm -f "$OUT/check.tmp" "$OUT/ab.tmp"
 	echo
 	echo "==== summary ===="
 	printf '%s\n' "${summary[@]}"

@@ -1284,5 +1284,12 @@ void cu_q_fill_synthetic(struct cuda_backend *cb, void *dst, const struct toast_
  * gets what bf16 rounded off (value - out, in bf16), so that out + lo holds ~16 bits. */
 void cu_q_dequant_bf16(struct cuda_backend *cb, const cu_wd &w, size_t e, int64_t r0, int64_t n, int64_t n_in,
 		       bf16 *out, bf16 *lo);
+/* The largest |value| of the n_out rows of w (bf16 or quantised; one matrix) into *amax. */
+void cu_q_amax(struct cuda_backend *cb, const cu_wd &w, int64_t n_out, int64_t n_in, float *amax);
+/* Rows [r0, r0 + n) of w as fp16 [n][n_in] in out, times the power of two s that puts *amax in
+ * [2^14, 2^15); f16_slots[2] = 1 / (s * f16_slots[0]), the GEMM's alpha for an input scaled by
+ * f16_slots[0] (cu_norm_rows). */
+void cu_q_dequant_f16(struct cuda_backend *cb, const cu_wd &w, int64_t r0, int64_t n, int64_t n_in, __half *out,
+		      const float *amax);
 
 #endif

@@ -637,6 +637,7 @@ static void cuda_free(struct toast_backend *be)
 	cudaFreeHost(cb->h_step);
 	cudaFree(cb->cublas_ws);
 	cudaFree(cb->counters);
+	cudaFree(cb->f16_slots);
 	if (cb->cublas)
 		cublasDestroy(cb->cublas);
 	cudaEventDestroy(cb->step_copied);
@@ -701,8 +702,11 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	cudaDeviceProp prop;
 	cb->dev = 0;
-	const char *dbg = getenv("TOASTED_CUDA_SYNC");
+	const char *dbg = getenv("TOASTED_CUDA_SYNC"), *b16 = getenv("TOASTED_CUDA_BF16_GEMM");
 	cb->debug_sync = dbg && *dbg == '1';
+	cb->gemm_bf16 = b16 && *b16 == '1';
+	static const float f16_slots[5] = {1, 0, 1, 0, 1}; /* input scale, weight max, alpha, beta 0, 1 */
+	size_t f16_bytes = (5 + CU_F16_KEPT) * sizeof(float);
 	bool ok = cudaSetDevice(cb->dev) == cudaSuccess && cudaGetDeviceProperties(&prop, cb->dev) == cudaSuccess &&
 		  cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) == cudaSuccess &&
 		  cudaEventCreateWithFlags(&cb->step_copied, cudaEventDisableTiming) == cudaSuccess &&
@@ -711,6 +715,9 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 		  cudaMalloc(&cb->cublas_ws, 32u << 20) == cudaSuccess &&
 		  cudaMalloc(&cb->counters, 64 * sizeof(unsigned)) == cudaSuccess &&
 		  cudaMemsetAsync(cb->counters, 0, 64 * sizeof(unsigned), cb->stream) == cudaSuccess &&
+		  cudaMalloc(&cb->f16_slots, f16_bytes) == cudaSuccess &&
+		  cudaMemcpyAsync(cb->f16_slots, f16_slots, sizeof(f16_slots), cudaMemcpyHostToDevice, cb->stream) ==
+			  cudaSuccess &&
 		  cublasSetWorkspace(cb->cublas, cb->cublas_ws, 32u << 20) == CUBLAS_STATUS_SUCCESS;
 	if (!ok) {
 		cudaError_t le = cudaGetLastError();

@@ -12,6 +12,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,6 +30,8 @@ struct cu_graph {
 	cudaGraphExec_t exec;
 	uint64_t last_use;
 };
+
+#define CU_F16_KEPT 1024 /* weights whose largest |value| is kept for the fp16 products */
 
 struct cuda_backend {
 	struct toast_backend base;
@@ -51,6 +54,12 @@ struct cuda_backend {
 	void *scratch, *scratch2, *scratch3;
 	size_t scratch_bytes, scratch2_bytes, scratch3_bytes;
 	unsigned *counters; /* zeroed device counters for "last block" patterns; each user resets its own */
+	/* the fp16 products of normed inputs on cuBLAS (k_matmul.cu): device {input scale, a weight's
+	 * largest |value| when not kept, alpha, 0, 1, then that of the weight whose dev is
+	 * f16_keys[i] at 5 + i}; gemm_bf16 (TOASTED_CUDA_BF16_GEMM=1) takes bf16 products instead */
+	float *f16_slots;
+	const void *f16_keys[CU_F16_KEPT];
+	bool gemm_bf16;
 	/* weights uploaded by prepare_weight/prepare_experts, freed with the backend */
 	void **owned;
 	size_t n_owned, cap_owned;
@@ -331,6 +340,19 @@ __device__ __forceinline__ float4 cu_norm4(const float *x, const float *w, int i
 	return make_float4(v.x * r * (p1 + g.x), v.y * r * (p1 + g.y), v.z * r * (p1 + g.z), v.w * r * (p1 + g.w));
 }
 
+/* the power of two s with bound * s < 2^15 (fp16's largest finite value is 65504) and
+ * bound * s >= 2^14, so values up to bound keep fp16's 11 bits clear of its range's ends;
+ * 1 for a bound of 0 or not finite */
+__device__ __forceinline__ float cu_f16_scale(float bound)
+{
+	if (!(bound > 0.0f) || isinf(bound))
+		return 1.0f;
+	int p;
+	frexpf(bound, &p); /* bound < 2^p */
+	p = p < -100 ? -100 : p > 100 ? 100 : p;
+	return ldexpf(1.0f, 15 - p);
+}
+
 __device__ __forceinline__ float cu_silu(float x)
 {
 	return x / (1.0f + __expf(-x));
@@ -472,12 +494,19 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 	       int T);
 /* out[T][W.n_out] (f32) = x[T][W.n_in] (f32) · Wᵀ, any weight type: precise and slow */
 void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const struct toast_weight *W, int T);
-/* rows y = RMSNorm(x) with w, into yf (f32) and/or yb (bf16); ylo = bf16(y - yb) */
+/* rows y = RMSNorm(x) with w, into yf (f32) and/or yb (bf16); ylo = bf16(y - yb); yh = fp16(y * s),
+ * s the power of two (in f16_slots[0]) that keeps sqrt(n) max|w| (a bound on |y|) below 2^15 */
 void cu_norm_rows(struct cuda_backend *cb, const float *x, const struct toast_weight *w, int T, int64_t n, float eps,
-		  bool plus_one, float *yf, bf16 *yb, bf16 *ylo);
+		  bool plus_one, float *yf, bf16 *yb, bf16 *ylo, __half *yh);
 /* o->out [T][W.n_out] (per mode) = in [T][W.n_in] (bf16) · Wᵀ on cuBLAS (a quantised W is
  * dequantised to bf16 in scratch2 first, a block of rows at a time) */
 void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16 *in, int T);
+/* the same for a normed input from cu_norm_rows' yh (mode F32 or ADD): W converted to fp16 in
+ * scratch2 a block of rows at a time, scaled by the power of two that keeps its largest |value|
+ * (found at its first product, then kept) below 2^15; alpha undoes both scales. fp16's 11 bits
+ * against bf16's 8: the products that feed DeltaNet's and attention's f32 math (q, k, v, gates)
+ * get about decode's precision at prefill */
+void cu_cublas_f16(struct cuda_backend *cb, const struct toast_mm_out *o, const __half *in, int T);
 /* out (f32) = (hi + lo) · Wᵀ for an input split in two bf16 parts (f32 precision nearly): three
  * GEMMs when W is quantised (its dequantised values need more than bf16's 8 bits: they go in
  * as two parts too; the lo x lo product is left out), two when it is bf16 */

@@ -408,16 +408,33 @@ __global__ void k_gemv_plain(void *out, int mode, const bf16 *x, const float *xf
 		gemv_store(out, mode, n_out, t, r, acc);
 }
 
-/* y = RMSNorm(x) rows, to f32 and/or bf16 */
+/* y = RMSNorm(x) rows, to f32, bf16 and/or scaled fp16 (cu_norm_rows) */
 __global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps, int plus_one, float *yf, bf16 *yb,
-			    bf16 *ylo)
+			    bf16 *ylo, __half *yh, float *slots)
 {
 	__shared__ float red[32];
 	const float *xr = x + blockIdx.x * n;
+	float p1 = plus_one ? 1.0f : 0.0f, s = 1.0f;
+	if (yh) { /* |x_i| / rms(x) <= sqrt(n): |y_i| <= sqrt(n) max|p1 + w| */
+		float m = 0;
+		for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+			m = fmaxf(m, fabsf(p1 + w[i]));
+		m = cu_warp_max(m);
+		__syncthreads();
+		if ((threadIdx.x & 31) == 0)
+			red[threadIdx.x >> 5] = m;
+		__syncthreads();
+		m = 0;
+		for (int i = 0; i < (int)(blockDim.x >> 5); i++)
+			m = fmaxf(m, red[i]);
+		s = cu_f16_scale(sqrtf((float)n) * m);
+		if (blockIdx.x == 0 && threadIdx.x == 0)
+			slots[0] = s;
+	}
 	if ((n & 3) == 0 && (((uintptr_t)x | (uintptr_t)w | (uintptr_t)yf) & 15) == 0 &&
-	    (((uintptr_t)yb | (uintptr_t)ylo) & 3) == 0) { /* a float4 at a time */
+	    (((uintptr_t)yb | (uintptr_t)ylo | (uintptr_t)yh) & 3) == 0) { /* a float4 at a time */
 		int n4 = (int)(n >> 2);
-		float r = cu_rms4(xr, n, eps, red), p1 = plus_one ? 1.0f : 0.0f;
+		float r = cu_rms4(xr, n, eps, red);
 		size_t o = (size_t)blockIdx.x * n4;
 		for (int i = threadIdx.x; i < n4; i += blockDim.x) {
 			float4 v = cu_norm4(xr, w, i, r, p1);
@@ -432,12 +449,15 @@ __global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps
 					float2 f = __bfloat1622float2(hi[h]);
 					((__nv_bfloat162 *)ylo)[2 * (o + i) + h] = __floats2bfloat162_rn(y[2 * h] - f.x, y[2 * h + 1] - f.y);
 				}
+			if (yh)
+				for (int h = 0; h < 2; h++)
+					((__half2 *)yh)[2 * (o + i) + h] = __floats2half2_rn(y[2 * h] * s, y[2 * h + 1] * s);
 		}
 		return;
 	}
 	float r = cu_rms(xr, n, eps, red);
 	for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-		float y = xr[i] * r * (plus_one ? 1.0f + w[i] : w[i]);
+		float y = xr[i] * r * (p1 + w[i]);
 		if (yf)
 			yf[blockIdx.x * n + i] = y;
 		bf16 hi = __float2bfloat16(y);
@@ -445,13 +465,16 @@ __global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps
 			yb[blockIdx.x * n + i] = hi;
 		if (ylo)
 			ylo[blockIdx.x * n + i] = __float2bfloat16(y - __bfloat162float(hi));
+		if (yh)
+			yh[blockIdx.x * n + i] = __float2half_rn(y * s);
 	}
 }
 
 void cu_norm_rows(struct cuda_backend *cb, const float *x, const struct toast_weight *w, int T, int64_t n, float eps,
-		  bool plus_one, float *yf, bf16 *yb, bf16 *ylo)
+		  bool plus_one, float *yf, bf16 *yb, bf16 *ylo, __half *yh)
 {
-	cu_launch(cb, k_norm_rows, T, 256, 0, x, (const float *)w->dev, n, eps, (int)plus_one, yf, yb, ylo);
+	cu_launch(cb, k_norm_rows, T, 256, 0, x, (const float *)w->dev, n, eps, (int)plus_one, yf, yb, ylo, yh,
+		  cb->f16_slots);
 	cu_launched(cb, "rmsnorm");
 }
 
@@ -548,6 +571,53 @@ void cu_cublas_split(struct cuda_backend *cb, float *out, const struct toast_wei
 	cublas_gemm(cb, &set, whi, W->n_out, out, hi, T);
 	cublas_gemm(cb, &add, whi, W->n_out, out, lo, T);
 	cublas_gemm(cb, &add, whi + n, W->n_out, out, hi, T);
+}
+
+/* the device float holding W's largest |value|, found once per weight (weights live as long as
+ * the backend, so dev identifies one), or the shared slot when the table is full */
+static float *f16_amax(struct cuda_backend *cb, const struct toast_weight *W)
+{
+	size_t h = ((uintptr_t)W->dev >> 8) * 0x9E3779B97F4A7C15ull >> 40;
+	for (int k = 0; k < CU_F16_KEPT; k++) {
+		size_t i = (h + k) % CU_F16_KEPT;
+		if (cb->f16_keys[i] == W->dev)
+			return cb->f16_slots + 5 + i;
+		if (!cb->f16_keys[i]) {
+			cb->f16_keys[i] = W->dev;
+			cu_q_amax(cb, cu_wd_weight(W), W->n_out, W->n_in, cb->f16_slots + 5 + i);
+			return cb->f16_slots + 5 + i;
+		}
+	}
+	cu_q_amax(cb, cu_wd_weight(W), W->n_out, W->n_in, cb->f16_slots + 1);
+	return cb->f16_slots + 1;
+}
+
+void cu_cublas_f16(struct cuda_backend *cb, const struct toast_mm_out *o, const __half *in, int T)
+{
+	const struct toast_weight *W = o->W;
+	int64_t n_in = W->n_in, rows = (int64_t)(CU_DEQUANT_PIECE / ((size_t)n_in * 2));
+	rows = rows < 1 ? 1 : rows > W->n_out ? W->n_out : rows;
+	__half *tmp = (__half *)cu_scratch2(cb, (size_t)rows * (size_t)n_in * 2);
+	if (!tmp)
+		return;
+	const float *amax = f16_amax(cb, W);
+	/* alpha (undoing the scales) is known on the device only */
+	const float *alpha = cb->f16_slots + 2, *beta = cb->f16_slots + (o->mode == TOAST_MM_ADD ? 4 : 3);
+	cu_wd wd = cu_wd_weight(W);
+	for (int64_t r0 = 0; r0 < W->n_out && !cb->failed; r0 += rows) {
+		int64_t n = W->n_out - r0 < rows ? W->n_out - r0 : rows;
+		cu_q_dequant_f16(cb, wd, r0, n, n_in, tmp, amax);
+		cublasSetPointerMode(cb->cublas, CUBLAS_POINTER_MODE_DEVICE);
+		cublasStatus_t st = cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, T, (int)n_in, alpha, tmp,
+						 CUDA_R_16F, (int)n_in, in, CUDA_R_16F, (int)n_in, beta,
+						 (float *)o->out + r0, CUDA_R_32F, (int)W->n_out, CUBLAS_COMPUTE_32F,
+						 CUBLAS_GEMM_DEFAULT);
+		cublasSetPointerMode(cb->cublas, CUBLAS_POINTER_MODE_HOST);
+		if (st != CUBLAS_STATUS_SUCCESS)
+			cu_fail_msg(cb, "cublasGemmEx (fp16) %lldx%dx%lld: status %d", (long long)n, T, (long long)n_in,
+				    (int)st);
+		cu_launched(cb, "matmul (cublas, fp16)");
+	}
 }
 
 /* the kernel's token count: exact for bf16, 1, 2, 4 or 8 for quantised types (fewer kernels;
@@ -791,32 +861,47 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 	}
 	if (!left)
 		return;
-	/* the general path: the input in memory once (bf16 for tensor cores, f32 too for odd shapes) */
+	/* the general path: the input in memory once (bf16 for tensor cores, f32 too for odd shapes,
+	 * fp16 for the products cu_cublas_f16 takes) */
 	auto on_cublas = [&](const struct toast_weight *W) {
 		return toast_dtype_is_quant(W->dev_type) || (T > CU_GEMV_MAX_T && W->dev_type == TOAST_DT_BF16);
 	};
+	auto on_f16 = [&](const struct toast_mm_out &o) {
+		return !in->act && !cb->gemm_bf16 && on_cublas(o.W) && o.mode != TOAST_MM_ACT;
+	};
 	const bf16 *xb = (const bf16 *)in->act;
 	const float *xf = NULL;
+	const __half *xh = NULL;
 	if (!xb) {
-		bool plain = false;
-		for (int k = 0; k < n_outs; k++)
-			plain = plain || (!done[k] && !on_cublas(outs[k].W));
+		bool plain = false, f16 = false, b16 = in->norm_out != NULL;
+		for (int k = 0; k < n_outs; k++) {
+			if (done[k])
+				continue;
+			plain = plain || !on_cublas(outs[k].W);
+			f16 = f16 || on_f16(outs[k]);
+			b16 = b16 || (on_cublas(outs[k].W) && !on_f16(outs[k]));
+		}
 		size_t n = (size_t)T * n_in;
-		char *scr = (char *)cu_scratch(cb, n * 6);
+		char *scr = (char *)cu_scratch(cb, n * 8);
 		if (!scr)
 			return;
 		float *yf = plain ? (float *)scr : NULL;
-		bf16 *yb = in->norm_out ? (bf16 *)in->norm_out : (bf16 *)(scr + n * 4);
-		cu_norm_rows(cb, in->norm_x, in->norm_w, T, n_in, in->eps, in->plus_one, yf, yb, NULL);
+		bf16 *yb = in->norm_out ? (bf16 *)in->norm_out : b16 ? (bf16 *)(scr + n * 4) : NULL;
+		__half *yh = f16 ? (__half *)(scr + n * 6) : NULL;
+		cu_norm_rows(cb, in->norm_x, in->norm_w, T, n_in, in->eps, in->plus_one, yf, yb, NULL, yh);
 		xb = yb;
 		xf = yf;
+		xh = yh;
 	}
 	for (int k = 0; k < n_outs; k++) {
 		const struct toast_weight *W = outs[k].W;
 		if (done[k])
 			continue;
 		if (on_cublas(W)) {
-			cu_cublas(cb, &outs[k], xb, T);
+			if (xh && on_f16(outs[k]))
+				cu_cublas_f16(cb, &outs[k], xh, T);
+			else
+				cu_cublas(cb, &outs[k], xb, T);
 			continue;
 		}
 		dim3 grid(cu_blocks((size_t)W->n_out, 8), T);

@@ -1309,7 +1309,7 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 
 	/* route on h = hb + hlo: bf16 GEMMs give the router (nearly) f32 inputs, and a quantised
 	 * router (nearly) its exact values, so experts are chosen as in decode */
-	cu_norm_rows(cb, a->x, a->norm_w, d.T, d.E, a->eps, a->plus_one, h, hb, hlo);
+	cu_norm_rows(cb, a->x, a->norm_w, d.T, d.E, a->eps, a->plus_one, h, hb, hlo, NULL);
 	cu_cublas_split(cb, logits, a->router, hb, hlo, d.T);
 	if (d.ne <= 32 * MOE_WARP_TOPK)
 		cu_launch(cb, k_moe_topk_warps, cu_blocks(T, 8), 256, 0, d, h, logits, sgw, sel, wt, sgate);
@@ -1538,7 +1538,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 			moe_route<CU_QT_ANY>(cb, ra, nb, route_smem);
 		cu_launched(cb, "moe route");
 	} else {
-		cu_norm_rows(cb, a->x, a->norm_w, d.T, d.E, a->eps, a->plus_one, h, NULL, NULL);
+		cu_norm_rows(cb, a->x, a->norm_w, d.T, d.E, a->eps, a->plus_one, h, NULL, NULL, NULL);
 		cu_gemv_f32(cb, logits, h, a->router, d.T); /* router logits from the f32 input */
 		cu_launch(cb, k_moe_topk, d.T, 256, d.ne * 4, d, h, logits, sgw, sel, wt, sgate);
 		cu_launched(cb, "moe top-k");

@@ -2,7 +2,7 @@
  * k_quant.cu - quantised weights into and out of the device layout (cu_quant.cuh): the upload
  * that splits unaligned GGUF blocks into their planes, the synthetic fill (backend/synth_quant.h:
  * the same bytes the CPU backend makes, made on the device, where 45 GB take a second), and the
- * dequantisation of row ranges to bf16 for tensor-core GEMMs.
+ * dequantisation of row ranges to bf16 or scaled fp16 for tensor-core GEMMs.
  */
 #include "backend/cuda/cu_quant.cuh"
 
@@ -105,6 +105,79 @@ __global__ void k_q_dequant_bf16(cu_wd w, size_t e, int64_t r0, int64_t n, int64
 		if (lo)
 			*(uint4 *)(lo + r * n_in + k) = *(const uint4 *)l;
 	}
+}
+
+/* element i of rows [r0, r0 + n) of a bf16 matrix */
+__device__ __forceinline__ float q_bf16_at(const cu_wd &w, int64_t r0, int64_t n_in, int64_t i)
+{
+	int64_t r = i / n_in;
+	return __bfloat162float(((const bf16 *)cu_row(w, 0, r0 + r).q)[i - r * n_in]);
+}
+
+/* the largest |value| of rows [r0, r0 + n) into *amax (f32 bits; zero it first) */
+__global__ void k_q_amax(cu_wd w, int64_t r0, int64_t n, int64_t n_in, unsigned *amax)
+{
+	int64_t n8 = n_in / 8;
+	float m = 0;
+	if (n_in & 7) { /* bf16 rows of any length (quantised ones are whole blocks) */
+		for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * n_in; i += (int64_t)gridDim.x * blockDim.x)
+			m = fmaxf(m, fabsf(q_bf16_at(w, r0, n_in, i)));
+	} else {
+		for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * n8; i += (int64_t)gridDim.x * blockDim.x) {
+			int64_t r = i / n8, k = (i - r * n8) * 8;
+			float y[8];
+			cu_dq8(w, 0, r0 + r, k, y);
+			for (int j = 0; j < 8; j++)
+				m = fmaxf(m, fabsf(y[j]));
+		}
+	}
+	m = cu_warp_max(m);
+	if ((threadIdx.x & 31) == 0)
+		atomicMax(amax, __float_as_uint(m)); /* non-negative floats order as their bits */
+}
+
+/* rows [r0, r0 + n) as fp16 scaled by s = cu_f16_scale(*amax); slots[2] = 1 / (s * slots[0]) */
+__global__ void k_q_dequant_f16(cu_wd w, int64_t r0, int64_t n, int64_t n_in, __half *out, const float *amax,
+				float *slots)
+{
+	float s = cu_f16_scale(*amax);
+	if (blockIdx.x == 0 && threadIdx.x == 0)
+		slots[2] = 1.0f / (s * slots[0]);
+	int64_t n8 = n_in / 8;
+	if (n_in & 7) {
+		for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * n_in; i += (int64_t)gridDim.x * blockDim.x)
+			out[i] = __float2half_rn(q_bf16_at(w, r0, n_in, i) * s);
+		return;
+	}
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * n8; i += (int64_t)gridDim.x * blockDim.x) {
+		int64_t r = i / n8, k = (i - r * n8) * 8;
+		float y[8];
+		cu_dq8(w, 0, r0 + r, k, y);
+		__half2 v[4];
+		for (int j = 0; j < 4; j++)
+			v[j] = __floats2half2_rn(y[2 * j] * s, y[2 * j + 1] * s);
+		*(uint4 *)(out + r * n_in + k) = *(const uint4 *)v;
+	}
+}
+
+static unsigned q_f16_grid(struct cuda_backend *cb, int64_t n, int64_t n_in)
+{
+	unsigned blocks = cu_blocks((size_t)n * (size_t)(n_in % 8 ? n_in : n_in / 8), 256), cap = (unsigned)cb->n_sm * 16;
+	return blocks < cap ? blocks : cap;
+}
+
+void cu_q_amax(struct cuda_backend *cb, const cu_wd &w, int64_t n_out, int64_t n_in, float *amax)
+{
+	cu_fail(cb, cudaMemsetAsync(amax, 0, sizeof(float), cb->stream), "weight maximum");
+	cu_launch(cb, k_q_amax, q_f16_grid(cb, n_out, n_in), 256, 0, w, (int64_t)0, n_out, n_in, (unsigned *)amax);
+	cu_launched(cb, "weight maximum");
+}
+
+void cu_q_dequant_f16(struct cuda_backend *cb, const cu_wd &w, int64_t r0, int64_t n, int64_t n_in, __half *out,
+		      const float *amax)
+{
+	cu_launch(cb, k_q_dequant_f16, q_f16_grid(cb, n, n_in), 256, 0, w, r0, n, n_in, out, amax, cb->f16_slots);
+	cu_launched(cb, "dequantise to fp16");
 }
 
 void cu_q_dequant_bf16(struct cuda_backend *cb, const cu_wd &w, size_t e, int64_t r0, int64_t n, int64_t n_in,
