@@ -210,6 +210,7 @@ struct ctx {
 	 * 0.5), and spike: each input row's first element 1000x the rest */
 	double w_amp, nw_amp;
 	bool spike;
+	bool xf; /* a plain input given as f32 rows (toast_mm_in.xf), not act */
 };
 
 /* ---- matmul (plain and with the fused RMSNorm input, several outputs, SiLU(gate) * up) ---- */
@@ -250,10 +251,13 @@ static double test_matmul_types(struct ctx *c, const enum toast_dtype *types, in
 		for (size_t i = 0; i < (size_t)T * n_in; i++)
 			in_ref[i] = x[i];
 	}
-	void *dx = put(be, x, (size_t)T * n_in, !normed);
+	bool xf = !normed && c->xf;
+	for (size_t i = 0; xf && i < (size_t)T * n_in; i++) /* (rand_vec's values are bf16) */
+		in_ref[i] = x[i] = x[i] * (1 + 1e-3f * (float)rnd());
+	void *dx = put(be, x, (size_t)T * n_in, !normed && !xf);
 	void *dnorm = normed ? be->ops->alloc(be, (size_t)T * n_in * be->act_size) : NULL;
-	struct toast_mm_in in = {.act = normed ? NULL : dx, .norm_x = normed ? dx : NULL, .norm_w = &nw.w, .eps = 1e-6f,
-				 .plus_one = plus_one, .norm_out = dnorm};
+	struct toast_mm_in in = {.act = normed || xf ? NULL : dx, .xf = xf ? dx : NULL, .norm_x = normed ? dx : NULL,
+				 .norm_w = &nw.w, .eps = 1e-6f, .plus_one = plus_one, .norm_out = dnorm};
 	struct toast_mm_out outs[TOAST_MM_MAX_OUT];
 	struct hw w[TOAST_MM_MAX_OUT], w2[TOAST_MM_MAX_OUT];
 	float *y0[TOAST_MM_MAX_OUT];
@@ -323,11 +327,14 @@ static double test_matmul(struct ctx *c, enum toast_dtype type, int T, const int
 	return test_matmul_types(c, types, T, n_out, n_outs, n_in, mode, normed, plus_one);
 }
 
-/* Prefill-sized products of a normed input (cuBLAS on a GPU) held to 1e-3, where bf16 operands
- * give 1.1-2.9e-3 (H100; fp16 ones 4.3e-4): they feed DeltaNet's and attention's f32 math. Rows of any length; then
+/* Products of a normed input or f32 rows (DeltaNet's output into out_proj) held to 1e-3, where
+ * bf16 operands give 1.1-2.9e-3 (H100; fp16 ones 4.3e-4): they feed DeltaNet's and attention's
+ * f32 math, or carry DeltaNet's output, the rounding the models are most sensitive to. Prefill
+ * sizes (cuBLAS on a GPU) and decode ones of bf16 weights (f32 GEMVs); rows of any length; then
  * values fp16 cannot hold unscaled: inputs and weights beyond 65504, weights in its subnormal
- * range. Prints the largest error. */
-static void test_matmul_normed(struct ctx *c)
+ * range. Prints the largest error. (Quantised weights at decode read f32 rows in bf16 on a GPU:
+ * test_quant.) */
+static void test_matmul_precise(struct ctx *c)
 {
 	struct ctx p = *c;
 	p.tol = fmin(c->tol, 1e-3);
@@ -338,11 +345,21 @@ static void test_matmul_normed(struct ctx *c)
 	e = fmax(e, test_matmul(&p, TOAST_DT_Q6_K, 12, o1, 1, 512, TOAST_MM_ADD, true, false));
 	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 20, o2, 2, 100, TOAST_MM_F32, true, true));
 	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 9, o1, 1, 37, TOAST_MM_ADD, true, false));
+	p.xf = true;
+	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 1, o1, 1, 4096, TOAST_MM_ADD, false, false));
+	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 5, o2, 2, 1024, TOAST_MM_F32, false, false));
+	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 40, o1, 1, 4096, TOAST_MM_ADD, false, false));
+	e = fmax(e, test_matmul(&p, TOAST_DT_Q4_K, 20, o2, 2, 1024, TOAST_MM_ADD, false, false));
+	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 12, o1, 1, 100, TOAST_MM_F32, false, false));
+	p.xf = false;
 	p.w_amp = 1e5, p.nw_amp = 3000, p.spike = true;
 	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 16, o1, 1, 1024, TOAST_MM_F32, true, false));
+	p.xf = true; /* f32 rows past 65504 */
+	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 16, o1, 1, 1024, TOAST_MM_F32, false, false));
+	p.xf = false;
 	p.w_amp = 1e-6, p.nw_amp = 0, p.spike = false;
 	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 16, o1, 1, 1024, TOAST_MM_F32, true, true));
-	printf("%s: prefill products of normed inputs, largest error %.3g (bound %.3g)\n", c->name, e, p.tol);
+	printf("%s: products of normed inputs and f32 rows, largest error %.3g (bound %.3g)\n", c->name, e, p.tol);
 }
 
 /* rows of a (quantised) table for the step's ids */
@@ -581,14 +598,14 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 		float *dz = sh.grouped ? NULL : put(be, zz, (size_t)n * vdim, false);
 		float *db = sh.grouped ? put(be, ba, (size_t)n * 2 * nv, false) : put(be, bb, (size_t)n * nv, false);
 		float *da = sh.grouped ? NULL : put(be, aa, (size_t)n * nv, false);
-		void *dout = be->ops->alloc(be, (size_t)n * vdim * be->act_size);
+		float *dout = be->ops->alloc(be, (size_t)n * vdim * sizeof(float));
 		int32_t *ids = calloc((size_t)n, sizeof(int32_t));
 		be->ops->begin_step(be, ids, n, done); /* the step carries pos to a backend that records steps */
 		free(ids);
 		struct toast_gdn_args a = {dqkv, dz, db, da, sh.grouped, sh.grouped, &cw.w, &Al.w, false, &dt.w, &nw.w,
 					   nk, nv, dk, dv, K, 1e-6f, conv, ssm, done, n, dout, sh.tiled};
 		be->ops->gdn(be, &a);
-		float *o = get(be, dout, (size_t)n * vdim, true);
+		float *o = get(be, dout, (size_t)n * vdim, false);
 		memcpy(out + (size_t)done * vdim, o, (size_t)n * vdim * sizeof(float));
 		free(o), free(qkv), free(ba);
 		be->ops->release(be, dqkv), be->ops->release(be, dz), be->ops->release(be, db), be->ops->release(be, da);
@@ -871,6 +888,12 @@ static void test_quant(struct ctx *c)
 	/* four rows a warp (rows for many waves of blocks), and a weight dequantised in two pieces
 	 * for the GEMM */
 	test_matmul(c, TOAST_DT_Q4_K, 1, o4, 1, 256, TOAST_MM_F32, true, true);
+	struct ctx cf = *c; /* f32 rows into quantised decode GEMVs (tensor cores on a GPU) */
+	cf.xf = true;
+	int of[] = {160};
+	test_matmul(&cf, TOAST_DT_Q4_K, 1, of, 1, 4096, TOAST_MM_ADD, false, false);
+	test_matmul(&cf, TOAST_DT_MLX4, 4, of, 1, 512, TOAST_MM_F32, false, false);
+	test_matmul(&cf, TOAST_DT_Q8_0, 1, of, 1, 1024, TOAST_MM_ADD, false, false);
 	test_matmul(c, TOAST_DT_MLX4, 4, o4, 1, 256, TOAST_MM_ADD, false, false);
 	test_matmul(c, TOAST_DT_Q8_0, 9, o5, 1, 1024, TOAST_MM_F32, false, false);
 	/* one call, outputs of several types (a launch per type; the norm output written once) */
@@ -1373,7 +1396,7 @@ static void perf_backend(struct toast_backend *be)
 	struct toast_weight dt = synth(be, "perf.dt", 1, nv), gn = synth(be, "perf.gn", 1, dv);
 	float *qkvz = be->ops->alloc(be, (size_t)(cd + nv * dv) * 4), *ba = be->ops->alloc(be, 2 * nv * 4);
 	float *cst = be->ops->alloc(be, 2 * 3 * (size_t)cd * 4), *ssm = be->ops->alloc(be, (size_t)nv * dv * dk * 4);
-	void *gout = be->ops->alloc(be, (size_t)nv * dv * be->act_size);
+	float *gout = be->ops->alloc(be, (size_t)nv * dv * sizeof(float));
 	struct toast_gdn_args ga = {qkvz, NULL, ba, NULL, true, true, &cw, &Al, false, &dt, &gn, nk, nv, dk, dv, 4, 1e-6f,
 				    cst, ssm, 0, 1, gout, false};
 	void *gctx[2] = {be, &ga};
@@ -1382,14 +1405,14 @@ static void perf_backend(struct toast_backend *be)
 	{
 		const int TP = 4096;
 		float *pq = be->ops->alloc(be, (size_t)TP * (cd + nv * dv) * 4), *pba = be->ops->alloc(be, (size_t)TP * 2 * nv * 4);
-		void *pout = be->ops->alloc(be, (size_t)TP * nv * dv * be->act_size);
+		float *pout = be->ops->alloc(be, (size_t)TP * nv * dv * sizeof(float));
 		int32_t *pids = calloc((size_t)TP, sizeof(int32_t));
 		be->ops->begin_step(be, pids, TP, 0);
 		struct toast_gdn_args gp = {pq, NULL, pba, NULL, true, true, &cw, &Al, false, &dt, &gn, nk, nv, dk, dv, 4,
 					    1e-6f, cst, ssm, 0, TP, pout, false};
 		void *pctx[2] = {be, &gp};
 		perf_row("gdn prefill 4096 (qkv in, o out)", perf_time(be, perf_gdn_fn, pctx),
-			 (double)TP * cd * 4 + (double)TP * nv * dv * be->act_size);
+			 (double)TP * cd * 4 + (double)TP * nv * dv * 4);
 		be->ops->release(be, pq), be->ops->release(be, pba), be->ops->release(be, pout);
 		free(pids);
 	}
@@ -1462,7 +1485,7 @@ int main(int argc, char **argv)
 		snprintf(name, sizeof(name), "cpu/%d", threads[i]);
 		struct ctx c = {.be = be, .name = name, .tol = 2e-5};
 		test_backend(&c);
-		test_matmul_normed(&c);
+		test_matmul_precise(&c);
 		if (i == 0) /* the CPU reads quantised weights the same way with any number of threads */
 			test_quant(&c);
 		toast_backend_free(be);
@@ -1473,7 +1496,7 @@ int main(int argc, char **argv)
 		CHECK(toast_backend_cuda_new(&be, &err) == TOAST_OK, "%s", err.msg);
 		struct ctx c = {.be = be, .name = "cuda", .tol = 1.5e-2};
 		test_backend(&c);
-		test_matmul_normed(&c);
+		test_matmul_precise(&c);
 		test_quant(&c);
 		test_quant_kernels(&c);
 		test_moe_pick(&c);

@@ -96,12 +96,15 @@ enum toast_mm_mode {
 };
 
 /*
- * The input of a matmul: act rows, or the RMSNorm of f32 rows computed on the way in,
+ * The input of a matmul: act rows, f32 rows, or the RMSNorm of f32 rows computed on the way in,
  * y = x / sqrt(mean(x²) + eps) * (plus_one ? 1 + w : w) (so a backend can fuse the norm into
- * the projections that read it, and keep the normed input in f32 while it does).
+ * the projections that read it, and keep the normed input in f32 while it does). A backend may
+ * round f32 rows (xf, y) to a 16-bit type for its products; it reads them at least as finely as
+ * act rows.
  */
 struct toast_mm_in {
-	const void *act;                   /* act [T][n_in], or NULL when the input is the norm of norm_x */
+	const void *act;                   /* act [T][n_in], or NULL */
+	const float *xf;                   /* f32 [T][n_in] when act is NULL, or NULL: the input is the norm of norm_x */
 	const float *norm_x;               /* f32 [T][n_in] */
 	const struct toast_weight *norm_w; /* [n_in] */
 	float eps;
@@ -183,7 +186,8 @@ struct toast_gdn_args {
 	float *conv_state;                  /* f32 [2][conv_k-1][conv_dim] */
 	float *ssm_state;                   /* f32 [n_v_head][d_v][d_k] */
 	int pos, T;
-	void *out;                          /* act [T][n_v_head*d_v] */
+	float *out;                         /* f32 [T][n_v_head*d_v] (out_proj's input: the models' precision
+					       is most sensitive to its rounding, docs/PERF.md) */
 	bool v_heads_tiled;                 /* value head h reads key head h % n_k_head (see above) */
 };
 

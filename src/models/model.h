@@ -127,7 +127,7 @@ struct toast_work {
 	float *q, *k, *v;     /* attention projections (f32) */
 	void *o;              /* attention output (act) */
 	float *qkv, *z, *b, *a; /* gdn projections (f32) */
-	void *g_out;           /* gdn output (act) */
+	float *g_out;          /* gdn output (f32) */
 	void *ff_act;         /* dense MLP: SiLU(gate) * up (act) */
 	float *logits;        /* f32 [n_vocab]: the last token's (what decode and sampling read) */
 	float *logits_all;    /* f32 [max_T][n_vocab] or NULL: every row of a chunk, made the first

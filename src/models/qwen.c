@@ -833,7 +833,7 @@ enum toast_status toast_model_work_new(const struct toast_model *m, int max_T, s
 		  (w->z = be->ops->alloc(be, T * vdim * sizeof(float) + 1)) &&
 		  (w->b = be->ops->alloc(be, T * 2 * hp->ssm_n_v_head * sizeof(float) + 1)) &&
 		  (w->a = be->ops->alloc(be, T * hp->ssm_n_v_head * sizeof(float) + 1)) &&
-		  (w->g_out = be->ops->alloc(be, T * vdim * as + 1)) &&
+		  (w->g_out = be->ops->alloc(be, T * vdim * sizeof(float) + 1)) &&
 		  (w->ff_act = be->ops->alloc(be, T * ff * as + 1)) &&
 		  (w->logits = be->ops->alloc(be, hp->n_vocab * sizeof(float)));
 	if (!ok) {
@@ -948,7 +948,7 @@ static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, st
 		.conv_state = s->conv[il], .ssm_state = s->ssm[il], .pos = pos, .T = T, .out = w->g_out,
 	};
 	be->ops->gdn(be, &a);
-	struct toast_mm_in oin = fwd_act(w->g_out);
+	struct toast_mm_in oin = {.xf = w->g_out};
 	struct toast_mm_out o = {.out = w->x, .mode = TOAST_MM_ADD, .W = &l->ssm_out};
 	be->ops->matmul(be, &oin, &o, 1, T);
 }

@@ -71,7 +71,7 @@ void cpu_matmul(struct toast_backend *be, const struct toast_mm_in *in, const st
 		int T)
 {
 	struct cpu_backend *cb = cpu_of(be);
-	const float *x = in->act;
+	const float *x = in->act ? in->act : in->xf;
 	if (!x) {
 		int64_t n = outs[0].W->n_in;
 		float *y = cpu_shared(cb, (size_t)T * n);

@@ -1287,8 +1287,8 @@ void cu_q_dequant_bf16(struct cuda_backend *cb, const cu_wd &w, size_t e, int64_
 /* The largest |value| of the n_out rows of w (bf16 or quantised; one matrix) into *amax. */
 void cu_q_amax(struct cuda_backend *cb, const cu_wd &w, int64_t n_out, int64_t n_in, float *amax);
 /* Rows [r0, r0 + n) of w as fp16 [n][n_in] in out, times the power of two s that puts *amax in
- * [2^14, 2^15); f16_slots[2] = 1 / (s * f16_slots[0]), the GEMM's alpha for an input scaled by
- * f16_slots[0] (cu_norm_rows). */
+ * [2^14, 2^15); f16_slots[CU_F16_ALPHA] = 1 / (s * f16_slots[CU_F16_SX]), the GEMM's alpha for an
+ * input scaled by f16_slots[CU_F16_SX] (cu_norm_rows, cu_f16_rows). */
 void cu_q_dequant_f16(struct cuda_backend *cb, const cu_wd &w, int64_t r0, int64_t n, int64_t n_in, __half *out,
 		      const float *amax);
 

@@ -705,8 +705,8 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 	const char *dbg = getenv("TOASTED_CUDA_SYNC"), *b16 = getenv("TOASTED_CUDA_BF16_GEMM");
 	cb->debug_sync = dbg && *dbg == '1';
 	cb->gemm_bf16 = b16 && *b16 == '1';
-	static const float f16_slots[5] = {1, 0, 1, 0, 1}; /* input scale, weight max, alpha, beta 0, 1 */
-	size_t f16_bytes = (5 + CU_F16_KEPT) * sizeof(float);
+	static const float f16_slots[CU_F16_KEPT0] = {1, 0, 1, 0, 1, 0}; /* CU_F16_SX .. CU_F16_XMAX */
+	size_t f16_bytes = (CU_F16_KEPT0 + CU_F16_KEPT) * sizeof(float);
 	bool ok = cudaSetDevice(cb->dev) == cudaSuccess && cudaGetDeviceProperties(&prop, cb->dev) == cudaSuccess &&
 		  cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) == cudaSuccess &&
 		  cudaEventCreateWithFlags(&cb->step_copied, cudaEventDisableTiming) == cudaSuccess &&

@@ -32,6 +32,9 @@ struct cu_graph {
 };
 
 #define CU_F16_KEPT 1024 /* weights whose largest |value| is kept for the fp16 products */
+/* cuda_backend.f16_slots: the input's scale, a weight's largest |value| when not kept, the GEMM's
+ * alpha, 0 and 1 (its betas), an f32 input's largest |value|, then the kept weights' */
+enum { CU_F16_SX, CU_F16_WMAX, CU_F16_ALPHA, CU_F16_ZERO, CU_F16_ONE, CU_F16_XMAX, CU_F16_KEPT0 };
 
 struct cuda_backend {
 	struct toast_backend base;
@@ -54,9 +57,9 @@ struct cuda_backend {
 	void *scratch, *scratch2, *scratch3;
 	size_t scratch_bytes, scratch2_bytes, scratch3_bytes;
 	unsigned *counters; /* zeroed device counters for "last block" patterns; each user resets its own */
-	/* the fp16 products of normed inputs on cuBLAS (k_matmul.cu): device {input scale, a weight's
-	 * largest |value| when not kept, alpha, 0, 1, then that of the weight whose dev is
-	 * f16_keys[i] at 5 + i}; gemm_bf16 (TOASTED_CUDA_BF16_GEMM=1) takes bf16 products instead */
+	/* the fp16 products of f32 and normed inputs on cuBLAS (k_matmul.cu): device slots (CU_F16_*;
+	 * the largest |value| of the weight whose dev is f16_keys[i] at CU_F16_KEPT0 + i);
+	 * gemm_bf16 (TOASTED_CUDA_BF16_GEMM=1) takes bf16 products instead */
 	float *f16_slots;
 	const void *f16_keys[CU_F16_KEPT];
 	bool gemm_bf16;
@@ -495,13 +498,16 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 /* out[T][W.n_out] (f32) = x[T][W.n_in] (f32) · Wᵀ, any weight type: precise and slow */
 void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const struct toast_weight *W, int T);
 /* rows y = RMSNorm(x) with w, into yf (f32) and/or yb (bf16); ylo = bf16(y - yb); yh = fp16(y * s),
- * s the power of two (in f16_slots[0]) that keeps sqrt(n) max|w| (a bound on |y|) below 2^15 */
+ * s the power of two (in f16_slots[CU_F16_SX]) that keeps sqrt(n) max|w| (a bound on |y|) below 2^15 */
 void cu_norm_rows(struct cuda_backend *cb, const float *x, const struct toast_weight *w, int T, int64_t n, float eps,
 		  bool plus_one, float *yf, bf16 *yb, bf16 *ylo, __half *yh);
 /* o->out [T][W.n_out] (per mode) = in [T][W.n_in] (bf16) · Wᵀ on cuBLAS (a quantised W is
  * dequantised to bf16 in scratch2 first, a block of rows at a time) */
 void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16 *in, int T);
-/* the same for a normed input from cu_norm_rows' yh (mode F32 or ADD): W converted to fp16 in
+/* x [n] (f32) as fp16 in yh, scaled by the power of two that keeps its largest |value| below 2^15
+ * (in f16_slots[CU_F16_SX]), and as bf16 in yb when not NULL */
+void cu_f16_rows(struct cuda_backend *cb, const float *x, size_t n, __half *yh, bf16 *yb);
+/* the same for an input from cu_norm_rows' or cu_f16_rows' yh (mode F32 or ADD): W converted to fp16 in
  * scratch2 a block of rows at a time, scaled by the power of two that keeps its largest |value|
  * (found at its first product, then kept) below 2^15; alpha undoes both scales. fp16's 11 bits
  * against bf16's 8: the products that feed DeltaNet's and attention's f32 math (q, k, v, gates)

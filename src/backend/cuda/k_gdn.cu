@@ -156,7 +156,7 @@ template <int DPL, int RPW>
 __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	k_gdn_decode(gdn_dims g, const float *qkv, const float *z, const float *b, const float *a, const void *cw, int cwt,
 		     float *conv_state, const int32_t *step, const float *A, int a_neg_exp, const float *dtb,
-		     const float *nw, float eps, float *S, bf16 *out)
+		     const float *nw, float eps, float *S, float *out)
 {
 	extern __shared__ float sm[];
 	__shared__ float red[32];
@@ -350,7 +350,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	float rr = rsqrtf(ss / dv + eps);
 	for (int j = tid; j < dv; j += blockDim.x) {
 		float zv = j == tid ? zpre : zval(j);
-		out[(size_t)h * dv + j] = __float2bfloat16(os[j] * rr * (j == tid ? nwv : nw[j]) * cu_silu(zv));
+		out[(size_t)h * dv + j] = os[j] * rr * (j == tid ? nwv : nw[j]) * cu_silu(zv);
 	}
 }
 
@@ -876,7 +876,7 @@ __global__ void __launch_bounds__(GDN_FTHREADS, 1)
 /* out = RMSNorm(o) * w * SiLU(z), one warp per (token, value head): no block barriers */
 #define GDN_NORM_WARPS 8
 __global__ void k_gdn_gnorm(gdn_dims g, const float *o, const float *qkv, const float *z, const float *w, float eps,
-			    bf16 *out)
+			    float *out)
 {
 	int row = blockIdx.x * GDN_NORM_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	if (row >= g.T * g.nv)
@@ -897,7 +897,7 @@ __global__ void k_gdn_gnorm(gdn_dims g, const float *o, const float *qkv, const 
 		} else {
 			zv = z[(size_t)row * g.dv + j];
 		}
-		out[(size_t)row * g.dv + j] = __float2bfloat16(oh[j] * r * w[j] * cu_silu(zv));
+		out[(size_t)row * g.dv + j] = oh[j] * r * w[j] * cu_silu(zv);
 	}
 }
 
@@ -924,7 +924,7 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 	cu_launch_pdl(cb, k_gdn_decode<D, R>, g.nv, GDN_DEC_THREADS, smem,                                               \
 		g, a->qkv, a->z, a->b, a->a, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, cb->d_step,          \
 		(const float *)a->A_log->dev, a->a_is_neg_exp, (const float *)a->dt_bias->dev,                        \
-		(const float *)a->norm_w->dev, a->eps, a->ssm_state, (bf16 *)a->out)
+		(const float *)a->norm_w->dev, a->eps, a->ssm_state, a->out)
 		if (!regs)
 			GDN_DEC(0, 1);
 		else if (g.dk == 128 && rpw <= 8)
@@ -994,7 +994,7 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		cu_launched(cb, "gdn state");
 	}
 	cu_launch(cb, k_gdn_gnorm, cu_blocks((size_t)g.T * g.nv, GDN_NORM_WARPS), GDN_NORM_WARPS * 32, 0, g, o, a->qkv,
-		  a->z, (const float *)a->norm_w->dev, a->eps, (bf16 *)a->out);
+		  a->z, (const float *)a->norm_w->dev, a->eps, a->out);
 	cu_launched(cb, "gdn gated norm");
 }
 

@@ -32,7 +32,8 @@ struct gemv_args {
 	int nt;                /* tokens (the kernel's T may be larger: rows nt..T-1 are zero) */
 	int64_t n_in;
 	const bf16 *act;       /* input rows, or */
-	const float *xf;       /* f32 input rows, or NULL: */
+	const float *xf;       /* f32 input rows (tensor cores round them to bf16 unless xf_exact), or NULL: */
+	bool xf_exact;
 	const float *norm_x;   /* RMSNorm(norm_x) with norm_w */
 	const float *norm_w;
 	float eps;
@@ -72,6 +73,12 @@ __device__ __forceinline__ void gemv_stage(const gemv_args &a, float *xs)
 				((float4 *)row)[qk<TYPE>::swz(2 * i)] = make_float4(f[0], f[1], f[2], f[3]);
 				((float4 *)row)[qk<TYPE>::swz(2 * i + 1)] = make_float4(f[4], f[5], f[6], f[7]);
 			}
+			continue;
+		}
+		if (t < a.nt && a.xf && (n & 3) == 0 && ((uintptr_t)a.xf & 15) == 0) { /* a float4 at a time */
+			const float4 *src = (const float4 *)(a.xf + t * n);
+			for (int i = threadIdx.x; i < (int)(n >> 2); i += blockDim.x)
+				((float4 *)row)[qk<TYPE>::swz(i)] = src[i];
 			continue;
 		}
 		if (t >= a.nt || a.act || a.xf) {
@@ -252,7 +259,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 	if (units > 1)
 		L[1] = load();
 	cu_pdl_wait();
-	/* the input rows: RMSNorm(norm_x) or act, in bf16, 8 elements a thread */
+	/* the input rows: RMSNorm(norm_x), act or xf, in bf16, 8 elements a thread */
 	float p1 = a.plus_one ? 1.0f : 0.0f;
 	int n8 = (int)(n_in / 8), tot = T * n8;
 	/* group i (8 elements of column i / n8): raw x (and the norm's w) or act, then staged */
@@ -262,6 +269,12 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 			return;
 		if (a.act) {
 			cu_bf16x8(((const uint4 *)(a.act + c * n_in))[q], v);
+			return;
+		}
+		if (a.xf) {
+			const float4 *x4 = (const float4 *)(a.xf + c * n_in) + 2 * q;
+			float4 x0 = x4[0], x1 = x4[1];
+			v[0] = x0.x, v[1] = x0.y, v[2] = x0.z, v[3] = x0.w, v[4] = x1.x, v[5] = x1.y, v[6] = x1.z, v[7] = x1.w;
 			return;
 		}
 		const float4 *x4 = (const float4 *)(a.norm_x + c * n_in) + 2 * q, *w4 = (const float4 *)a.norm_w + 2 * q;
@@ -429,7 +442,7 @@ __global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps
 			m = fmaxf(m, red[i]);
 		s = cu_f16_scale(sqrtf((float)n) * m);
 		if (blockIdx.x == 0 && threadIdx.x == 0)
-			slots[0] = s;
+			slots[CU_F16_SX] = s;
 	}
 	if ((n & 3) == 0 && (((uintptr_t)x | (uintptr_t)w | (uintptr_t)yf) & 15) == 0 &&
 	    (((uintptr_t)yb | (uintptr_t)ylo | (uintptr_t)yh) & 3) == 0) { /* a float4 at a time */
@@ -468,6 +481,42 @@ __global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps
 		if (yh)
 			yh[blockIdx.x * n + i] = __float2half_rn(y * s);
 	}
+}
+
+/* the largest |x[i]| into *amax (f32 bits; zero it first) */
+__global__ void k_f32_amax(const float *x, size_t n, unsigned *amax)
+{
+	float m = 0;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		m = fmaxf(m, fabsf(x[i]));
+	m = cu_warp_max(m);
+	if ((threadIdx.x & 31) == 0)
+		atomicMax(amax, __float_as_uint(m));
+}
+
+__global__ void k_f32_to_f16(const float *x, size_t n, __half *yh, bf16 *yb, float *slots)
+{
+	float s = cu_f16_scale(slots[CU_F16_XMAX]);
+	if (blockIdx.x == 0 && threadIdx.x == 0)
+		slots[CU_F16_SX] = s;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		if (yh)
+			yh[i] = __float2half_rn(x[i] * s);
+		if (yb)
+			yb[i] = __float2bfloat16(x[i]);
+	}
+}
+
+void cu_f16_rows(struct cuda_backend *cb, const float *x, size_t n, __half *yh, bf16 *yb)
+{
+	unsigned blocks = cu_blocks(n, 256), cap = (unsigned)cb->n_sm * 16;
+	blocks = blocks < cap ? blocks : cap;
+	if (yh) {
+		cu_fail(cb, cudaMemsetAsync(cb->f16_slots + CU_F16_XMAX, 0, sizeof(float), cb->stream), "input maximum");
+		cu_launch(cb, k_f32_amax, blocks, 256, 0, x, n, (unsigned *)(cb->f16_slots + CU_F16_XMAX));
+	}
+	cu_launch(cb, k_f32_to_f16, blocks, 256, 0, x, n, yh, yb, cb->f16_slots);
+	cu_launched(cb, "f32 rows to fp16");
 }
 
 void cu_norm_rows(struct cuda_backend *cb, const float *x, const struct toast_weight *w, int T, int64_t n, float eps,
@@ -580,16 +629,17 @@ static float *f16_amax(struct cuda_backend *cb, const struct toast_weight *W)
 	size_t h = ((uintptr_t)W->dev >> 8) * 0x9E3779B97F4A7C15ull >> 40;
 	for (int k = 0; k < CU_F16_KEPT; k++) {
 		size_t i = (h + k) % CU_F16_KEPT;
+		float *slot = cb->f16_slots + CU_F16_KEPT0 + i;
 		if (cb->f16_keys[i] == W->dev)
-			return cb->f16_slots + 5 + i;
+			return slot;
 		if (!cb->f16_keys[i]) {
 			cb->f16_keys[i] = W->dev;
-			cu_q_amax(cb, cu_wd_weight(W), W->n_out, W->n_in, cb->f16_slots + 5 + i);
-			return cb->f16_slots + 5 + i;
+			cu_q_amax(cb, cu_wd_weight(W), W->n_out, W->n_in, slot);
+			return slot;
 		}
 	}
-	cu_q_amax(cb, cu_wd_weight(W), W->n_out, W->n_in, cb->f16_slots + 1);
-	return cb->f16_slots + 1;
+	cu_q_amax(cb, cu_wd_weight(W), W->n_out, W->n_in, cb->f16_slots + CU_F16_WMAX);
+	return cb->f16_slots + CU_F16_WMAX;
 }
 
 void cu_cublas_f16(struct cuda_backend *cb, const struct toast_mm_out *o, const __half *in, int T)
@@ -602,7 +652,8 @@ void cu_cublas_f16(struct cuda_backend *cb, const struct toast_mm_out *o, const 
 		return;
 	const float *amax = f16_amax(cb, W);
 	/* alpha (undoing the scales) is known on the device only */
-	const float *alpha = cb->f16_slots + 2, *beta = cb->f16_slots + (o->mode == TOAST_MM_ADD ? 4 : 3);
+	const float *alpha = cb->f16_slots + CU_F16_ALPHA,
+		    *beta = cb->f16_slots + (o->mode == TOAST_MM_ADD ? CU_F16_ONE : CU_F16_ZERO);
 	cu_wd wd = cu_wd_weight(W);
 	for (int64_t r0 = 0; r0 < W->n_out && !cb->failed; r0 += rows) {
 		int64_t n = W->n_out - r0 < rows ? W->n_out - r0 : rows;
@@ -730,8 +781,8 @@ static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 		room = cu_allow_smem(cb, (const void *)k_gemv_k4<T, TYPE, GLU>);
 		per_sm = cu_per_sm((const void *)k_gemv_k4<T, TYPE, GLU>, GQ_WARPS * 32, gq_smem(T, 2048, T > 1 ? 4 : 8, sub));
 	}
-	if (a.xf || a.n_in % 256 ||
-	    ((uintptr_t)a.act | (uintptr_t)a.norm_x | (uintptr_t)a.norm_w | (uintptr_t)a.norm_out) & 15)
+	if (a.xf_exact || a.n_in % 256 ||
+	    ((uintptr_t)a.act | (uintptr_t)a.xf | (uintptr_t)a.norm_x | (uintptr_t)a.norm_w | (uintptr_t)a.norm_out) & 15)
 		return false;
 	int64_t tiles = 0, tw = GLU ? 2 : 1; /* GLU: the gate's and the up matrix's tiles */
 	for (int k = 0; k < a.n_jobs; k++) {
@@ -797,7 +848,7 @@ void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const stru
 	if (gemv_fits(cb, W, T)) {
 		gemv_args a = {};
 		a.job[0] = {out, cu_wd_weight(W), (int)TOAST_MM_F32, W->n_out, 0};
-		a.n_jobs = 1, a.nt = T, a.n_in = W->n_in, a.xf = x;
+		a.n_jobs = 1, a.nt = T, a.n_in = W->n_in, a.xf = x, a.xf_exact = true;
 		gemv_launch_any(cb, W->dev_type, a);
 		return;
 	}
@@ -811,8 +862,8 @@ void cu_gemv_f32(struct cuda_backend *cb, float *out, const float *x, const stru
 static gemv_args gemv_input(const struct toast_mm_in *in, int T, int64_t n_in)
 {
 	gemv_args a = {};
-	a.nt = T, a.n_in = n_in, a.act = (const bf16 *)in->act, a.norm_x = in->norm_x;
-	a.norm_w = in->act ? NULL : (const float *)in->norm_w->dev;
+	a.nt = T, a.n_in = n_in, a.act = (const bf16 *)in->act, a.xf = in->xf, a.norm_x = in->norm_x;
+	a.norm_w = in->act || in->xf ? NULL : (const float *)in->norm_w->dev;
 	a.eps = in->eps, a.plus_one = in->plus_one, a.norm_out = (bf16 *)in->norm_out;
 	return a;
 }
@@ -870,9 +921,25 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 		return !in->act && !cb->gemm_bf16 && on_cublas(o.W) && o.mode != TOAST_MM_ACT;
 	};
 	const bf16 *xb = (const bf16 *)in->act;
-	const float *xf = NULL;
+	const float *xf = in->xf;
 	const __half *xh = NULL;
-	if (!xb) {
+	if (xf) { /* f32 rows: fp16 (and bf16) copies for cuBLAS */
+		bool f16 = false, b16 = false;
+		for (int k = 0; k < n_outs; k++) {
+			f16 = f16 || (!done[k] && on_f16(outs[k]));
+			b16 = b16 || (!done[k] && on_cublas(outs[k].W) && !on_f16(outs[k]));
+		}
+		size_t n = (size_t)T * n_in;
+		char *scr = f16 || b16 ? (char *)cu_scratch(cb, n * 4) : NULL;
+		if ((f16 || b16) && !scr)
+			return;
+		bf16 *yb = b16 ? (bf16 *)(scr + n * 2) : NULL;
+		__half *yh = f16 ? (__half *)scr : NULL;
+		if (f16 || b16)
+			cu_f16_rows(cb, xf, n, yh, yb);
+		xb = yb;
+		xh = yh;
+	} else if (!xb) {
 		bool plain = false, f16 = false, b16 = in->norm_out != NULL;
 		for (int k = 0; k < n_outs; k++) {
 			if (done[k])

@@ -136,13 +136,13 @@ __global__ void k_q_amax(cu_wd w, int64_t r0, int64_t n, int64_t n_in, unsigned 
 		atomicMax(amax, __float_as_uint(m)); /* non-negative floats order as their bits */
 }
 
-/* rows [r0, r0 + n) as fp16 scaled by s = cu_f16_scale(*amax); slots[2] = 1 / (s * slots[0]) */
+/* rows [r0, r0 + n) as fp16 scaled by s = cu_f16_scale(*amax); alpha = 1 / (s * the input's) */
 __global__ void k_q_dequant_f16(cu_wd w, int64_t r0, int64_t n, int64_t n_in, __half *out, const float *amax,
 				float *slots)
 {
 	float s = cu_f16_scale(*amax);
 	if (blockIdx.x == 0 && threadIdx.x == 0)
-		slots[2] = 1.0f / (s * slots[0]);
+		slots[CU_F16_ALPHA] = 1.0f / (s * slots[CU_F16_SX]);
 	int64_t n8 = n_in / 8;
 	if (n_in & 7) {
 		for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * n_in; i += (int64_t)gridDim.x * blockDim.x)
