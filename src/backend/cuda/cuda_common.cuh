@@ -511,7 +511,7 @@ void cu_f16_rows(struct cuda_backend *cb, const float *x, size_t n, __half *yh, 
  * scratch2 a block of rows at a time, scaled by the power of two that keeps its largest |value|
  * (found at its first product, then kept) below 2^15; alpha undoes both scales. fp16's 11 bits
  * against bf16's 8: the products that feed DeltaNet's and attention's f32 math (q, k, v, gates)
- * get about decode's precision at prefill */
+ * and take DeltaNet's f32 output get about decode's precision at prefill */
 void cu_cublas_f16(struct cuda_backend *cb, const struct toast_mm_out *o, const __half *in, int T);
 /* out (f32) = (hi + lo) · Wᵀ for an input split in two bf16 parts (f32 precision nearly): three
  * GEMMs when W is quantised (its dequantised values need more than bf16's 8 bits: they go in
