@@ -200,7 +200,7 @@ if [ "$MODE" = pab ]; then
 	exit 0
 fi
 # prec: the fp16 products of normed inputs against bf16 ones (TOASTED_CUDA_BF16_GEMM=1), same
-# binary: PREC_PART=1 test_ops under both (the bf16 products must fail test_matmul_normed) and
+# binary: PREC_PART=1 test_ops under both (the bf16 products must fail test_matmul_precise) and
 # every fixture's prefill-chunk check under both; PREC_PART=2 the 17K prompt under both, two rounds
 if [ "$MODE" = prec ]; then
 	if [ "${PREC_PART:-1}" = 1 ]; then
@@ -208,7 +208,7 @@ if [ "$MODE" = prec ]; then
 			log="$OUT/test_ops${ev:+-bf16}.log"
 			timeout 280 env $ev $B/test_ops >"$log" 2>&1
 			summary+=("test_ops ${ev:-fp16}: rc=$? $(grep -c 'failed' "$log") failures, $(tail -1 "$log")")
-			grep -E "failed|normed inputs" "$log" | head -12
+			grep -E "failed|largest error" "$log" | head -12
 		done
 		for m in qwen3-tiny qwen3moe-tiny qwen35-tiny qwen35moe-tiny qwen3next-tiny qwen3-odd qwen3moe-odd qwen35moe-odd qwen3next-odd; do
 			for ev in "" TOASTED_CUDA_BF16_GEMM=1; do
