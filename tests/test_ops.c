@@ -338,6 +338,7 @@ static void test_matmul_precise(struct ctx *c)
 {
 	struct ctx p = *c;
 	p.tol = fmin(c->tol, 1e-3);
+	p.xf = true; /* (the cases not normed take f32 rows) */
 	int o2[] = {512, 96}, o1[] = {256};
 	double e = test_matmul(&p, TOAST_DT_BF16, 64, o2, 2, 2048, TOAST_MM_F32, true, true);
 	e = fmax(e, test_matmul(&p, TOAST_DT_Q4_K, 33, o2, 2, 2048, TOAST_MM_F32, true, false));
@@ -345,18 +346,14 @@ static void test_matmul_precise(struct ctx *c)
 	e = fmax(e, test_matmul(&p, TOAST_DT_Q6_K, 12, o1, 1, 512, TOAST_MM_ADD, true, false));
 	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 20, o2, 2, 100, TOAST_MM_F32, true, true));
 	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 9, o1, 1, 37, TOAST_MM_ADD, true, false));
-	p.xf = true;
 	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 1, o1, 1, 4096, TOAST_MM_ADD, false, false));
 	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 5, o2, 2, 1024, TOAST_MM_F32, false, false));
 	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 40, o1, 1, 4096, TOAST_MM_ADD, false, false));
 	e = fmax(e, test_matmul(&p, TOAST_DT_Q4_K, 20, o2, 2, 1024, TOAST_MM_ADD, false, false));
 	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 12, o1, 1, 100, TOAST_MM_F32, false, false));
-	p.xf = false;
 	p.w_amp = 1e5, p.nw_amp = 3000, p.spike = true;
 	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 16, o1, 1, 1024, TOAST_MM_F32, true, false));
-	p.xf = true; /* f32 rows past 65504 */
-	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 16, o1, 1, 1024, TOAST_MM_F32, false, false));
-	p.xf = false;
+	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 16, o1, 1, 1024, TOAST_MM_F32, false, false)); /* rows past 65504 */
 	p.w_amp = 1e-6, p.nw_amp = 0, p.spike = false;
 	e = fmax(e, test_matmul(&p, TOAST_DT_BF16, 16, o1, 1, 1024, TOAST_MM_F32, true, true));
 	printf("%s: products of normed inputs and f32 rows, largest error %.3g (bound %.3g)\n", c->name, e, p.tol);

@@ -315,6 +315,27 @@ __device__ __forceinline__ float cu_block_sum(float v, float *sh)
 	return cu_warp_sum(s);
 }
 
+/* Maximum over the block, as cu_block_sum (sh: 32 floats; the function synchronises). */
+__device__ __forceinline__ float cu_block_max(float v, float *sh)
+{
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = cu_warp_max(v);
+	__syncthreads();
+	if (lane == 0)
+		sh[w] = v;
+	__syncthreads();
+	return cu_warp_max(lane < nw ? sh[lane] : -INFINITY);
+}
+
+/* m (>= 0) into *amax, a float's bits, by the warp's largest: call with every lane, *amax zeroed
+ * before the grid (non-negative floats order as their bits) */
+__device__ __forceinline__ void cu_amax_add(float m, unsigned *amax)
+{
+	m = cu_warp_max(m);
+	if ((threadIdx.x & 31) == 0)
+		atomicMax(amax, __float_as_uint(m));
+}
+
 /* RMSNorm's factor 1/rms(x) of n floats, by a whole block (red: 32 floats of shared memory; the
  * function synchronises) */
 __device__ __forceinline__ float cu_rms(const float *x, int64_t n, float eps, float *red)

@@ -432,15 +432,7 @@ __global__ void k_norm_rows(const float *x, const float *w, int64_t n, float eps
 		float m = 0;
 		for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
 			m = fmaxf(m, fabsf(p1 + w[i]));
-		m = cu_warp_max(m);
-		__syncthreads();
-		if ((threadIdx.x & 31) == 0)
-			red[threadIdx.x >> 5] = m;
-		__syncthreads();
-		m = 0;
-		for (int i = 0; i < (int)(blockDim.x >> 5); i++)
-			m = fmaxf(m, red[i]);
-		s = cu_f16_scale(sqrtf((float)n) * m);
+		s = cu_f16_scale(sqrtf((float)n) * cu_block_max(m, red));
 		if (blockIdx.x == 0 && threadIdx.x == 0)
 			slots[CU_F16_SX] = s;
 	}
@@ -489,15 +481,13 @@ __global__ void k_f32_amax(const float *x, size_t n, unsigned *amax)
 	float m = 0;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
 		m = fmaxf(m, fabsf(x[i]));
-	m = cu_warp_max(m);
-	if ((threadIdx.x & 31) == 0)
-		atomicMax(amax, __float_as_uint(m));
+	cu_amax_add(m, amax);
 }
 
 __global__ void k_f32_to_f16(const float *x, size_t n, __half *yh, bf16 *yb, float *slots)
 {
-	float s = cu_f16_scale(slots[CU_F16_XMAX]);
-	if (blockIdx.x == 0 && threadIdx.x == 0)
+	float s = cu_f16_scale(slots[CU_F16_XMAX]); /* (not read when yh is NULL) */
+	if (yh && blockIdx.x == 0 && threadIdx.x == 0)
 		slots[CU_F16_SX] = s;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
 		if (yh)
@@ -583,6 +573,13 @@ double cu_gemm_rate(struct cuda_backend *cb)
 /* bf16 rows of a quantised weight dequantised into scratch2 at most this many bytes at a time */
 #define CU_DEQUANT_PIECE (64u << 20)
 
+/* rows of W a 16-bit copy in scratch2 holds at a time */
+static int64_t dequant_rows(const struct toast_weight *W)
+{
+	int64_t rows = (int64_t)(CU_DEQUANT_PIECE / ((size_t)W->n_in * 2));
+	return rows < 1 ? 1 : rows > W->n_out ? W->n_out : rows;
+}
+
 void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16 *in, int T)
 {
 	const struct toast_weight *W = o->W;
@@ -592,8 +589,7 @@ void cu_cublas(struct cuda_backend *cb, const struct toast_mm_out *o, const bf16
 	}
 	/* prefill: a bf16 copy of a block of rows at a time, then the GEMM on tensor cores */
 	cu_wd wd = cu_wd_weight(W);
-	int64_t rows = (int64_t)(CU_DEQUANT_PIECE / ((size_t)W->n_in * 2));
-	rows = rows < 1 ? 1 : rows > W->n_out ? W->n_out : rows;
+	int64_t rows = dequant_rows(W);
 	bf16 *tmp = (bf16 *)cu_scratch2(cb, (size_t)rows * (size_t)W->n_in * 2);
 	size_t es = o->mode == TOAST_MM_ACT ? 2 : 4;
 	for (int64_t r0 = 0; tmp && r0 < W->n_out; r0 += rows) {
@@ -645,8 +641,7 @@ static float *f16_amax(struct cuda_backend *cb, const struct toast_weight *W)
 void cu_cublas_f16(struct cuda_backend *cb, const struct toast_mm_out *o, const __half *in, int T)
 {
 	const struct toast_weight *W = o->W;
-	int64_t n_in = W->n_in, rows = (int64_t)(CU_DEQUANT_PIECE / ((size_t)n_in * 2));
-	rows = rows < 1 ? 1 : rows > W->n_out ? W->n_out : rows;
+	int64_t n_in = W->n_in, rows = dequant_rows(W);
 	__half *tmp = (__half *)cu_scratch2(cb, (size_t)rows * (size_t)n_in * 2);
 	if (!tmp)
 		return;
@@ -655,20 +650,20 @@ void cu_cublas_f16(struct cuda_backend *cb, const struct toast_mm_out *o, const 
 	const float *alpha = cb->f16_slots + CU_F16_ALPHA,
 		    *beta = cb->f16_slots + (o->mode == TOAST_MM_ADD ? CU_F16_ONE : CU_F16_ZERO);
 	cu_wd wd = cu_wd_weight(W);
+	cublasSetPointerMode(cb->cublas, CUBLAS_POINTER_MODE_DEVICE);
 	for (int64_t r0 = 0; r0 < W->n_out && !cb->failed; r0 += rows) {
 		int64_t n = W->n_out - r0 < rows ? W->n_out - r0 : rows;
 		cu_q_dequant_f16(cb, wd, r0, n, n_in, tmp, amax);
-		cublasSetPointerMode(cb->cublas, CUBLAS_POINTER_MODE_DEVICE);
 		cublasStatus_t st = cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, T, (int)n_in, alpha, tmp,
 						 CUDA_R_16F, (int)n_in, in, CUDA_R_16F, (int)n_in, beta,
 						 (float *)o->out + r0, CUDA_R_32F, (int)W->n_out, CUBLAS_COMPUTE_32F,
 						 CUBLAS_GEMM_DEFAULT);
-		cublasSetPointerMode(cb->cublas, CUBLAS_POINTER_MODE_HOST);
 		if (st != CUBLAS_STATUS_SUCCESS)
 			cu_fail_msg(cb, "cublasGemmEx (fp16) %lldx%dx%lld: status %d", (long long)n, T, (long long)n_in,
 				    (int)st);
 		cu_launched(cb, "matmul (cublas, fp16)");
 	}
+	cublasSetPointerMode(cb->cublas, CUBLAS_POINTER_MODE_HOST);
 }
 
 /* the kernel's token count: exact for bf16, 1, 2, 4 or 8 for quantised types (fewer kernels;
@@ -920,35 +915,28 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 	auto on_f16 = [&](const struct toast_mm_out &o) {
 		return !in->act && !cb->gemm_bf16 && on_cublas(o.W) && o.mode != TOAST_MM_ACT;
 	};
+	bool plain = false, f16 = false, b16 = false; /* what the outputs left read */
+	for (int k = 0; k < n_outs; k++) {
+		if (done[k])
+			continue;
+		plain = plain || !on_cublas(outs[k].W);
+		f16 = f16 || on_f16(outs[k]);
+		b16 = b16 || (on_cublas(outs[k].W) && !on_f16(outs[k]));
+	}
 	const bf16 *xb = (const bf16 *)in->act;
 	const float *xf = in->xf;
 	const __half *xh = NULL;
-	if (xf) { /* f32 rows: fp16 (and bf16) copies for cuBLAS */
-		bool f16 = false, b16 = false;
-		for (int k = 0; k < n_outs; k++) {
-			f16 = f16 || (!done[k] && on_f16(outs[k]));
-			b16 = b16 || (!done[k] && on_cublas(outs[k].W) && !on_f16(outs[k]));
-		}
-		size_t n = (size_t)T * n_in;
-		char *scr = f16 || b16 ? (char *)cu_scratch(cb, n * 4) : NULL;
-		if ((f16 || b16) && !scr)
+	size_t n = (size_t)T * n_in;
+	if (xf && (f16 || b16)) { /* f32 rows: fp16 (and bf16) copies for cuBLAS */
+		char *scr = (char *)cu_scratch(cb, n * 4);
+		if (!scr)
 			return;
 		bf16 *yb = b16 ? (bf16 *)(scr + n * 2) : NULL;
 		__half *yh = f16 ? (__half *)scr : NULL;
-		if (f16 || b16)
-			cu_f16_rows(cb, xf, n, yh, yb);
+		cu_f16_rows(cb, xf, n, yh, yb);
 		xb = yb;
 		xh = yh;
-	} else if (!xb) {
-		bool plain = false, f16 = false, b16 = in->norm_out != NULL;
-		for (int k = 0; k < n_outs; k++) {
-			if (done[k])
-				continue;
-			plain = plain || !on_cublas(outs[k].W);
-			f16 = f16 || on_f16(outs[k]);
-			b16 = b16 || (on_cublas(outs[k].W) && !on_f16(outs[k]));
-		}
-		size_t n = (size_t)T * n_in;
+	} else if (!xb && !xf) {
 		char *scr = (char *)cu_scratch(cb, n * 8);
 		if (!scr)
 			return;

@@ -40,14 +40,7 @@ __device__ void moe_topk_block(const moe_dims &d, const float *logits, float *s,
 		s[e] = logits[e];
 		mx = fmaxf(mx, s[e]);
 	}
-	mx = cu_warp_max(mx);
-	__syncthreads();
-	if (lane == 0)
-		red[warp] = mx;
-	__syncthreads();
-	mx = red[0];
-	for (int w = 1; w < nw; w++)
-		mx = fmaxf(mx, red[w]);
+	mx = cu_block_max(mx, red);
 	float sum = 0;
 	for (int e = tid; e < d.ne; e += blockDim.x)
 		sum += __expf(s[e] - mx);

@@ -114,26 +114,24 @@ __device__ __forceinline__ float q_bf16_at(const cu_wd &w, int64_t r0, int64_t n
 	return __bfloat162float(((const bf16 *)cu_row(w, 0, r0 + r).q)[i - r * n_in]);
 }
 
-/* the largest |value| of rows [r0, r0 + n) into *amax (f32 bits; zero it first) */
-__global__ void k_q_amax(cu_wd w, int64_t r0, int64_t n, int64_t n_in, unsigned *amax)
+/* the largest |value| of the n rows into *amax (f32 bits; zero it first) */
+__global__ void k_q_amax(cu_wd w, int64_t n, int64_t n_in, unsigned *amax)
 {
 	int64_t n8 = n_in / 8;
 	float m = 0;
 	if (n_in & 7) { /* bf16 rows of any length (quantised ones are whole blocks) */
 		for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * n_in; i += (int64_t)gridDim.x * blockDim.x)
-			m = fmaxf(m, fabsf(q_bf16_at(w, r0, n_in, i)));
+			m = fmaxf(m, fabsf(q_bf16_at(w, 0, n_in, i)));
 	} else {
 		for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * n8; i += (int64_t)gridDim.x * blockDim.x) {
 			int64_t r = i / n8, k = (i - r * n8) * 8;
 			float y[8];
-			cu_dq8(w, 0, r0 + r, k, y);
+			cu_dq8(w, 0, r, k, y);
 			for (int j = 0; j < 8; j++)
 				m = fmaxf(m, fabsf(y[j]));
 		}
 	}
-	m = cu_warp_max(m);
-	if ((threadIdx.x & 31) == 0)
-		atomicMax(amax, __float_as_uint(m)); /* non-negative floats order as their bits */
+	cu_amax_add(m, amax);
 }
 
 /* rows [r0, r0 + n) as fp16 scaled by s = cu_f16_scale(*amax); alpha = 1 / (s * the input's) */
@@ -169,7 +167,7 @@ static unsigned q_f16_grid(struct cuda_backend *cb, int64_t n, int64_t n_in)
 void cu_q_amax(struct cuda_backend *cb, const cu_wd &w, int64_t n_out, int64_t n_in, float *amax)
 {
 	cu_fail(cb, cudaMemsetAsync(amax, 0, sizeof(float), cb->stream), "weight maximum");
-	cu_launch(cb, k_q_amax, q_f16_grid(cb, n_out, n_in), 256, 0, w, (int64_t)0, n_out, n_in, (unsigned *)amax);
+	cu_launch(cb, k_q_amax, q_f16_grid(cb, n_out, n_in), 256, 0, w, n_out, n_in, (unsigned *)amax);
 	cu_launched(cb, "weight maximum");
 }
 
