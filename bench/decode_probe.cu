@@ -23,6 +23,10 @@
  *            its phase, polled by the reader) instead of the dependency wait
  *   streamllD streamD with that hand-over instead of the grid barrier
  *   ll0      that hand-over alone (no weights): what passing a vector between phases costs
+ *   regsclN  regs launched in clusters of N blocks (2, 4, 8): what a cluster launch costs a
+ *            phase (a phase that hands data between its blocks, e.g. a projection and what
+ *            its rows feed, would run as clusters)
+ *   regsclbN the same with a cluster barrier after the phase's stores (one such hand-over)
  *
  * each kernel-a-phase way plainly (one after the other) and with programmatic dependent
  * launch (the next kernel's blocks start while this one runs). Every way must leave the same
@@ -196,7 +200,7 @@ __device__ __forceinline__ const bf16 *block_rows(const probe &P, int p, int *n)
 	return P.w + ((size_t)(p % P.sets) * P.rows + r0) * N_IN;
 }
 
-enum { W_AFTER, W_REGS, W_SMEM, W_SMEM_ROWS, W_L2, W_REGS_TMA, W_REGS_LL };
+enum { W_AFTER, W_REGS, W_SMEM, W_SMEM_ROWS, W_L2, W_REGS_TMA, W_REGS_LL, W_REGS_CLB };
 
 /* one phase as one kernel; MIN_BLOCKS: blocks an SM the registers must allow (2: the next
  * phase's kernel fits beside this one) */
@@ -211,7 +215,7 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) k_phase(probe P, int p)
 	const bf16 *w = block_rows(P, p, &n);
 	uint4 k[2][CHUNKS];
 	cu_pdl_trigger();
-	if (MODE == W_REGS || MODE == W_REGS_TMA || MODE == W_REGS_LL)
+	if (MODE == W_REGS || MODE == W_REGS_TMA || MODE == W_REGS_LL || MODE == W_REGS_CLB)
 #pragma unroll
 		for (int j = 0; j < 2; j++)
 			if (2 * warp + j < n)
@@ -273,6 +277,31 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) k_phase(probe P, int p)
 				k[j][c] = ws[r * (N_IN / 8) + (threadIdx.x & 31) + 32 * c];
 		store_row(P, p, blockIdx.x * P.rows_block + r, row_dot_regs(k[j], xs));
 	}
+	if (MODE == W_REGS_CLB) /* the cluster's blocks have each other's stores */
+		asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+/* a kernel a phase in clusters of cl blocks (grid a multiple of cl) */
+static cudaError_t launch_cluster(cudaStream_t s, bool pdl, int cl, void (*k)(probe, int), unsigned grid, size_t smem,
+				  probe P, int p)
+{
+	cudaLaunchAttribute at[2];
+	int n = 0;
+	if (pdl) {
+		at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		at[n++].val.programmaticStreamSerializationAllowed = 1;
+	}
+	at[n].id = cudaLaunchAttributeClusterDimension;
+	at[n].val.clusterDim.x = cl, at[n].val.clusterDim.y = 1, at[n].val.clusterDim.z = 1;
+	n++;
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = grid;
+	cfg.blockDim = THREADS;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = s;
+	cfg.attrs = at;
+	cfg.numAttrs = n;
+	return cudaLaunchKernelEx(&cfg, k, P, p);
 }
 
 __global__ void k_empty(probe P, int p)
@@ -558,6 +587,7 @@ int main(int argc, char **argv)
 		size_t smem;
 		bool weights, ll; /* streams weights (its final vector is checked); hands over by LL */
 		int depth;        /* stream ways (a ring of weights): its depth, RING_FIT as many as fit; else 0 */
+		int cluster;      /* kernel-a-phase ways: blocks a cluster (0: none) */
 	} ways[] = {
 		{"launch", 0, k_empty, NULL, 0, false, false, 0},
 		{"after", 1, k_phase<W_AFTER, 1>, NULL, N_IN * 4, true, false, 0},
@@ -579,6 +609,11 @@ int main(int argc, char **argv)
 		{"streamll", 2, NULL, k_stream<true, true>, 0, true, true, 3},
 		{"streamll", 2, NULL, k_stream<true, true>, 0, true, true, RING_FIT},
 		{"ll0", 2, NULL, k_stream<true, true, false>, N_IN * 4, false, true, 0},
+		{"regscl2", 1, k_phase<W_REGS, 1>, NULL, N_IN * 4, true, false, 0, 2},
+		{"regscl4", 1, k_phase<W_REGS, 1>, NULL, N_IN * 4, true, false, 0, 4},
+		{"regscl8", 1, k_phase<W_REGS, 1>, NULL, N_IN * 4, true, false, 0, 8},
+		{"regsclb2", 1, k_phase<W_REGS_CLB, 1>, NULL, N_IN * 4, true, false, 0, 2},
+		{"regsclb8", 1, k_phase<W_REGS_CLB, 1>, NULL, N_IN * 4, true, false, 0, 8},
 	};
 	unsigned long long *llbuf;
 	CHECK(cudaMalloc(&llbuf, (size_t)(phases + 1) * N_IN * 8));
@@ -586,6 +621,8 @@ int main(int argc, char **argv)
 	bool have_ref = false;
 	for (size_t wi = 0; wi < sizeof(ways) / sizeof(ways[0]); wi++) {
 		bool stream = ways[wi].depth != 0, ll = ways[wi].ll;
+		if (ways[wi].cluster && grid % ways[wi].cluster)
+			continue;
 		if (stream) {
 			P.depth = ways[wi].depth == RING_FIT ? max_depth : ways[wi].depth;
 			if (P.depth > max_depth)
@@ -605,8 +642,10 @@ int main(int argc, char **argv)
 				CHECK(cudaGetLastError());
 			} else {
 				for (int p = 0; p < phases; p++)
-					CHECK(cu_launch_on(s, pdl, ways[wi].k, ways[wi].kind ? grid : n_sm, THREADS, ways[wi].smem,
-							   P, p));
+					CHECK(ways[wi].cluster
+						      ? launch_cluster(s, pdl, ways[wi].cluster, ways[wi].k, grid, ways[wi].smem, P, p)
+						      : cu_launch_on(s, pdl, ways[wi].k, ways[wi].kind ? grid : n_sm, THREADS,
+								     ways[wi].smem, P, p));
 			}
 			CHECK(cudaStreamEndCapture(s, &gr));
 			CHECK(cudaGraphInstantiate(&ge, gr, 0));
