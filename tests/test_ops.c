@@ -1146,6 +1146,12 @@ static void test_moe_prefill(struct ctx *c)
 	test_moe_types(c, 150, 2048, 3, 2, 512, 512, false, true, &moe_q8);
 	/* 520 slots over 2 experts: every token on both, 260 rows: four whole tiles and one of 4 */
 	test_moe_types(c, 260, 256, 2, 2, 128, 128, true, true, &moe_bf16);
+	/* groups of 128 rows or more on average: K-quant weights take 128-row tiles (two whole and
+	 * a partial one of 4 rows), the others 64-row ones; uneven groups over 4 experts */
+	test_moe_types(c, 260, 256, 2, 2, 256, 256, true, true, &moe_q4k);
+	test_moe_types(c, 260, 256, 2, 2, 128, 0, true, false, &moe_mlx4);
+	test_moe_types(c, 300, 256, 4, 2, 256, 256, true, true, &moe_q8);
+	test_moe_types(c, 260, 512, 2, 2, 256, 256, true, true, &k5);
 	/* 40 slots over 64 experts: most have no rows, the rest one partial tile */
 	test_moe_types(c, 20, 256, 64, 2, 128, 0, true, false, &moe_bf16);
 	test_moe_types(c, 20, 256, 64, 2, 128, 128, true, true, &moe_q8);

@@ -961,17 +961,19 @@ static void moe_gg_with_ktype(int k, Fn fn)
 
 /* ---- prefill: tokens grouped by expert, grouped tensor-core GEMMs over the groups ---- */
 
-#define GG_BM 64      /* token rows per block: the row tiles of k_moe_scan */
+#define GG_BM 64      /* token rows per block (the row tiles of k_moe_scan), or GG_BM2: */
+#define GG_BM2 128    /* K-quant weights when the groups average this many rows: each tile of
+			 weights is dequantised for twice the rows (docs/PERF.md) */
 #define GG_BN 128     /* weight rows per block: 128 outputs (down), or 64 of gate and 64 of up */
 #define GG_BK 64      /* k per pipeline stage: rows of 128 bytes in shared memory */
 #define GG_STAGES 3
 /* a warp's weight-tile rows: 64 with bf16 weights (copied by cp.async); 32 with packed ones,
  * whose next step waits dequantised in registers (more would not fit beside the accumulators) */
 #define GG_WN(TYPE) ((TYPE) == TOAST_DT_BF16 ? 64 : 32)
-#define GG_THREADS(TYPE) (GG_BN / GG_WN(TYPE) * 32)
-#define GG_A_BYTES (GG_BM * GG_BK * 2)
-#define GG_STAGE_BYTES ((GG_BM + GG_BN) * GG_BK * 2)
-#define GG_SMEM (GG_STAGES * GG_STAGE_BYTES)
+#define GG_THREADS(TYPE, BM) (GG_BN / GG_WN(TYPE) * 32 * ((BM) / GG_BM)) /* warps: BM / 64 x GG_BN / WN */
+#define GG_A_BYTES(BM) ((BM) * GG_BK * 2)
+#define GG_STAGE_BYTES(BM) (((BM) + GG_BN) * GG_BK * 2)
+#define GG_SMEM(BM) (GG_STAGES * GG_STAGE_BYTES(BM))
 
 __global__ void k_moe_count(const int32_t *sel, int n, int32_t *counts)
 {
@@ -980,9 +982,9 @@ __global__ void k_moe_count(const int32_t *sel, int n, int32_t *counts)
 		atomicAdd(&counts[sel[i]], 1);
 }
 
-/* one block: offsets = exclusive scan of counts, tiles = exclusive scan of the GG_BM-row tiles
+/* one block: offsets = exclusive scan of counts, tiles = exclusive scan of the bm-row tiles
  * each expert's group needs; cursors zeroed */
-__global__ void k_moe_scan(const int32_t *counts, int ne, int32_t *offsets, int32_t *tiles, int32_t *cursor)
+__global__ void k_moe_scan(const int32_t *counts, int ne, int bm, int32_t *offsets, int32_t *tiles, int32_t *cursor)
 {
 	if (threadIdx.x == 0) {
 		int acc = 0, tacc = 0;
@@ -990,7 +992,7 @@ __global__ void k_moe_scan(const int32_t *counts, int ne, int32_t *offsets, int3
 			offsets[e] = acc;
 			tiles[e] = tacc;
 			acc += counts[e];
-			tacc += (counts[e] + GG_BM - 1) / GG_BM;
+			tacc += (counts[e] + bm - 1) / bm;
 		}
 		offsets[ne] = acc;
 		tiles[ne] = tacc;
@@ -1064,14 +1066,14 @@ __device__ __forceinline__ float gg_bf16r(float x)
  * Grouped GEMM on tensor cores for the experts at prefill: for every expert e,
  * C[rows of e] = X[rows of e] · W[e]ᵀ, X [n_rows][K] bf16 grouped by expert (offsets) or, with
  * xrow, X[xrow[row]] (the token's row read in place: no gathered copy), W [ne][N][K]
- * (bf16 or packed, of kernel type TYPE). A block computes a GG_BM = 64-row tile of one expert's
+ * (bf16 or packed, of kernel type TYPE). A block computes a BM-row tile (64, or 128) of one expert's
  * group (blockIdx.y runs over the groups' row tiles: tiles[] is their exclusive scan, so no host
  * needs the counts) against GG_BN = 128 weight rows (blockIdx.x, fastest, so the column tiles of
  * one row tile run together and read its X rows from DRAM once):
  *   GATEUP: rows col0.. of gate (W) and the same 64 rows of up (U); C = act [n_rows][N] bf16,
  *           bf16(SiLU(bf16(gate)) * bf16(up)): the rounding of separate gate and up GEMMs;
  *   else:   rows col0..col0+127 of W (down); C [n_rows][N] bf16, like every activation.
- * GG_BN / WN warps, each all 64 token rows x WN = GG_WN(TYPE) weight rows (GATEUP: WN / 2 of
+ * BM / 64 x GG_BN / WN warps, each 64 token rows x WN = GG_WN(TYPE) weight rows (GATEUP: WN / 2 of
  * gate and the same rows of up, so a thread holds both halves of its outputs) as 4 x WN / 8
  * mma.sync m16n8k16 bf16 tiles accumulating in f32, operands from shared memory by ldmatrix (at
  * WN 32, 6 ldmatrix.x4 a 16 MMAs; at 64, 8 a 32: the shared-memory reads, more than the tensor
@@ -1080,10 +1082,11 @@ __device__ __forceinline__ float gg_bf16r(float x)
  * group zero-filled); bf16 weights the same; packed weights one step ahead into registers
  * (cu_dq8_load: loads only), dequantised into the next stage after the current step's MMAs
  * (cu_dq8_cvt), so their latency hides behind one step of MMAs. One barrier per step.
- * N % 64 (GATEUP) or N % 128, K % 64 == 0; blockDim GG_THREADS(TYPE), GG_SMEM bytes of shared memory.
+ * N % 64 (GATEUP) or N % 128, K % 64 == 0; blockDim GG_THREADS(TYPE, BM), GG_SMEM(BM) bytes of
+ * shared memory. At BM 128 each thread converts half the weights a step that it does at 64.
  */
-template <int TYPE, bool GATEUP>
-__global__ void __launch_bounds__(GG_THREADS(TYPE), TYPE == TOAST_DT_BF16 ? 3 : 2)
+template <int TYPE, bool GATEUP, int BM>
+__global__ void __launch_bounds__(GG_THREADS(TYPE, BM), TYPE == TOAST_DT_BF16 ? 3 : BM == GG_BM ? 2 : 1)
 	k_moe_gg(const bf16 *X, const int32_t *xrow, cu_wd W, cu_wd U, void *out, const int32_t *offsets,
 		 const int32_t *tiles, int ne, int N, int K)
 {
@@ -1100,16 +1103,19 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE), TYPE == TOAST_DT_BF16 ? 3 : 
 			hi = mid - 1;
 	}
 	int e = lo;
-	int row0 = offsets[e] + (tile - tiles[e]) * GG_BM, row_end = offsets[e + 1];
+	int row0 = offsets[e] + (tile - tiles[e]) * BM, row_end = offsets[e + 1];
 	int col0 = blockIdx.x * (GATEUP ? GG_BN / 2 : GG_BN);
-	constexpr int WN = GG_WN(TYPE), RS = GG_THREADS(TYPE) / 8, NX = GG_BM / RS, NW = GG_BN / RS, UW = WN / RS;
-	int tid = threadIdx.x, lane = tid & 31, wn = tid >> 5;
+	constexpr int WN = GG_WN(TYPE), RS = GG_THREADS(TYPE, BM) / 8, NX = BM / RS, NW = GG_BN / RS;
+	constexpr int A_BYTES = GG_A_BYTES(BM), STAGE_BYTES = GG_STAGE_BYTES(BM);
+	/* warp (wm, wn): token rows 64 wm.., weight-tile rows WN wn.. */
+	int tid = threadIdx.x, lane = tid & 31;
+	int wm = BM > GG_BM ? (tid >> 5) / (GG_BN / WN) : 0, wn = BM > GG_BM ? (tid >> 5) % (GG_BN / WN) : tid >> 5;
 	uint32_t sm = cu_smem_addr(gg_sm);
 
-	/* loads: thread tid fills chunk lc of rows lr + RS u: rows 0..63 of the X tile (u < NX), rows
-	 * 0..127 of the weight tile (u < NW). GATEUP: each warp's WN weight-tile rows are WN / 2 rows
-	 * of gate, then the same rows of up: tile row b is row col0 + WN / 2 (b / WN) + b % (WN / 2)
-	 * of gate (b % WN < WN / 2) or up, which u alone decides. Else tile row b is row col0 + b. */
+	/* loads: thread tid fills chunk lc of rows lr + RS u: rows 0..BM-1 of the X tile (u < NX),
+	 * rows 0..127 of the weight tile (u < NW). GATEUP: each warp's WN weight-tile rows are WN / 2
+	 * rows of gate, then the same rows of up: tile row b is row col0 + WN / 2 (b / WN) + b % (WN / 2)
+	 * of gate (b % WN < WN / 2) or up. Else tile row b is row col0 + b. */
 	int lr = tid >> 3, lc = tid & 7;
 	const bf16 *xa[NX];
 	bool xok[NX];
@@ -1120,21 +1126,27 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE), TYPE == TOAST_DT_BF16 ? 3 : 
 		r = xok[u] ? r : row0;
 		xa[u] = X + (size_t)(xrow ? xrow[r] : r) * K + 8 * lc;
 	}
-	auto wup = [&](int u) { return GATEUP && RS * (u % UW) >= WN / 2; };
+	constexpr int UW = WN / RS; /* loads a warp's tile rows take: 2 or more at BM 64, 1 at 128 */
+	static_assert(UW >= 1 && (UW > 1 || RS == WN), "a load pass covers whole warp tiles");
+	auto wup = [&](int u) { /* (which u alone decides, unless a pass covers a whole warp tile) */
+		return GATEUP && (UW > 1 ? RS * (u % UW) >= WN / 2 : lr >= WN / 2);
+	};
 	auto wmat = [&](int u) -> const cu_wd & { return wup(u) ? U : W; };
 	auto wrow = [&](int u) {
-		return GATEUP ? col0 + WN / 2 * (u / UW) + RS * (u % UW) + lr - (wup(u) ? WN / 2 : 0)
-			      : col0 + lr + RS * u;
+		if (!GATEUP)
+			return col0 + lr + RS * u;
+		return UW > 1 ? col0 + WN / 2 * (u / UW) + RS * (u % UW) + lr - (wup(u) ? WN / 2 : 0)
+			      : col0 + WN / 2 * u + lr % (WN / 2);
 	};
 	auto load_x = [&](int s, int k0) {
 #pragma unroll
 		for (int u = 0; u < NX; u++)
-			cu_cp16(sm + s * GG_STAGE_BYTES + gg_swz(lr + RS * u, lc), xa[u] + k0, xok[u]);
+			cu_cp16(sm + s * STAGE_BYTES + gg_swz(lr + RS * u, lc), xa[u] + k0, xok[u]);
 	};
 	auto load_w_async = [&](int s, int k0) { /* bf16 weights */
 #pragma unroll
 		for (int u = 0; u < NW; u++)
-			cu_cp16(sm + s * GG_STAGE_BYTES + GG_A_BYTES + gg_swz(lr + RS * u, lc),
+			cu_cp16(sm + s * STAGE_BYTES + A_BYTES + gg_swz(lr + RS * u, lc),
 				cu_row(wmat(u), (size_t)e, wrow(u)).q + 2 * (k0 + 8 * lc), true);
 	};
 	/* packed weights: the raw words of the next step in registers; of any type (CU_QT_ANY) they
@@ -1156,21 +1168,21 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE), TYPE == TOAST_DT_BF16 ? 3 : 
 #pragma unroll
 			for (int j = 0; j < 4; j++)
 				b2[j] = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
-			*(uint4 *)(gg_sm + s * GG_STAGE_BYTES + GG_A_BYTES + gg_swz(lr + RS * u, lc)) = *(const uint4 *)b2;
+			*(uint4 *)(gg_sm + s * STAGE_BYTES + A_BYTES + gg_swz(lr + RS * u, lc)) = *(const uint4 *)b2;
 		}
 	};
 
-	/* MMAs of one stage: warp wn takes all 64 X rows and weight tile rows WN wn.. */
+	/* MMAs of one stage: warp (wm, wn) takes X rows 64 wm.. and weight tile rows WN wn.. */
 	float acc[4][WN / 8][4] = {};
 	auto compute = [&](int s) {
-		uint32_t xs = sm + s * GG_STAGE_BYTES, ws = xs + GG_A_BYTES;
+		uint32_t xs = sm + s * STAGE_BYTES, ws = xs + A_BYTES;
 #pragma unroll
 		for (int kk = 0; kk < GG_BK / 16; kk++) {
 			uint32_t af[4][4], bfr[WN / 16][4];
 			/* A 16x16: lanes 0-15 rows 0-15 at k 0-7, lanes 16-31 the same rows at k 8-15 */
 #pragma unroll
 			for (int i = 0; i < 4; i++)
-				cu_ldsm4<false>(af[i], xs + gg_swz(16 * i + (lane & 15), 2 * kk + (lane >> 4)));
+				cu_ldsm4<false>(af[i], xs + gg_swz(64 * wm + 16 * i + (lane & 15), 2 * kk + (lane >> 4)));
 			/* B 16 weight rows x 16 k: matrices (rows 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7),
 			 * (8-15, 8-15): {r0, r1} is the first n8 tile, {r2, r3} the second */
 #pragma unroll
@@ -1225,7 +1237,7 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE), TYPE == TOAST_DT_BF16 ? 3 : 
 	for (int i = 0; i < 4; i++)
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
-			int r = row0 + 16 * i + g + 8 * h;
+			int r = row0 + 64 * wm + 16 * i + g + 8 * h;
 			if (r >= row_end)
 				continue;
 			if constexpr (GATEUP) {
@@ -1248,19 +1260,26 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE), TYPE == TOAST_DT_BF16 ? 3 : 
 }
 
 /* one grouped GEMM: act = SiLU(X·Gᵀ) * (X·Uᵀ) (GATEUP) or out = X·Wᵀ, out bf16 [n_rows][N] */
-template <int TYPE, bool GATEUP>
+template <int TYPE, bool GATEUP, int BM>
 static void moe_gg(struct cuda_backend *cb, const bf16 *X, const int32_t *xrow, const cu_wd &W, const cu_wd &U,
 		   void *out, const int32_t *offs, const int32_t *tiles, unsigned max_tiles, int ne, int N, int K)
 {
 	static size_t room; /* set once per kernel: GG_SMEM is above the default 48 KiB */
 	if (!room)
-		room = cu_allow_smem(cb, (const void *)k_moe_gg<TYPE, GATEUP>);
-	if (room < GG_SMEM) {
-		cu_fail_msg(cb, "moe: the grouped GEMM needs %d bytes of shared memory", GG_SMEM);
+		room = cu_allow_smem(cb, (const void *)k_moe_gg<TYPE, GATEUP, BM>);
+	if (room < GG_SMEM(BM)) {
+		cu_fail_msg(cb, "moe: the grouped GEMM needs %d bytes of shared memory", GG_SMEM(BM));
 		return;
 	}
 	dim3 grid(N / (GATEUP ? GG_BN / 2 : GG_BN), max_tiles);
-	cu_launch(cb, k_moe_gg<TYPE, GATEUP>, grid, GG_THREADS(TYPE), GG_SMEM, X, xrow, W, U, out, offs, tiles, ne, N, K);
+	cu_launch(cb, k_moe_gg<TYPE, GATEUP, BM>, grid, GG_THREADS(TYPE, BM), GG_SMEM(BM), X, xrow, W, U, out, offs, tiles,
+		  ne, N, K);
+}
+
+/* the kernel types that take GG_BM2-row tiles */
+static constexpr bool gg_kquant(int t)
+{
+	return t == TOAST_DT_Q4_K || t == TOAST_DT_Q5_K || t == TOAST_DT_Q6_K;
 }
 
 /* the grouped path's shapes: whole tiles of n_embd and n_ff, row tiles within gridDim.y */
@@ -1311,17 +1330,31 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	cu_launched(cb, "moe top-k");
 	cu_fail(cb, cudaMemsetAsync(counts, 0, ne * 4, cb->stream), "moe counts");
 	cu_launch(cb, k_moe_count, cu_blocks(n, 256), 256, 0, sel, (int)n, counts);
-	cu_launch(cb, k_moe_scan, 1, 256, 0, counts, d.ne, offs, tiles, cursor);
+	/* K-quant weights take 128-row tiles when the groups average that many rows (a long prompt):
+	 * each weight tile is converted once for 128 rows instead of 64 (their conversion is what
+	 * the 64-row kernel spends most on: Q4_K 17K prompt -4.8% on an H200; MLX4's cheaper one
+	 * lost 5% at one block an SM, so it stays at 64) */
+	cu_wd G = cu_wd_experts(a->gate), U = cu_wd_experts(a->up), D = cu_wd_experts(a->down);
+	int bm = gg_kquant(moe_gg_ktype(G, U)) && gg_kquant(moe_gg_ktype(D, D)) && n >= (size_t)GG_BM2 * ne ? GG_BM2
+													: GG_BM;
+	cu_launch(cb, k_moe_scan, 1, 256, 0, counts, d.ne, bm, offs, tiles, cursor);
 	cu_launch(cb, k_moe_scatter, cu_blocks(n, 256), 256, 0, sel, (int)n, d.k, offs, cursor, inv, row_tok);
 	cu_launched(cb, "moe grouping");
-	unsigned max_tiles = (unsigned)(n / GG_BM + ne);
-	cu_wd G = cu_wd_experts(a->gate), U = cu_wd_experts(a->up), D = cu_wd_experts(a->down);
+	unsigned max_tiles = (unsigned)(n / bm + ne);
 	moe_gg_with_ktype(moe_gg_ktype(G, U), [&](auto kt) {
-		moe_gg<decltype(kt)::value, true>(cb, hb, row_tok, G, U, act, offs, tiles, max_tiles, d.ne, d.F, d.E);
+		constexpr int KT = decltype(kt)::value;
+		if constexpr (gg_kquant(KT))
+			if (bm == GG_BM2)
+				return moe_gg<KT, true, GG_BM2>(cb, hb, row_tok, G, U, act, offs, tiles, max_tiles, d.ne, d.F, d.E);
+		moe_gg<KT, true, GG_BM>(cb, hb, row_tok, G, U, act, offs, tiles, max_tiles, d.ne, d.F, d.E);
 	});
 	cu_launched(cb, "moe expert gate/up");
 	moe_gg_with_ktype(moe_gg_ktype(D, D), [&](auto kt) {
-		moe_gg<decltype(kt)::value, false>(cb, act, NULL, D, D, y, offs, tiles, max_tiles, d.ne, d.E, d.F);
+		constexpr int KT = decltype(kt)::value;
+		if constexpr (gg_kquant(KT))
+			if (bm == GG_BM2)
+				return moe_gg<KT, false, GG_BM2>(cb, act, NULL, D, D, y, offs, tiles, max_tiles, d.ne, d.E, d.F);
+		moe_gg<KT, false, GG_BM>(cb, act, NULL, D, D, y, offs, tiles, max_tiles, d.ne, d.E, d.F);
 	});
 	cu_launched(cb, "moe expert down");
 	/* the shared expert: dense over all tokens */
