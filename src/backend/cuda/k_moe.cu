@@ -962,8 +962,8 @@ static void moe_gg_with_ktype(int k, Fn fn)
 /* ---- prefill: tokens grouped by expert, grouped tensor-core GEMMs over the groups ---- */
 
 #define GG_BM 64      /* token rows per block (the row tiles of k_moe_scan), or GG_BM2: */
-#define GG_BM2 128    /* K-quant weights when the groups average this many rows: each tile of
-			 weights is dequantised for twice the rows (docs/PERF.md) */
+#define GG_BM2 128    /* K-quant and bf16 weights when the groups average this many rows: each
+			 tile of weights serves (K-quants: is dequantised for) twice the rows */
 #define GG_BN 128     /* weight rows per block: 128 outputs (down), or 64 of gate and 64 of up */
 #define GG_BK 64      /* k per pipeline stage: rows of 128 bytes in shared memory */
 #define GG_STAGES 3
@@ -1086,7 +1086,7 @@ __device__ __forceinline__ float gg_bf16r(float x)
  * shared memory. At BM 128 each thread converts half the weights a step that it does at 64.
  */
 template <int TYPE, bool GATEUP, int BM>
-__global__ void __launch_bounds__(GG_THREADS(TYPE, BM), TYPE == TOAST_DT_BF16 ? 3 : BM == GG_BM ? 2 : 1)
+__global__ void __launch_bounds__(GG_THREADS(TYPE, BM), (TYPE == TOAST_DT_BF16 ? 3 : 2) / (BM / GG_BM))
 	k_moe_gg(const bf16 *X, const int32_t *xrow, cu_wd W, cu_wd U, void *out, const int32_t *offsets,
 		 const int32_t *tiles, int ne, int N, int K)
 {
@@ -1276,10 +1276,11 @@ static void moe_gg(struct cuda_backend *cb, const bf16 *X, const int32_t *xrow, 
 		  ne, N, K);
 }
 
-/* the kernel types that take GG_BM2-row tiles */
-static constexpr bool gg_kquant(int t)
+/* the kernel types that take GG_BM2-row tiles (docs/PERF.md: 17K prompt, H200, Q4_K -4.2%,
+ * Q4_K_M -3.5%, the bf16 slice -2.5%; MLX4, whose conversion is cheap, +5%, so it stays at 64) */
+static constexpr bool gg_tall(int t)
 {
-	return t == TOAST_DT_Q4_K || t == TOAST_DT_Q5_K || t == TOAST_DT_Q6_K;
+	return t == TOAST_DT_Q4_K || t == TOAST_DT_Q5_K || t == TOAST_DT_Q6_K || t == TOAST_DT_BF16;
 }
 
 /* the grouped path's shapes: whole tiles of n_embd and n_ff, row tiles within gridDim.y */
@@ -1330,20 +1331,17 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	cu_launched(cb, "moe top-k");
 	cu_fail(cb, cudaMemsetAsync(counts, 0, ne * 4, cb->stream), "moe counts");
 	cu_launch(cb, k_moe_count, cu_blocks(n, 256), 256, 0, sel, (int)n, counts);
-	/* K-quant weights take 128-row tiles when the groups average that many rows (a long prompt):
-	 * each weight tile is converted once for 128 rows instead of 64 (their conversion is what
-	 * the 64-row kernel spends most on: Q4_K 17K prompt -4.8% on an H200; MLX4's cheaper one
-	 * lost 5% at one block an SM, so it stays at 64) */
+	/* 128-row tiles when the groups average that many rows (a long prompt) and the weights'
+	 * types gain by them (gg_tall): a weight tile read (and converted) once for 128 rows */
 	cu_wd G = cu_wd_experts(a->gate), U = cu_wd_experts(a->up), D = cu_wd_experts(a->down);
-	int bm = gg_kquant(moe_gg_ktype(G, U)) && gg_kquant(moe_gg_ktype(D, D)) && n >= (size_t)GG_BM2 * ne ? GG_BM2
-													: GG_BM;
+	int bm = gg_tall(moe_gg_ktype(G, U)) && gg_tall(moe_gg_ktype(D, D)) && n >= (size_t)GG_BM2 * ne ? GG_BM2 : GG_BM;
 	cu_launch(cb, k_moe_scan, 1, 256, 0, counts, d.ne, bm, offs, tiles, cursor);
 	cu_launch(cb, k_moe_scatter, cu_blocks(n, 256), 256, 0, sel, (int)n, d.k, offs, cursor, inv, row_tok);
 	cu_launched(cb, "moe grouping");
 	unsigned max_tiles = (unsigned)(n / bm + ne);
 	moe_gg_with_ktype(moe_gg_ktype(G, U), [&](auto kt) {
 		constexpr int KT = decltype(kt)::value;
-		if constexpr (gg_kquant(KT))
+		if constexpr (gg_tall(KT))
 			if (bm == GG_BM2)
 				return moe_gg<KT, true, GG_BM2>(cb, hb, row_tok, G, U, act, offs, tiles, max_tiles, d.ne, d.F, d.E);
 		moe_gg<KT, true, GG_BM>(cb, hb, row_tok, G, U, act, offs, tiles, max_tiles, d.ne, d.F, d.E);
@@ -1351,7 +1349,7 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	cu_launched(cb, "moe expert gate/up");
 	moe_gg_with_ktype(moe_gg_ktype(D, D), [&](auto kt) {
 		constexpr int KT = decltype(kt)::value;
-		if constexpr (gg_kquant(KT))
+		if constexpr (gg_tall(KT))
 			if (bm == GG_BM2)
 				return moe_gg<KT, false, GG_BM2>(cb, act, NULL, D, D, y, offs, tiles, max_tiles, d.ne, d.E, d.F);
 		moe_gg<KT, false, GG_BM>(cb, act, NULL, D, D, y, offs, tiles, max_tiles, d.ne, d.E, d.F);
