@@ -1147,7 +1147,7 @@ static void test_moe_prefill(struct ctx *c)
 	/* 520 slots over 2 experts: every token on both, 260 rows: two whole 128-row tiles and one
 	 * of 4 */
 	test_moe_types(c, 260, 256, 2, 2, 128, 128, true, true, &moe_bf16);
-	/* groups of 128 rows or more on average: K-quant (and bf16, below) weights take 128-row
+	/* groups of 128 rows or more on average: K-quant (and bf16, above) weights take 128-row
 	 * tiles (two whole and a partial one of 4 rows), the others 64-row ones; uneven groups over
 	 * 4 experts */
 	test_moe_types(c, 260, 256, 2, 2, 256, 256, true, true, &moe_q4k);
