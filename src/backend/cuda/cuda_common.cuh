@@ -301,30 +301,31 @@ __device__ __forceinline__ float cu_warp_max(float v)
 	return v;
 }
 
-/* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
- * sh must hold 32 floats; the function synchronises. */
-__device__ __forceinline__ float cu_block_sum(float v, float *sh)
+/* v reduced over the block by the warp reduction WARP (blockDim.x a multiple of 32, <= 1024),
+ * id its identity; every thread gets the result. sh must hold 32 floats; the function
+ * synchronises. */
+template <float (*WARP)(float)>
+__device__ __forceinline__ float cu_block_reduce(float v, float *sh, float id)
 {
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	v = cu_warp_sum(v);
+	v = WARP(v);
 	__syncthreads();
 	if (lane == 0)
 		sh[w] = v;
 	__syncthreads();
-	float s = lane < nw ? sh[lane] : 0.0f;
-	return cu_warp_sum(s);
+	return WARP(lane < nw ? sh[lane] : id);
 }
 
-/* Maximum over the block, as cu_block_sum (sh: 32 floats; the function synchronises). */
+/* Sum over the block (cu_block_reduce) */
+__device__ __forceinline__ float cu_block_sum(float v, float *sh)
+{
+	return cu_block_reduce<cu_warp_sum>(v, sh, 0.0f);
+}
+
+/* Maximum over the block (cu_block_reduce) */
 __device__ __forceinline__ float cu_block_max(float v, float *sh)
 {
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	v = cu_warp_max(v);
-	__syncthreads();
-	if (lane == 0)
-		sh[w] = v;
-	__syncthreads();
-	return cu_warp_max(lane < nw ? sh[lane] : -INFINITY);
+	return cu_block_reduce<cu_warp_max>(v, sh, -INFINITY);
 }
 
 /* m (>= 0) into *amax, a float's bits, by the warp's largest: call with every lane, *amax zeroed

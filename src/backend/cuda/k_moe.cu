@@ -1283,6 +1283,18 @@ static constexpr bool gg_tall(int t)
 	return t == TOAST_DT_Q4_K || t == TOAST_DT_Q5_K || t == TOAST_DT_Q6_K || t == TOAST_DT_BF16;
 }
 
+/* moe_gg in the tiles of bm rows that k_moe_scan counted (GG_BM2 only for gg_tall types) */
+template <int TYPE, bool GATEUP>
+static void moe_gg_bm(struct cuda_backend *cb, int bm, const bf16 *X, const int32_t *xrow, const cu_wd &W,
+		      const cu_wd &U, void *out, const int32_t *offs, const int32_t *tiles, unsigned max_tiles, int ne,
+		      int N, int K)
+{
+	if constexpr (gg_tall(TYPE))
+		if (bm == GG_BM2)
+			return moe_gg<TYPE, GATEUP, GG_BM2>(cb, X, xrow, W, U, out, offs, tiles, max_tiles, ne, N, K);
+	moe_gg<TYPE, GATEUP, GG_BM>(cb, X, xrow, W, U, out, offs, tiles, max_tiles, ne, N, K);
+}
+
 /* the grouped path's shapes: whole tiles of n_embd and n_ff, row tiles within gridDim.y */
 static bool moe_grouped_fits(const moe_dims &d)
 {
@@ -1340,19 +1352,11 @@ static void cu_moe_grouped(struct cuda_backend *cb, const struct toast_moe_args 
 	cu_launched(cb, "moe grouping");
 	unsigned max_tiles = (unsigned)(n / bm + ne);
 	moe_gg_with_ktype(moe_gg_ktype(G, U), [&](auto kt) {
-		constexpr int KT = decltype(kt)::value;
-		if constexpr (gg_tall(KT))
-			if (bm == GG_BM2)
-				return moe_gg<KT, true, GG_BM2>(cb, hb, row_tok, G, U, act, offs, tiles, max_tiles, d.ne, d.F, d.E);
-		moe_gg<KT, true, GG_BM>(cb, hb, row_tok, G, U, act, offs, tiles, max_tiles, d.ne, d.F, d.E);
+		moe_gg_bm<decltype(kt)::value, true>(cb, bm, hb, row_tok, G, U, act, offs, tiles, max_tiles, d.ne, d.F, d.E);
 	});
 	cu_launched(cb, "moe expert gate/up");
 	moe_gg_with_ktype(moe_gg_ktype(D, D), [&](auto kt) {
-		constexpr int KT = decltype(kt)::value;
-		if constexpr (gg_tall(KT))
-			if (bm == GG_BM2)
-				return moe_gg<KT, false, GG_BM2>(cb, act, NULL, D, D, y, offs, tiles, max_tiles, d.ne, d.E, d.F);
-		moe_gg<KT, false, GG_BM>(cb, act, NULL, D, D, y, offs, tiles, max_tiles, d.ne, d.E, d.F);
+		moe_gg_bm<decltype(kt)::value, false>(cb, bm, act, NULL, D, D, y, offs, tiles, max_tiles, d.ne, d.E, d.F);
 	});
 	cu_launched(cb, "moe expert down");
 	/* the shared expert: dense over all tokens */
