@@ -10,7 +10,8 @@
 #   with the CUDA backend (the default where a GPU is)
 #   dab: ab for dense models (test_ops, the dense fixtures on CUDA, decode of the Qwen3-8B and
 #   SmolLM2 shapes in bench/*.json by every binary of carry/gpu/ab and toasted)
-#   probe: bench/decode_probe.cu, what a chain of dependent GEMVs costs by way of running it
+#   probe: bench/decode_probe.cu, what a chain of dependent GEMVs costs by way of running it, and
+#   bench/k4_probe.cu, what bounds a Q4_K GEMV's byte rate (the reads, the work, the layout)
 #   quant: quantised weights (issue 7): test_ops (every op, every weight type, against the
 #   reference), the op timings with 4-bit weights, and the whole Qwen3-Next-80B-A3B (48 layers)
 #   at Q4_K, Q4_K_M (a converted file's mix) and MLX 4-bit: prefill 128/4096/17408, decode at 0
@@ -31,6 +32,9 @@ summary=()
 if [ "$MODE" = probe ]; then
 	for args in ${PROBE_ARGS:-"2048" "1024" "512" "2048 3"}; do # (3 weight sets of 8 MB: the weights stay in L2)
 		timeout 120 $B/decode_probe 256 $args | tee -a "$OUT/probe.log"
+	done
+	for args in "151936 2048" "12352 2048"; do # a Q4_K GEMV's byte rate by layout (lm_head, qkvz)
+		timeout 60 $B/k4_probe $args | tee -a "$OUT/probe.log"
 	done
 	exit 0
 fi

@@ -79,7 +79,7 @@ static void emu_upload(emu_w *e)
 	} else {
 		cu_qgeo g = cu_qgeo_of(w->type);
 		for (size_t i = 0; i < w->n_bytes; i++)
-			e->dev[cu_qdev_pos(g, e->l.m_off, i)] = ((const uint8_t *)w->data)[i];
+			e->dev[cu_qdev_pos(g, e->l.m_off, w->n_in / g.blck, i)] = ((const uint8_t *)w->data)[i];
 	}
 	e->wd = {e->dev, 0, e->l.m_off, e->l.b_off, e->l.q_row, e->l.m_row, (int)w->type, (int)w->sb_type, w->group_size};
 }
@@ -282,7 +282,8 @@ static void check_synthetic(enum toast_dtype type, int64_t n_out, int64_t n_in)
 	uint64_t seed = toast_synthetic_seed(w->name);
 	size_t nq = mlx ? (size_t)e.l.q_row * n_out : w->n_bytes;
 	for (size_t i = 0; i < nq; i++)
-		dev[cu_qdev_pos(cu_qgeo_of(type), e.l.m_off, i)] = toast_synth_qbyte(type, seed, i, n_in);
+		dev[cu_qdev_pos(cu_qgeo_of(type), e.l.m_off, n_in / cu_qgeo_of(type).blck, i)] =
+			toast_synth_qbyte(type, seed, i, n_in);
 	if (mlx)
 		for (size_t g = 0; g < (size_t)n_out * (n_in / 64); g++) {
 			uint16_t s = toast_synth_mlx_sb(type == TOAST_DT_MLX4 ? 4 : 8, seed, g, 0, n_in);
@@ -307,17 +308,54 @@ static void check_synthetic(enum toast_dtype type, int64_t n_out, int64_t n_in)
 	free(dev), free(buf), free(e.ref), free(e.dev);
 }
 
+/* the tiled planes (Q4_K): every byte of the padded planes has one place, and the tensor-core
+ * loads (cu_kq<Q4_K>::load: a lane's 16 bytes at 512 p + 16 lane of a unit, its decode row's
+ * header at 16 (lane % 16)) read rows g and g + 8's bytes 32p + 8t.. and row lane % 16's header */
+static void check_tiles(void)
+{
+	for (int64_t nu = 1; nu <= 8; nu *= 2) {
+		int64_t rows = 48, nq = rows * nu * 128;
+		int *seen = (int *)calloc((size_t)nq, sizeof(int)), *mseen = (int *)calloc((size_t)(rows * nu), sizeof(int));
+		bool ok = true;
+		for (int64_t r = 0; r < rows; r++)
+			for (int64_t j = 0; j < nu * 128; j++) {
+				size_t o = cu_tq_off(nu, r, j);
+				ok = ok && o < (size_t)nq && !seen[o]++ && (j % 8 == 0 || o == cu_tq_off(nu, r, j & ~7) + (j & 7));
+			}
+		for (int64_t r = 0; r < rows; r++)
+			for (int64_t u = 0; u < nu; u++) {
+				size_t o = cu_tm_off(nu, r, u, 16);
+				ok = ok && o % 16 == 0 && o / 16 < (size_t)(rows * nu) && !mseen[o / 16]++;
+			}
+		for (int64_t r0 = 0; r0 < rows; r0 += 16)
+			for (int64_t u = 0; u < nu; u++)
+				for (int lane = 0; lane < 32; lane++) {
+					int g = lane / 4, t = lane % 4;
+					size_t base = cu_tq_off(nu, r0, 0) + 16 * lane + 2048 * u;
+					for (int p = 0; p < 4; p++)
+						ok = ok && cu_tq_off(nu, r0 + g, 128 * u + 32 * p + 8 * t) == base + 512 * p &&
+						     cu_tq_off(nu, r0 + g + 8, 128 * u + 32 * p + 8 * t) == base + 512 * p + 8;
+					ok = ok && cu_tm_off(nu, r0 + lane % 16, u, 16) == cu_tm_off(nu, r0, 0, 16) + 256 * u + 16 * (lane % 16);
+				}
+		CHECK(ok, "tiled planes, %lld superblocks a row: a byte placed twice, out of the plane, or not where a lane loads it",
+		      (long long)nu);
+		free(seen), free(mseen);
+	}
+}
+
 int main(void)
 {
+	check_tiles();
 	const enum toast_dtype gguf[] = {TOAST_DT_Q4_0, TOAST_DT_Q4_1, TOAST_DT_Q8_0,
 					 TOAST_DT_Q4_K, TOAST_DT_Q5_K, TOAST_DT_Q6_K};
-	const int64_t widths[] = {512, 2048};
+	const int64_t widths[] = {512, 2048}, heights[] = {5, 37}; /* 37: tiles of 16 rows (Q4_K), the last partial */
 	for (enum toast_dtype t : gguf)
-		for (int64_t n_in : widths) {
-			emu_w e = emu_random(t, 5, n_in, 0, TOAST_DT_BF16);
-			check_weight("random", &e);
-			emu_free(&e);
-		}
+		for (int64_t n_in : widths)
+			for (int64_t n_out : heights) {
+				emu_w e = emu_random(t, n_out, n_in, 0, TOAST_DT_BF16);
+				check_weight("random", &e);
+				emu_free(&e);
+			}
 	const enum toast_dtype mlx[] = {TOAST_DT_MLX4, TOAST_DT_MLX8}, sbs[] = {TOAST_DT_BF16, TOAST_DT_F16, TOAST_DT_F32};
 	const int groups[] = {32, 64, 128};
 	for (enum toast_dtype t : mlx)
@@ -329,6 +367,7 @@ int main(void)
 			}
 	for (enum toast_dtype t : gguf)
 		check_synthetic(t, 7, 2048);
+	check_synthetic(TOAST_DT_Q4_K, 40, 512);
 	check_synthetic(TOAST_DT_MLX4, 5, 2048);
 	check_synthetic(TOAST_DT_MLX8, 5, 512);
 	return test_done("test_cuda_layout");

@@ -11,10 +11,11 @@ cd "$(dirname "$0")/.."
 G=build-gpu
 make -j2 CUDA=1 BUILD=$G CUDA_ARCH=-gencode=arch=compute_90a,code=sm_90a \
 	$G/toasted $G/toast $G/tests/test_ops $G/tests/test_cache $G/tests/test_smollm $G/bench/decode_probe \
-	$G/bench/libcupti_trace.so >/dev/null
+	$G/bench/k4_probe $G/bench/libcupti_trace.so >/dev/null
 rm -rf carry/gpu/bin carry/gpu/lib
 mkdir -p carry/gpu/lib carry/gpu/bin
-cp $G/toasted $G/toast $G/tests/test_ops $G/tests/test_cache $G/tests/test_smollm $G/bench/decode_probe carry/gpu/bin/
+cp $G/toasted $G/toast $G/tests/test_ops $G/tests/test_cache $G/tests/test_smollm $G/bench/decode_probe $G/bench/k4_probe \
+	carry/gpu/bin/
 strip carry/gpu/bin/*
 for b in carry/gpu/bin/*; do
 	ldd "$b" | awk '/=> \//{print $3}' | grep -E 'jansson|pcre2|utf8proc|nettle' | while read -r l; do cp -L "$l" carry/gpu/lib/; done

@@ -9,8 +9,9 @@
  *     split into its quants and the rest: a quant plane [n_out][nb][qb] (qb = 16, 16, 32, 128,
  *     160, 192: Q5_K's qh then qs, Q6_K's ql then qh), then a meta plane [n_out][nb][bs - qb] (d;
  *     d,m; d; d,dmin,scales[12] for both K types; scales[16],d), so quants load as aligned 16-byte
- *     vectors (Q4_K: a superblock's codes are one 128-byte line, and the four lanes that read a
- *     32-byte run of it read one sector; Q5_K's codes are such a line 32 bytes into its 160).
+ *     vectors (Q5_K's codes are a 128-byte line 32 bytes into its 160). Q4_K's planes are tiled
+ *     (cu_tq_off, cu_tm_off): 16 rows' superblock as a tensor-core warp reads it, 2048 bytes
+ *     of codes then 256 of headers, n_out padded to 16 rows (zeros).
  *     Q6_K's 192 quant bytes are 12 runs of 16 (8 of ql, 4 of qh) stored word-major: word j
  *     (bytes 4j..4j+3) of run r at 48 j + 4 r (cu_q6_word), because a tensor-core lane takes word
  *     j of every run (a 16-element sub-block spans one run, four lanes four words of it): its
@@ -42,15 +43,16 @@
  * go to the quant plane (qb == bs: not split). Plain and MLX types: blck elements in bs bytes. */
 struct cu_qgeo {
 	int blck, bs, qoff, qb;
+	int tiled; /* the planes in tiles of 16 rows (cu_tq_off, cu_tm_off) */
 };
 
-__host__ __device__ static inline cu_qgeo cu_qgeo_of(int type)
+__host__ __device__ static inline constexpr cu_qgeo cu_qgeo_of(int type)
 {
 	switch (type) {
 	case TOAST_DT_Q4_0: return {32, 18, 2, 16};
 	case TOAST_DT_Q4_1: return {32, 20, 4, 16};
 	case TOAST_DT_Q8_0: return {32, 34, 2, 32};
-	case TOAST_DT_Q4_K: return {256, 144, 16, 128};
+	case TOAST_DT_Q4_K: return {256, 144, 16, 128, 1};
 	case TOAST_DT_Q5_K: return {256, 176, 16, 160};
 	case TOAST_DT_Q6_K: return {256, 210, 0, 192};
 	case TOAST_DT_MLX4: return {8, 4, 0, 4};
@@ -66,8 +68,40 @@ __host__ __device__ static inline int cu_q6_word(int r, int j)
 	return 48 * j + 4 * r;
 }
 
-/* the device offset of byte i of a GGUF-block tensor in file layout (identity when not split) */
-__host__ __device__ static inline size_t cu_qdev_pos(const cu_qgeo &g, size_t m_off, size_t i)
+/*
+ * Q4_K's planes are tiled (cu_qgeo.tiled): rows in tiles of 16 (n_out padded to a multiple of
+ * 16), and superblock u of a tile as a tensor-core warp reads it (cu_kq): its 2048 quant bytes
+ * as [run p][lane 4g + t][row g, then row g + 8: bytes 32p + 8t.. of the row's 128], so that a
+ * lane's 64 bytes are four 16-byte loads and each load of the warp reads 512 contiguous bytes,
+ * and the 16 rows' headers together, [tile][u][row][16]. Row-major planes gave a warp's load
+ * a sector of each of 8 rows and its header load 16 rows' lines: at 2.9 TB/s on an H200 the
+ * Q4_K GEMVs were bound by those requests, not by DRAM (bench/k4_probe.cu, docs/PERF.md).
+ * cu_tq_off: where byte j of row r's quant bytes lies (nu superblocks a row; 8-byte granules
+ * stay whole); cu_tm_off: where the mb-byte header of superblock u of row r lies in its plane.
+ */
+__host__ __device__ static inline size_t cu_tq_row(int64_t nu, int64_t r) /* (the two parts add) */
+{
+	return (size_t)((r >> 4) * nu) * 2048 + (size_t)((r & 7) * 64 + ((r >> 3) & 1) * 8);
+}
+
+__host__ __device__ static inline size_t cu_tq_byte(int64_t j)
+{
+	return (size_t)((j >> 7) * 2048 + ((j >> 5) & 3) * 512 + ((j >> 3) & 3) * 16 + (j & 7));
+}
+
+__host__ __device__ static inline size_t cu_tq_off(int64_t nu, int64_t r, int64_t j)
+{
+	return cu_tq_row(nu, r) + cu_tq_byte(j);
+}
+
+__host__ __device__ static inline size_t cu_tm_off(int64_t nu, int64_t r, int64_t u, int mb)
+{
+	return ((size_t)((r >> 4) * nu + u) * 16 + (size_t)(r & 15)) * (size_t)mb;
+}
+
+/* the device offset of byte i of a GGUF-block tensor in file layout (identity when not split); nb
+ * blocks a row */
+__host__ __device__ static inline size_t cu_qdev_pos(const cu_qgeo &g, size_t m_off, int64_t nb, size_t i)
 {
 	if (g.qb == g.bs)
 		return i;
@@ -75,11 +109,20 @@ __host__ __device__ static inline size_t cu_qdev_pos(const cu_qgeo &g, size_t m_
 	int o = (int)(i - b * (size_t)g.bs), mb = g.bs - g.qb;
 	if (o >= g.qoff && o < g.qoff + g.qb) {
 		int q = o - g.qoff;
+		if (g.tiled) {
+			int64_t r = (int64_t)(b / (size_t)nb);
+			return cu_tq_off(nb, r, ((int64_t)b - r * nb) * g.qb + q);
+		}
 		if (g.qb == 192) /* Q6_K */
 			q = cu_q6_word(q >> 4, (q >> 2) & 3) + (q & 3);
 		return b * (size_t)g.qb + (size_t)q;
 	}
-	return m_off + b * (size_t)mb + (size_t)(o < g.qoff ? o : o - g.qb);
+	size_t mo = (size_t)(o < g.qoff ? o : o - g.qb);
+	if (g.tiled) {
+		int64_t r = (int64_t)(b / (size_t)nb);
+		return m_off + cu_tm_off(nb, r, (int64_t)b - r * nb, mb) + mo;
+	}
+	return m_off + b * (size_t)mb + mo;
 }
 
 static inline bool cu_is_mlx(int type)
@@ -103,13 +146,17 @@ static inline cu_layout cu_layout_of(int type, int64_t n_in, int64_t n_out, int 
 	cu_qgeo g = cu_qgeo_of(type);
 	cu_layout l = {};
 	int64_t nb = n_in / g.blck;
+	int64_t rows = g.tiled ? (n_out + 15) & ~(int64_t)15 : n_out;
 	l.q_row = nb * g.qb;
 	l.m_row = cu_is_mlx(type) ? n_in / gs * toast_dtypes[sb_type].type_size : nb * (g.bs - g.qb);
-	l.m_off = cu_align256((size_t)l.q_row * n_out);
-	l.b_off = cu_align256(l.m_off + (size_t)l.m_row * n_out);
-	l.bytes = cu_is_mlx(type) ? l.b_off + (size_t)l.m_row * n_out : l.m_off + (size_t)l.m_row * n_out;
+	l.m_off = cu_align256((size_t)l.q_row * rows);
+	l.b_off = cu_align256(l.m_off + (size_t)l.m_row * rows);
+	l.bytes = cu_is_mlx(type) ? l.b_off + (size_t)l.m_row * rows : l.m_off + (size_t)l.m_row * rows;
 	return l;
 }
+
+/* a kernel type: a weight type whose reads are compiled for it, or any type (a runtime switch) */
+#define CU_QT_ANY (-1)
 
 /* A weight on the device as kernels see it: matrix `e` of a set (0 for a single one). */
 struct cu_wd {
@@ -125,10 +172,29 @@ struct cu_wrow {
 	const uint8_t *q, *m, *b;
 };
 
+/* (not for tiled types: cu_tq, cu_tm) */
 __device__ __forceinline__ cu_wrow cu_row(const cu_wd &w, size_t e, int64_t r)
 {
 	const uint8_t *x = w.base + e * w.stride;
 	return {x + r * w.q_row, x + w.m_off + r * w.m_row, x + w.b_off + r * w.m_row};
+}
+
+/* a tiled weight's (Q4_K's) row rr of tile `tile` of matrix e: q + cu_tq_byte(j) is its quant
+ * byte j (an 8-byte granule from j % 8 == 0), m + 256 u the header of its superblock u */
+__device__ __forceinline__ cu_wrow cu_trow_at(const cu_wd &w, size_t e, int64_t tile, int rr)
+{
+	const uint8_t *x = w.base + e * w.stride;
+	int64_t tu = tile * (w.q_row >> 7);
+	return {x + tu * 2048 + (rr & 7) * 64 + (rr >> 3) * 8, x + w.m_off + tu * 256 + rr * 16, NULL};
+}
+
+/* row r of a weight of kernel type TYPE as its readers take it (cu_dq8_at) */
+template <int TYPE>
+__device__ __forceinline__ cu_wrow cu_qrow(const cu_wd &w, size_t e, int64_t r)
+{
+	if ((TYPE == CU_QT_ANY ? w.type : TYPE) == TOAST_DT_Q4_K)
+		return cu_trow_at(w, e, r >> 4, (int)(r & 15));
+	return cu_row(w, e, r);
 }
 
 /* the descriptor of a prepared weight (dev, dev_type) or of the first expert of a set */
@@ -215,8 +281,6 @@ __device__ __forceinline__ uint32_t cu_k4_pair(const uint4 &h, int p)
 	return p < 2 ? V & 0x3f3f3f3fu : hi;
 }
 
-/* a kernel type: a weight type whose reads are compiled for it, or any type (a runtime switch) */
-#define CU_QT_ANY (-1)
 
 /*
  * Dequantise 8 consecutive elements k..k+7 (k % 8 == 0) of row r of matrix e: the general path
@@ -256,9 +320,8 @@ __device__ __forceinline__ float cu_f16_float(uint32_t v)
 }
 
 template <int TYPE>
-__device__ __forceinline__ cu_dq8_raw cu_dq8_load(const cu_wd &w, size_t e, int64_t r, int64_t k)
+__device__ __forceinline__ cu_dq8_raw cu_dq8_at(const cu_wd &w, const cu_wrow &p, int64_t k)
 {
-	cu_wrow p = cu_row(w, e, r);
 	cu_dq8_raw x = {};
 	const int t = TYPE == CU_QT_ANY ? w.type : TYPE;
 	switch (t) {
@@ -280,12 +343,10 @@ __device__ __forceinline__ cu_dq8_raw cu_dq8_load(const cu_wd &w, size_t e, int6
 		x.c = __ldg((const unsigned short *)(p.m + 2 * b));
 		break;
 	}
-	case TOAST_DT_Q4_K: {
-		int64_t b = k >> 8;
-		x.a = cu_ld16(p.m + 16 * b);
-		x.b = cu_ld8(p.q + 128 * b + 32 * ((k >> 6) & 3) + (k & 31));
+	case TOAST_DT_Q4_K: /* (tiled) byte 128 (k / 256) + 32 ((k / 64) % 4) + k % 32, its cu_tq_byte */
+		x.a = cu_ld16(p.m + 256 * (k >> 8));
+		x.b = cu_ld8(p.q + 512 * (k >> 6) + 16 * ((k >> 3) & 3));
 		break;
-	}
 	case TOAST_DT_Q5_K: {
 		int64_t b = k >> 8;
 		const uint8_t *q = p.q + 160 * b;
@@ -320,6 +381,12 @@ __device__ __forceinline__ cu_dq8_raw cu_dq8_load(const cu_wd &w, size_t e, int6
 		break;
 	}
 	return x;
+}
+
+template <int TYPE>
+__device__ __forceinline__ cu_dq8_raw cu_dq8_load(const cu_wd &w, size_t e, int64_t r, int64_t k)
+{
+	return cu_dq8_at<TYPE>(w, cu_qrow<TYPE>(w, e, r), k);
 }
 
 template <int TYPE>
@@ -455,9 +522,12 @@ struct qk<TOAST_DT_Q4_K> {
 	{
 		return (c >> 3) * 64 + ((c >> 1) & 3) * 16 + (c & 1) * 4 + (i >> 2) * 8 + (i & 3);
 	}
-	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c)
+	static __device__ __forceinline__ chunk load(const cu_wd &w, size_t e, int64_t r, int c) /* (tiled) */
 	{
-		return {cu_ld16(w.q + (c >> 3) * 128 + 16 * (c & 7)), cu_ld16(w.m + (c >> 3) * 16)};
+		cu_wrow t = cu_qrow<TOAST_DT_Q4_K>(w, e, r);
+		const uint8_t *q = t.q + cu_tq_byte((c >> 3) * 128 + 16 * (c & 7));
+		uint2 lo = cu_ld8(q), hi = cu_ld8(q + 16); /* granules 2i, 2i + 1 of a run: 16 bytes apart */
+		return {make_uint4(lo.x, lo.y, hi.x, hi.y), cu_ld16(t.m + 256 * (c >> 3))};
 	}
 	static __device__ __forceinline__ info prep(const chunk &k, int c) { return cu_k4_info(k.h, c); }
 	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &in, int, int i)
@@ -649,6 +719,8 @@ __device__ __forceinline__ typename qk<TYPE>::chunk cu_qload(const cu_wd &w, con
 {
 	if constexpr (TYPE == TOAST_DT_MLX4 || TYPE == TOAST_DT_MLX8)
 		return qk<TYPE>::load(row, c, w.sb_type, w.gs);
+	else if constexpr (TYPE == TOAST_DT_Q4_K)
+		return qk<TYPE>::load(w, e, r, c);
 	else if constexpr (TYPE == CU_QT_ANY) {
 		float y[8];
 		cu_dq8(w, e, r, 8 * c, y);
@@ -755,8 +827,8 @@ __device__ __forceinline__ void cu_stage_norm(const float *x, const float *w, in
  * scale covers (the input's sums are staged per SUB elements), PAIR4 the staged order of eight
  * elements (x0 x4 x1 x5 x2 x6 x3 x7, else x0 x2 x1 x3 x4 x6 x5 x7). Each has: ld, what a lane
  * holds of one unit of its rows g and g+8 (g = lane / 4, t = lane % 4) and of its decode row
- * (lane % 16); load(W, ra, rb, rh, u, lane), which issues the loads of unit u of rows ra, rb
- * (quant plane) and of the decode row rh (meta plane); scales(W, L, sc, lane), which decodes the
+ * (lane % 16); load(W, p, u, lane), which issues the loads of unit u of the tile whose rows
+ * p = cu_krows_of<TYPE>(..) locates; scales(W, L, sc, lane), which decodes the
  * warp's scales of the unit into sc (at most 1 KB; the caller syncs the warp around it); and
  * mma<COLS>(acc, L, sc, x, xs0, xs1, wt, g, t): acc (the lane's C fragment: rows g, g+8 x columns
  * 2t, 2t+1) += the unit, with x the lane's staged input row (column g; bf16, in the staged order)
@@ -789,6 +861,27 @@ __device__ __forceinline__ void cu_k4_codes(uint2 *a, uint2 *b, const uint8_t *q
 
 template <int TYPE>
 struct cu_kq;
+
+/* where a lane reads the units of a tile of 16 rows r0.. of matrix e (n rows) from: for row-major
+ * planes its rows g and g + 8 (quant plane) and its decode row lane % 16 (meta plane), clamped to
+ * the last row; for a tiled one (Q4_K) its 16 bytes of the tile's first unit and its decode
+ * row's header there (the padding rows need no clamp) */
+struct cu_krows {
+	const uint8_t *a, *b, *h;
+};
+
+template <int TYPE>
+__device__ __forceinline__ cu_krows cu_krows_of(const cu_wd &W, size_t e, int64_t r0, int64_t n, int lane)
+{
+	if constexpr (TYPE == TOAST_DT_Q4_K) {
+		const uint8_t *x = W.base + e * W.stride;
+		int64_t nu = W.q_row >> 7;
+		return {x + cu_tq_off(nu, r0, 0) + 16 * lane, NULL, x + W.m_off + cu_tm_off(nu, r0 + (lane & 15), 0, 16)};
+	}
+	int g = lane >> 2;
+	return {cu_row(W, e, min(r0 + g, n - 1)).q, cu_row(W, e, min(r0 + g + 8, n - 1)).q,
+		cu_row(W, e, min(r0 + (lane & 15), n - 1)).m};
+}
 
 /* Q5_K's fifth bits: bits k and k + 16 of v as bit 4 of two bf16 128 + q (magic: their other
  * bits), for cu_two_codes<4> to put the low four bits into */
@@ -873,12 +966,15 @@ struct cu_kq<TOAST_DT_Q4_K> {
 		uint2 a[4], b[4];
 		uint4 h; /* the decode row's header */
 	};
-	static __device__ __forceinline__ ld load(const cu_wd &, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
-						  int sb, int lane)
+	static __device__ __forceinline__ ld load(const cu_wd &, const cu_krows &p, int sb, int)
 	{
 		ld L;
-		cu_k4_codes(L.a, L.b, ra + sb * 128, rb + sb * 128, lane & 3);
-		L.h = cu_ld16(rh + sb * 16);
+#pragma unroll
+		for (int i = 0; i < 4; i++) { /* run i of rows g, g + 8 (cu_tq_off) */
+			uint4 v = cu_ld16(p.a + 2048 * sb + 512 * i);
+			L.a[i] = make_uint2(v.x, v.y), L.b[i] = make_uint2(v.z, v.w);
+		}
+		L.h = cu_ld16(p.h + 256 * sb);
 		return L;
 	}
 	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *vsc, int lane)
@@ -903,15 +999,14 @@ struct cu_kq<TOAST_DT_Q5_K> {
 		uint2 ha, hb; /* qh bytes 8t.. of rows g, g + 8 */
 		uint4 h;
 	};
-	static __device__ __forceinline__ ld load(const cu_wd &, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
-						  int sb, int lane)
+	static __device__ __forceinline__ ld load(const cu_wd &, const cu_krows &p, int sb, int lane)
 	{
 		ld L;
 		int t = lane & 3;
-		const uint8_t *qa = ra + sb * 160, *qb = rb + sb * 160;
+		const uint8_t *qa = p.a + sb * 160, *qb = p.b + sb * 160;
 		cu_k4_codes(L.a, L.b, qa + 32, qb + 32, t);
 		L.ha = cu_ld8(qa + 8 * t), L.hb = cu_ld8(qb + 8 * t);
-		L.h = cu_ld16(rh + sb * 16);
+		L.h = cu_ld16(p.h + sb * 16);
 		return L;
 	}
 	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *vsc, int lane)
@@ -955,8 +1050,7 @@ struct cu_kq<TOAST_DT_Q6_K> {
 	};
 	/* quant plane: ql[128] then qh[64]; meta plane: scales[16] then d (2-byte aligned), of which
 	 * lane l decodes row l % 16, sub-blocks 8 (l / 16).. */
-	static __device__ __forceinline__ ld load(const cu_wd &, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
-						  int sb, int lane)
+	static __device__ __forceinline__ ld load(const cu_wd &, const cu_krows &p, int sb, int lane)
 	{
 		ld L;
 		int t = lane & 3;
@@ -964,16 +1058,16 @@ struct cu_kq<TOAST_DT_Q6_K> {
 		for (int r = 0; r < 2; r++) {
 			/* word t of each run: of ql's runs 0-3, 4-7 and qh's 8-11 (a[u], b[u]: ql runs 4n + h and
 			 * 4n + 2 + h, h[u]: qh run 8 + 2n + h, u = 2n + h) */
-			const uint8_t *q = (r ? rb : ra) + 192 * sb + cu_q6_word(0, t);
+			const uint8_t *q = (r ? p.b : p.a) + 192 * sb + cu_q6_word(0, t);
 			uint4 v0 = cu_ld16(q), v1 = cu_ld16(q + 16), v2 = cu_ld16(q + 32);
 			L.a[r][0] = v0.x, L.a[r][1] = v0.y, L.b[r][0] = v0.z, L.b[r][1] = v0.w;
 			L.a[r][2] = v1.x, L.a[r][3] = v1.y, L.b[r][2] = v1.z, L.b[r][3] = v1.w;
 			L.h[r][0] = v2.x, L.h[r][1] = v2.y, L.h[r][2] = v2.z, L.h[r][3] = v2.w;
 		}
-		const unsigned short *m = (const unsigned short *)(rh + 18 * sb + 8 * (lane >> 4));
+		const unsigned short *m = (const unsigned short *)(p.h + 18 * sb + 8 * (lane >> 4));
 		L.sc[0] = __ldg(m) | (uint32_t)__ldg(m + 1) << 16;
 		L.sc[1] = __ldg(m + 2) | (uint32_t)__ldg(m + 3) << 16;
-		L.d = cu_ldf16(rh + 18 * sb + 16);
+		L.d = cu_ldf16(p.h + 18 * sb + 16);
 		return L;
 	}
 	/* d * sc into sc[16][8] float2 (sub-block, g: rows g, g+8) */
@@ -1045,13 +1139,12 @@ struct cu_kq<TOAST_DT_MLX4> {
 	};
 	/* the decode row's biases lie b_off - m_off after its scales; lane l decodes chunks 2 (l /
 	 * 16) and 2 (l / 16) + 1 */
-	static __device__ __forceinline__ ld load(const cu_wd &W, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
-						  int sb, int lane)
+	static __device__ __forceinline__ ld load(const cu_wd &W, const cu_krows &p, int sb, int lane)
 	{
 		ld L;
 		int per = W.gs >> 6;
-		cu_k4_codes(L.a, L.b, ra + sb * 128, rb + sb * 128, lane & 3);
-		const uint8_t *rz = rh + (W.b_off - W.m_off);
+		const uint8_t *rh = p.h, *rz = rh + (W.b_off - W.m_off);
+		cu_k4_codes(L.a, L.b, p.a + sb * 128, p.b + sb * 128, lane & 3);
 #pragma unroll
 		for (int q = 0; q < 2; q++) {
 			int c = 4 * sb + 2 * (lane >> 4) + q, grp = per == 1 ? c : c / per;
@@ -1164,12 +1257,11 @@ struct cu_kq<TOAST_DT_Q8_0> {
 		uint2 a[4], b[4];
 		uint32_t d; /* the d of blocks 2 (lane / 16), +1 of the unit, of the decode row (f16 bits) */
 	};
-	static __device__ __forceinline__ ld load(const cu_wd &, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
-						  int u, int lane)
+	static __device__ __forceinline__ ld load(const cu_wd &, const cu_krows &p, int u, int lane)
 	{
 		ld L;
-		cu_k4_codes(L.a, L.b, ra + u * 128, rb + u * 128, lane & 3);
-		L.d = cu_ld4(rh + 8 * u + 4 * (lane >> 4));
+		cu_k4_codes(L.a, L.b, p.a + u * 128, p.b + u * 128, lane & 3);
+		L.d = cu_ld4(p.h + 8 * u + 4 * (lane >> 4));
 		return L;
 	}
 	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *vsc, int lane)
@@ -1198,14 +1290,13 @@ struct cu_kq<TOAST_DT_MLX8> {
 		uint2 a[4], b[4];
 		uint32_t s, z; /* scale and bias bits, as stored, of the decode row's chunk lane / 16 */
 	};
-	static __device__ __forceinline__ ld load(const cu_wd &W, const uint8_t *ra, const uint8_t *rb, const uint8_t *rh,
-						  int u, int lane)
+	static __device__ __forceinline__ ld load(const cu_wd &W, const cu_krows &p, int u, int lane)
 	{
 		ld L;
-		cu_k4_codes(L.a, L.b, ra + u * 128, rb + u * 128, lane & 3);
+		cu_k4_codes(L.a, L.b, p.a + u * 128, p.b + u * 128, lane & 3);
 		int c = 2 * u + (lane >> 4), per = W.gs >> 6, grp = per == 1 ? c : c / per;
-		L.s = cu_ldsb_bits(rh, W.sb_type, grp);
-		L.z = cu_ldsb_bits(rh + (W.b_off - W.m_off), W.sb_type, grp);
+		L.s = cu_ldsb_bits(p.h, W.sb_type, grp);
+		L.z = cu_ldsb_bits(p.h + (W.b_off - W.m_off), W.sb_type, grp);
 		return L;
 	}
 	static __device__ __forceinline__ void scales(const cu_wd &W, const ld &L, void *vsc, int lane)

@@ -246,10 +246,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 	auto load = [&]() {
 		int64_t vt = tile0 + lt, r0 = (GLU ? vt >> 1 : vt) * 16;
 		const cu_wd &W = GLU && (vt & 1) ? jb.W2 : jb.W;
-		const uint8_t *ra = cu_row(W, 0, min(r0 + g, jb.n_out - 1)).q;
-		const uint8_t *rb = cu_row(W, 0, min(r0 + g + 8, jb.n_out - 1)).q;
-		const uint8_t *rh = cu_row(W, 0, min(r0 + (lane & 15), jb.n_out - 1)).m;
-		typename K::ld L = K::load(W, ra, rb, rh, warp + GQ_WARPS * lk, lane);
+		typename K::ld L = K::load(W, cu_krows_of<TYPE>(W, 0, r0, jb.n_out, lane), warp + GQ_WARPS * lk, lane);
 		next(lt, lk);
 		return L;
 	};

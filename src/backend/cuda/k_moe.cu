@@ -778,13 +778,12 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	size_t e = shared ? 0 : (size_t)moe_slot_read(d, pk, &e_s, t, slot);
 	cu_tl_mark(0); /* h staged, the expert picked */
 	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
-	const uint8_t *ra = cu_row(wd, e, min(r0 + g, n - 1)).q, *rb = cu_row(wd, e, min(r0 + g + 8, n - 1)).q;
-	const uint8_t *rh = cu_row(wd, e, min(r0 + (lane & 15), n - 1)).m;
+	cu_krows rows = cu_krows_of<TYPE>(wd, e, r0, n, lane);
 	typename K::ld L[2]; /* two units in flight: n_embd 2048 is two superblocks a warp */
 	if (w4 < nsb)
-		L[0] = K::load(wd, ra, rb, rh, w4, lane);
+		L[0] = K::load(wd, rows, w4, lane);
 	if (w4 + 4 < nsb)
-		L[1] = K::load(wd, ra, rb, rh, w4 + 4, lane);
+		L[1] = K::load(wd, rows, w4 + 4, lane);
 	cu_tl_mark(1); /* warp 0's loads issued */
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (int sb0 = w4; sb0 < nsb; sb0 += 8) {
@@ -798,7 +797,7 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 			__syncwarp();
 			K::template mma<1>(acc, L[k], sc, xs + sb * K::EL, xsum + sb * (K::EL / SUB), NULL, 1.0f, g, tq);
 			if (sb + 8 < nsb)
-				L[k] = K::load(wd, ra, rb, rh, sb + 8, lane);
+				L[k] = K::load(wd, rows, sb + 8, lane);
 		}
 	}
 	cu_tl_mark(2); /* warp 0's MMAs */
@@ -839,12 +838,10 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	/* the experts are known before the wait (see k_moe_down) */
 	moe_down_slots(d, t, sel, wt, ms, sgate, slot0, nslot, eid, wts);
 	__syncthreads();
-	int ra = min(r0 + g, E - 1), rb = min(r0 + g + 8, E - 1), rh = min(r0 + (lane & 15), E - 1);
 	auto load = [&](int u) {
 		int j = u / nsb;
 		cu_wd wd = slot0 + j == d.k ? SD : D;
-		size_t e = (size_t)eid[j];
-		return K::load(wd, cu_row(wd, e, ra).q, cu_row(wd, e, rb).q, cu_row(wd, e, rh).m, u - j * nsb, lane);
+		return K::load(wd, cu_krows_of<TYPE>(wd, (size_t)eid[j], r0, E, lane), u - j * nsb, lane);
 	};
 	typename K::ld L[2];
 	if (warp < units)
@@ -1117,6 +1114,11 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE, BM), (TYPE == TOAST_DT_BF16 ?
 	 * rows of gate, then the same rows of up: tile row b is row col0 + WN / 2 (b / WN) + b % (WN / 2)
 	 * of gate (b % WN < WN / 2) or up. Else tile row b is row col0 + b. */
 	int lr = tid >> 3, lc = tid & 7;
+	/* a tiled weight's (Q4_K's) rows g and g + 8 lie together (cu_tq_off): a warp's four tile rows
+	 * are c, c + 8, c + 1, c + 9, whose 32 bytes of a run are 128 contiguous ones (c, c + 1, c + 2,
+	 * c + 3 read every other 8 bytes of 256: the prefill 4% slower) */
+	static_assert(!cu_qgeo_of(TYPE).tiled || RS % 16 == 0, "whole tiles a load pass");
+	int wr = cu_qgeo_of(TYPE).tiled ? (lr & ~15) | ((lr >> 1) & 7) | ((lr & 1) << 3) : lr;
 	const bf16 *xa[NX];
 	bool xok[NX];
 #pragma unroll
@@ -1129,14 +1131,22 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE, BM), (TYPE == TOAST_DT_BF16 ?
 	constexpr int UW = WN / RS; /* loads a warp's tile rows take: 2 or more at BM 64, 1 at 128 */
 	static_assert(UW >= 1 && (UW > 1 || RS == WN), "a load pass covers whole warp tiles");
 	auto wup = [&](int u) { /* (which u alone decides, unless a pass covers a whole warp tile) */
-		return GATEUP && (UW > 1 ? RS * (u % UW) >= WN / 2 : lr >= WN / 2);
+		return GATEUP && (UW > 1 ? RS * (u % UW) >= WN / 2 : wr >= WN / 2);
 	};
-	auto wmat = [&](int u) -> const cu_wd & { return wup(u) ? U : W; };
-	auto wrow = [&](int u) {
+	auto wmat = [&](int u) -> cu_wd { return wup(u) ? U : W; };
+	auto wrow = [&](int u, int w_) { /* the row of pass u (w_ = wr) */
 		if (!GATEUP)
-			return col0 + lr + RS * u;
-		return UW > 1 ? col0 + WN / 2 * (u / UW) + RS * (u % UW) + lr - (wup(u) ? WN / 2 : 0)
-			      : col0 + WN / 2 * u + lr % (WN / 2);
+			return col0 + w_ + RS * u;
+		return UW > 1 ? col0 + WN / 2 * (u / UW) + RS * (u % UW) + w_ - (wup(u) ? WN / 2 : 0)
+			      : col0 + WN / 2 * u + w_ % (WN / 2);
+	};
+	/* a pass's packed rows: a tiled weight's row lies at wr % 16 in its tile (the passes' rows are
+	 * 16 apart), so the tile alone is figured a step, not the row's place in it */
+	auto wload = [&](int u, int k) {
+		if constexpr (cu_qgeo_of(TYPE).tiled)
+			return cu_dq8_at<TYPE>(wmat(u), cu_trow_at(wmat(u), (size_t)e, wrow(u, wr & ~15) >> 4, wr & 15), k);
+		else
+			return cu_dq8_load<TYPE>(wmat(u), (size_t)e, wrow(u, wr), k);
 	};
 	auto load_x = [&](int s, int k0) {
 #pragma unroll
@@ -1146,8 +1156,8 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE, BM), (TYPE == TOAST_DT_BF16 ?
 	auto load_w_async = [&](int s, int k0) { /* bf16 weights */
 #pragma unroll
 		for (int u = 0; u < NW; u++)
-			cu_cp16(sm + s * STAGE_BYTES + A_BYTES + gg_swz(lr + RS * u, lc),
-				cu_row(wmat(u), (size_t)e, wrow(u)).q + 2 * (k0 + 8 * lc), true);
+			cu_cp16(sm + s * STAGE_BYTES + A_BYTES + gg_swz(wr + RS * u, lc),
+				cu_row(wmat(u), (size_t)e, wrow(u, wr)).q + 2 * (k0 + 8 * lc), true);
 	};
 	/* packed weights: the raw words of the next step in registers; of any type (CU_QT_ANY) they
 	 * would not fit beside the accumulators: loaded and converted at once, not hidden */
@@ -1156,19 +1166,19 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE, BM), (TYPE == TOAST_DT_BF16 ?
 	auto load_w_raw = [&](int k0) {
 #pragma unroll
 		for (int u = 0; u < NW; u++)
-			raw[u] = cu_dq8_load<TYPE>(wmat(u), (size_t)e, wrow(u), k0 + 8 * lc);
+			raw[u] = wload(u, k0 + 8 * lc);
 	};
 	auto store_w = [&](int s, int k0) {
 #pragma unroll
 		for (int u = 0; u < NW; u++) {
 			float y[8];
-			cu_dq8_raw r = prefetch ? raw[u] : cu_dq8_load<TYPE>(wmat(u), (size_t)e, wrow(u), k0 + 8 * lc);
+			cu_dq8_raw r = prefetch ? raw[u] : wload(u, k0 + 8 * lc);
 			cu_dq8_cvt<TYPE>(wmat(u), r, k0 + 8 * lc, y);
 			__nv_bfloat162 b2[4];
 #pragma unroll
 			for (int j = 0; j < 4; j++)
 				b2[j] = __floats2bfloat162_rn(y[2 * j], y[2 * j + 1]);
-			*(uint4 *)(gg_sm + s * STAGE_BYTES + A_BYTES + gg_swz(lr + RS * u, lc)) = *(const uint4 *)b2;
+			*(uint4 *)(gg_sm + s * STAGE_BYTES + A_BYTES + gg_swz(wr + RS * u, lc)) = *(const uint4 *)b2;
 		}
 	};
 

@@ -10,16 +10,23 @@ extern "C" {
 #include "backend/synth_quant.h"
 }
 
-__global__ void k_q_split(uint8_t *dst, const uint8_t *src, size_t n, cu_qgeo g, size_t m_off)
+__global__ void k_q_split(uint8_t *dst, const uint8_t *src, size_t n, cu_qgeo g, size_t m_off, int64_t nb)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-		dst[cu_qdev_pos(g, m_off, i)] = src[i];
+		dst[cu_qdev_pos(g, m_off, nb, i)] = src[i];
 }
 
 __global__ void k_q_synth(uint8_t *dst, size_t n, int type, cu_qgeo g, size_t m_off, uint64_t seed, int64_t n_in)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-		dst[cu_qdev_pos(g, m_off, i)] = toast_synth_qbyte(type, seed, i, n_in);
+		dst[cu_qdev_pos(g, m_off, n_in / g.blck, i)] = toast_synth_qbyte(type, seed, i, n_in);
+}
+
+/* a tiled weight's padding rows are zeros (kernels read them, and drop what they give) */
+static void q_zero_tiles(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l)
+{
+	if (cu_qgeo_of(w->type).tiled && w->n_out % 16)
+		cu_fail(cb, cudaMemsetAsync(dst, 0, l.bytes, cb->stream), "weight padding");
 }
 
 __global__ void k_q_synth_sb(uint16_t *scales, uint16_t *biases, size_t n_groups, int bits, uint64_t seed, int64_t n_in)
@@ -66,7 +73,9 @@ enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, const struct t
 	enum toast_status rc = q_copy(cb, tmp, w->data, w->n_bytes, w->name, err);
 	if (rc != TOAST_OK)
 		return rc;
-	cu_launch(cb, k_q_split, q_grid(w->n_bytes), 256, 0, d, (const uint8_t *)tmp, w->n_bytes, g, l.m_off);
+	q_zero_tiles(cb, d, w, l);
+	cu_launch(cb, k_q_split, q_grid(w->n_bytes), 256, 0, d, (const uint8_t *)tmp, w->n_bytes, g, l.m_off,
+		  (int64_t)(w->n_in / g.blck));
 	cu_launched(cb, "weight split");
 	/* the scratch is reused by the next upload: finish this one */
 	if (cu_fail(cb, cudaStreamSynchronize(cb->stream), "weight split") || cb->failed)
@@ -79,6 +88,7 @@ void cu_q_fill_synthetic(struct cuda_backend *cb, void *dst, const struct toast_
 	uint8_t *d = (uint8_t *)dst;
 	uint64_t seed = toast_synthetic_seed(w->name);
 	size_t nq = cu_is_mlx(w->type) ? (size_t)l.q_row * (size_t)w->n_out : w->n_bytes;
+	q_zero_tiles(cb, d, w, l);
 	cu_launch(cb, k_q_synth, q_grid(nq), 256, 0, d, nq, (int)w->type, cu_qgeo_of(w->type), l.m_off, seed, w->n_in);
 	if (cu_is_mlx(w->type)) {
 		size_t ng = (size_t)w->n_out * (size_t)(w->n_in / w->group_size);
