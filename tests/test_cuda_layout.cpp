@@ -73,15 +73,22 @@ static void emu_upload(emu_w *e)
 	e->l = cu_layout_of(w->type, w->n_in, w->n_out, w->sb_type, w->group_size);
 	e->dev = emu_alloc(e->l.bytes);
 	if (cu_is_mlx(w->type)) {
-		memcpy(e->dev, w->data, (size_t)e->l.q_row * w->n_out);
-		memcpy(e->dev + e->l.m_off, w->scales, (size_t)e->l.m_row * w->n_out);
-		memcpy(e->dev + e->l.b_off, w->biases, (size_t)e->l.m_row * w->n_out);
+		size_t nq = (size_t)e->l.q_row * w->n_out, ns = (size_t)e->l.m_row * w->n_out;
+		int mu = toast_dtypes[w->sb_type].type_size;
+		for (size_t i = 0; i < nq; i++)
+			e->dev[e->l.tiled ? cu_tile_pos(e->l.q_row, 0, i) : i] = ((const uint8_t *)w->data)[i];
+		for (size_t i = 0; i < ns; i++) {
+			size_t at = e->l.tiled ? cu_tile_pos(e->l.m_row, mu, i) : i;
+			e->dev[e->l.m_off + at] = ((const uint8_t *)w->scales)[i];
+			e->dev[e->l.b_off + at] = ((const uint8_t *)w->biases)[i];
+		}
 	} else {
 		cu_qgeo g = cu_qgeo_of(w->type);
 		for (size_t i = 0; i < w->n_bytes; i++)
 			e->dev[cu_qdev_pos(g, e->l.m_off, w->n_in / g.blck, i)] = ((const uint8_t *)w->data)[i];
 	}
-	e->wd = {e->dev, 0, e->l.m_off, e->l.b_off, e->l.q_row, e->l.m_row, (int)w->type, (int)w->sb_type, w->group_size};
+	e->wd = {e->dev, 0, e->l.m_off, e->l.b_off, e->l.q_row, e->l.m_row, (int)w->type, (int)w->sb_type, w->group_size,
+		 e->l.tiled};
 }
 
 /* a weight of random values quantised by the reference quantisers */
@@ -243,7 +250,8 @@ static void check_chunks(const char *what, const emu_w *e)
 static void check_weight(const char *what, const emu_w *e)
 {
 	long mis = emu_misaligned;
-	switch (e->w.type) {
+	/* an MLX weight that is not tiled takes the CU_QT_ANY kernels (cu_ktype) */
+	switch (cu_is_mlx(e->w.type) && !e->l.tiled ? CU_QT_ANY : (int)e->w.type) {
 	case TOAST_DT_Q4_0: check_chunks<TOAST_DT_Q4_0>(what, e); break;
 	case TOAST_DT_Q4_1: check_chunks<TOAST_DT_Q4_1>(what, e); break;
 	case TOAST_DT_Q8_0: check_chunks<TOAST_DT_Q8_0>(what, e); break;
@@ -282,13 +290,14 @@ static void check_synthetic(enum toast_dtype type, int64_t n_out, int64_t n_in)
 	uint64_t seed = toast_synthetic_seed(w->name);
 	size_t nq = mlx ? (size_t)e.l.q_row * n_out : w->n_bytes;
 	for (size_t i = 0; i < nq; i++)
-		dev[cu_qdev_pos(cu_qgeo_of(type), e.l.m_off, n_in / cu_qgeo_of(type).blck, i)] =
+		dev[mlx && e.l.tiled ? cu_tile_pos(e.l.q_row, 0, i) : cu_qdev_pos(cu_qgeo_of(type), e.l.m_off, n_in / cu_qgeo_of(type).blck, i)] =
 			toast_synth_qbyte(type, seed, i, n_in);
 	if (mlx)
 		for (size_t g = 0; g < (size_t)n_out * (n_in / 64); g++) {
 			uint16_t s = toast_synth_mlx_sb(type == TOAST_DT_MLX4 ? 4 : 8, seed, g, 0, n_in);
 			uint16_t z = toast_synth_mlx_sb(type == TOAST_DT_MLX4 ? 4 : 8, seed, g, 1, n_in);
-			memcpy(dev + e.l.m_off + 2 * g, &s, 2), memcpy(dev + e.l.b_off + 2 * g, &z, 2);
+			size_t at = e.l.tiled ? cu_tile_pos(e.l.m_row, 2, 2 * g) : 2 * g;
+			memcpy(dev + e.l.m_off + at, &s, 2), memcpy(dev + e.l.b_off + at, &z, 2);
 		}
 	CHECK(memcmp(dev, e.dev, e.l.bytes) == 0, "synthetic %s: the device fill differs from the CPU's bytes",
 	      toast_dtype_name(type));
@@ -360,15 +369,23 @@ int main(void)
 	const int groups[] = {32, 64, 128};
 	for (enum toast_dtype t : mlx)
 		for (int gs : groups)
-			for (enum toast_dtype sb : sbs) {
-				emu_w e = emu_random(t, 3, 512, gs, sb);
-				check_weight("random mlx", &e);
-				emu_free(&e);
-			}
+			for (enum toast_dtype sb : sbs)
+				for (int64_t n_out : heights) {
+					emu_w e = emu_random(t, n_out, 512, gs, sb); /* tiled */
+					check_weight("random mlx", &e);
+					emu_free(&e);
+				}
+	for (enum toast_dtype t : mlx) { /* rows not whole units of codes: row-major */
+		emu_w e = emu_random(t, 19, t == TOAST_DT_MLX4 ? 576 : 320, 64, TOAST_DT_BF16);
+		CHECK(!e.l.tiled, "an MLX weight of %lld columns is tiled", (long long)e.w.n_in);
+		check_weight("random mlx, not tiled", &e);
+		emu_free(&e);
+	}
 	for (enum toast_dtype t : gguf)
 		check_synthetic(t, 7, 2048);
 	check_synthetic(TOAST_DT_Q4_K, 40, 512);
 	check_synthetic(TOAST_DT_MLX4, 5, 2048);
 	check_synthetic(TOAST_DT_MLX8, 5, 512);
+	check_synthetic(TOAST_DT_MLX4, 37, 512);
 	return test_done("test_cuda_layout");
 }

@@ -99,6 +99,16 @@ __host__ __device__ static inline size_t cu_tm_off(int64_t nu, int64_t r, int64_
 	return ((size_t)((r >> 4) * nu + u) * 16 + (size_t)(r & 15)) * (size_t)mb;
 }
 
+/* where byte i of a row-major plane of row_bytes a row lies in the plane tiled: the codes (mu 0:
+ * cu_tq_off), or an MLX scale or bias plane of mu-byte values (cu_tm_off) */
+__host__ __device__ static inline size_t cu_tile_pos(int64_t row_bytes, int mu, size_t i)
+{
+	int64_t r = (int64_t)(i / (size_t)row_bytes), j = (int64_t)(i - (size_t)r * (size_t)row_bytes);
+	if (!mu)
+		return cu_tq_off(row_bytes >> 7, r, j);
+	return cu_tm_off(row_bytes / mu, r, j / mu, mu) + (size_t)(j % mu);
+}
+
 /* the device offset of byte i of a GGUF-block tensor in file layout (identity when not split); nb
  * blocks a row */
 __host__ __device__ static inline size_t cu_qdev_pos(const cu_qgeo &g, size_t m_off, int64_t nb, size_t i)
@@ -134,6 +144,7 @@ static inline bool cu_is_mlx(int type)
 struct cu_layout {
 	int64_t q_row, m_row; /* bytes per row of the quant and meta (MLX: scales, biases) planes */
 	size_t m_off, b_off, bytes;
+	bool tiled; /* (cu_tiled) */
 };
 
 static inline size_t cu_align256(size_t n)
@@ -141,12 +152,20 @@ static inline size_t cu_align256(size_t n)
 	return (n + 255) & ~(size_t)255;
 }
 
+/* whether a weight's planes are tiled: Q4_K's always, MLX ones whose rows are whole 128-byte units
+ * of codes (the other kinds' rows of MLX kernels are tiled: cu_ktype sends the rest to CU_QT_ANY) */
+__host__ __device__ static inline bool cu_tiled(int type, int64_t n_in)
+{
+	return cu_qgeo_of(type).tiled || (type == TOAST_DT_MLX4 && n_in % 256 == 0) || (type == TOAST_DT_MLX8 && n_in % 128 == 0);
+}
+
 static inline cu_layout cu_layout_of(int type, int64_t n_in, int64_t n_out, int sb_type, int gs)
 {
 	cu_qgeo g = cu_qgeo_of(type);
 	cu_layout l = {};
 	int64_t nb = n_in / g.blck;
-	int64_t rows = g.tiled ? (n_out + 15) & ~(int64_t)15 : n_out;
+	l.tiled = cu_tiled(type, n_in);
+	int64_t rows = l.tiled ? (n_out + 15) & ~(int64_t)15 : n_out;
 	l.q_row = nb * g.qb;
 	l.m_row = cu_is_mlx(type) ? n_in / gs * toast_dtypes[sb_type].type_size : nb * (g.bs - g.qb);
 	l.m_off = cu_align256((size_t)l.q_row * rows);
@@ -165,6 +184,7 @@ struct cu_wd {
 	size_t m_off, b_off;
 	int64_t q_row, m_row;
 	int type, sb_type, gs;
+	int tiled; /* (cu_tiled) */
 };
 
 /* the row pointers of one row: quants, meta (scales), MLX biases */
@@ -172,28 +192,57 @@ struct cu_wrow {
 	const uint8_t *q, *m, *b;
 };
 
-/* (not for tiled types: cu_tq, cu_tm) */
+/* (not for tiled weights: cu_qrow) */
 __device__ __forceinline__ cu_wrow cu_row(const cu_wd &w, size_t e, int64_t r)
 {
 	const uint8_t *x = w.base + e * w.stride;
 	return {x + r * w.q_row, x + w.m_off + r * w.m_row, x + w.b_off + r * w.m_row};
 }
 
-/* a tiled weight's (Q4_K's) row rr of tile `tile` of matrix e: q + cu_tq_byte(j) is its quant
- * byte j (an 8-byte granule from j % 8 == 0), m + 256 u the header of its superblock u */
-__device__ __forceinline__ cu_wrow cu_trow_at(const cu_wd &w, size_t e, int64_t tile, int rr)
+/* the kernel type of a weight: its type, or CU_QT_ANY for an MLX one that is not tiled */
+static inline int cu_ktype(const cu_wd &w)
 {
-	const uint8_t *x = w.base + e * w.stride;
-	int64_t tu = tile * (w.q_row >> 7);
-	return {x + tu * 2048 + (rr & 7) * 64 + (rr >> 3) * 8, x + w.m_off + tu * 256 + rr * 16, NULL};
+	return cu_is_mlx(w.type) && !w.tiled ? CU_QT_ANY : w.type;
 }
 
-/* row r of a weight of kernel type TYPE as its readers take it (cu_dq8_at) */
+/* kernels compiled for a Q4_K or MLX kind read tiled weights (cu_ktype) */
+__host__ __device__ constexpr bool cu_tiled_kind(int type)
+{
+	return type == TOAST_DT_Q4_K || type == TOAST_DT_MLX4 || type == TOAST_DT_MLX8;
+}
+
+/* whether kernels of type TYPE read w tiled: CU_QT_ANY as the weight is */
+template <int TYPE>
+__device__ __forceinline__ bool cu_kind_tiled(const cu_wd &w)
+{
+	if constexpr (TYPE == CU_QT_ANY)
+		return w.tiled;
+	else
+		return cu_tiled_kind(TYPE);
+}
+
+/* bytes of a meta unit of a tiled weight: a Q4_K header, an MLX scale (or bias) */
+__device__ __forceinline__ int cu_tmu(const cu_wd &w)
+{
+	return w.type == TOAST_DT_Q4_K ? 16 : w.sb_type == TOAST_DT_F32 ? 4 : 2;
+}
+
+/* a tiled weight's row rr of tile `tile` of matrix e: q + cu_tq_byte(j) is its quant byte j (an
+ * 8-byte granule from j % 8 == 0), m + 16 mu u (b + ..: MLX) its meta unit u (mu = cu_tmu: a
+ * Q4_K header of superblock u at m + 256 u, an MLX scale and bias of group u) */
+__device__ __forceinline__ cu_wrow cu_trow_at(const cu_wd &w, size_t e, int64_t tile, int rr, int mu)
+{
+	const uint8_t *x = w.base + e * w.stride;
+	int64_t mt = tile * 16 * w.m_row + rr * mu;
+	return {x + tile * (w.q_row >> 7) * 2048 + (rr & 7) * 64 + (rr >> 3) * 8, x + w.m_off + mt, x + w.b_off + mt};
+}
+
+/* row r of a weight as kernels of type TYPE read it (cu_dq8_at, the SIMT chunks) */
 template <int TYPE>
 __device__ __forceinline__ cu_wrow cu_qrow(const cu_wd &w, size_t e, int64_t r)
 {
-	if ((TYPE == CU_QT_ANY ? w.type : TYPE) == TOAST_DT_Q4_K)
-		return cu_trow_at(w, e, r >> 4, (int)(r & 15));
+	if (cu_kind_tiled<TYPE>(w))
+		return cu_trow_at(w, e, r >> 4, (int)(r & 15), TYPE == TOAST_DT_Q4_K ? 16 : cu_tmu(w));
 	return cu_row(w, e, r);
 }
 
@@ -202,7 +251,7 @@ static inline cu_wd cu_wd_of(const struct toast_weight *w, const void *base, siz
 {
 	cu_layout l = cu_layout_of(w->dev_type, w->n_in, w->n_out, w->sb_type, w->group_size);
 	cu_wd d = {(const uint8_t *)base, n_set > 1 ? cu_align256(l.bytes) : 0, l.m_off, l.b_off, l.q_row, l.m_row,
-		   (int)w->dev_type, (int)w->sb_type, w->group_size};
+		   (int)w->dev_type, (int)w->sb_type, w->group_size, l.tiled};
 	return d;
 }
 
@@ -371,10 +420,12 @@ __device__ __forceinline__ cu_dq8_raw cu_dq8_at(const cu_wd &w, const cu_wrow &p
 	}
 	case TOAST_DT_MLX4:
 	case TOAST_DT_MLX8: {
-		int64_t g = k / w.gs;
+		bool tl = cu_kind_tiled<TYPE>(w);
+		int64_t g = k / w.gs * (tl ? 16 : 1), j = t == TOAST_DT_MLX4 ? k / 2 : k; /* (tiled: 16 rows a group) */
+		const uint8_t *q = p.q + (tl ? (int64_t)cu_tq_byte(j) : j);
 		x.a.x = cu_ldsb_bits(p.m, w.sb_type, g);
 		x.a.y = cu_ldsb_bits(p.b, w.sb_type, g);
-		x.b = t == TOAST_DT_MLX4 ? make_uint2(__ldg((const uint32_t *)(p.q + k / 2)), 0) : cu_ld8(p.q + k);
+		x.b = t == TOAST_DT_MLX4 ? make_uint2(__ldg((const uint32_t *)q), 0) : cu_ld8(q);
 		break;
 	}
 	default: /* not reached: uploads accept only the types above */
@@ -670,10 +721,13 @@ struct qk_mlx {
 	};
 	static __device__ __forceinline__ int swz(int f) { return BITS == 4 ? f ^ ((f >> 3) & 7) : f ^ ((f >> 3) & 3); }
 	static __device__ __forceinline__ int f4(int c, int i) { return NP * c + i; }
-	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c, int sb_type, int gs)
+	static __device__ __forceinline__ chunk load(const cu_wd &w, size_t e, int64_t r, int c) /* (tiled) */
 	{
-		int g = c * EPC / gs;
-		return {cu_ld16(w.q + 16 * c), cu_ldsb(w.m, sb_type, g), cu_ldsb(w.b, sb_type, g)};
+		cu_wrow p = cu_qrow<BITS == 4 ? TOAST_DT_MLX4 : TOAST_DT_MLX8>(w, e, r);
+		const uint8_t *q = p.q + cu_tq_byte(16 * c);
+		uint2 lo = cu_ld8(q), hi = cu_ld8(q + 16); /* granules 2i, 2i + 1 of a run: 16 bytes apart */
+		int g = 16 * (c * EPC / w.gs);
+		return {make_uint4(lo.x, lo.y, hi.x, hi.y), cu_ldsb(p.m, w.sb_type, g), cu_ldsb(p.b, w.sb_type, g)};
 	}
 	static __device__ __forceinline__ info prep(const chunk &k, int)
 	{
@@ -717,10 +771,8 @@ template <int TYPE>
 __device__ __forceinline__ typename qk<TYPE>::chunk cu_qload(const cu_wd &w, const cu_wrow &row, size_t e, int64_t r,
 							     int c)
 {
-	if constexpr (TYPE == TOAST_DT_MLX4 || TYPE == TOAST_DT_MLX8)
-		return qk<TYPE>::load(row, c, w.sb_type, w.gs);
-	else if constexpr (TYPE == TOAST_DT_Q4_K)
-		return qk<TYPE>::load(w, e, r, c);
+	if constexpr (TYPE == TOAST_DT_MLX4 || TYPE == TOAST_DT_MLX8 || TYPE == TOAST_DT_Q4_K)
+		return qk<TYPE>::load(w, e, r, c); /* (tiled) */
 	else if constexpr (TYPE == CU_QT_ANY) {
 		float y[8];
 		cu_dq8(w, e, r, 8 * c, y);
@@ -862,6 +914,16 @@ __device__ __forceinline__ void cu_k4_codes(uint2 *a, uint2 *b, const uint8_t *q
 template <int TYPE>
 struct cu_kq;
 
+/* the same from a tiled unit (cu_tq_off) at q + 16 lane: run p of rows g, g + 8 in one load */
+__device__ __forceinline__ void cu_k4_tile_codes(uint2 *a, uint2 *b, const uint8_t *q)
+{
+#pragma unroll
+	for (int p = 0; p < 4; p++) {
+		uint4 v = cu_ld16(q + 512 * p);
+		a[p] = make_uint2(v.x, v.y), b[p] = make_uint2(v.z, v.w);
+	}
+}
+
 /* where a lane reads the units of a tile of 16 rows r0.. of matrix e (n rows) from: for row-major
  * planes its rows g and g + 8 (quant plane) and its decode row lane % 16 (meta plane), clamped to
  * the last row; for a tiled one (Q4_K) its 16 bytes of the tile's first unit and its decode
@@ -873,10 +935,11 @@ struct cu_krows {
 template <int TYPE>
 __device__ __forceinline__ cu_krows cu_krows_of(const cu_wd &W, size_t e, int64_t r0, int64_t n, int lane)
 {
-	if constexpr (TYPE == TOAST_DT_Q4_K) {
+	if constexpr (TYPE == TOAST_DT_Q4_K || TYPE == TOAST_DT_MLX4 || TYPE == TOAST_DT_MLX8) { /* (tiled) */
 		const uint8_t *x = W.base + e * W.stride;
-		int64_t nu = W.q_row >> 7;
-		return {x + cu_tq_off(nu, r0, 0) + 16 * lane, NULL, x + W.m_off + cu_tm_off(nu, r0 + (lane & 15), 0, 16)};
+		int64_t tile = r0 >> 4;
+		int mu = TYPE == TOAST_DT_Q4_K ? 16 : cu_tmu(W);
+		return {x + tile * (W.q_row >> 7) * 2048 + 16 * lane, NULL, x + W.m_off + tile * 16 * W.m_row + (lane & 15) * mu};
 	}
 	int g = lane >> 2;
 	return {cu_row(W, e, min(r0 + g, n - 1)).q, cu_row(W, e, min(r0 + g + 8, n - 1)).q,
@@ -969,11 +1032,7 @@ struct cu_kq<TOAST_DT_Q4_K> {
 	static __device__ __forceinline__ ld load(const cu_wd &, const cu_krows &p, int sb, int)
 	{
 		ld L;
-#pragma unroll
-		for (int i = 0; i < 4; i++) { /* run i of rows g, g + 8 (cu_tq_off) */
-			uint4 v = cu_ld16(p.a + 2048 * sb + 512 * i);
-			L.a[i] = make_uint2(v.x, v.y), L.b[i] = make_uint2(v.z, v.w);
-		}
+		cu_k4_tile_codes(L.a, L.b, p.a + 2048 * sb);
 		L.h = cu_ld16(p.h + 256 * sb);
 		return L;
 	}
@@ -1144,10 +1203,10 @@ struct cu_kq<TOAST_DT_MLX4> {
 		ld L;
 		int per = W.gs >> 6;
 		const uint8_t *rh = p.h, *rz = rh + (W.b_off - W.m_off);
-		cu_k4_codes(L.a, L.b, p.a + sb * 128, p.b + sb * 128, lane & 3);
+		cu_k4_tile_codes(L.a, L.b, p.a + 2048 * sb);
 #pragma unroll
-		for (int q = 0; q < 2; q++) {
-			int c = 4 * sb + 2 * (lane >> 4) + q, grp = per == 1 ? c : c / per;
+		for (int q = 0; q < 2; q++) { /* (tiled: a group's 16 rows together) */
+			int c = 4 * sb + 2 * (lane >> 4) + q, grp = 16 * (per == 1 ? c : c / per);
 			L.s[q] = cu_ldsb_bits(rh, W.sb_type, grp);
 			L.z[q] = cu_ldsb_bits(rz, W.sb_type, grp);
 		}
@@ -1293,8 +1352,8 @@ struct cu_kq<TOAST_DT_MLX8> {
 	static __device__ __forceinline__ ld load(const cu_wd &W, const cu_krows &p, int u, int lane)
 	{
 		ld L;
-		cu_k4_codes(L.a, L.b, p.a + u * 128, p.b + u * 128, lane & 3);
-		int c = 2 * u + (lane >> 4), per = W.gs >> 6, grp = per == 1 ? c : c / per;
+		cu_k4_tile_codes(L.a, L.b, p.a + 2048 * u);
+		int c = 2 * u + (lane >> 4), per = W.gs >> 6, grp = 16 * (per == 1 ? c : c / per); /* (tiled) */
 		L.s = cu_ldsb_bits(p.h, W.sb_type, grp);
 		L.z = cu_ldsb_bits(p.h + (W.b_off - W.m_off), W.sb_type, grp);
 		return L;
@@ -1345,7 +1404,7 @@ __device__ __forceinline__ void cu_kq_stage8(const float *v, bf16 *xs, int j, fl
 static inline bool cu_kq_fits(const cu_wd &w)
 {
 	return w.type == TOAST_DT_Q4_K || w.type == TOAST_DT_Q5_K || w.type == TOAST_DT_Q6_K || w.type == TOAST_DT_Q8_0 ||
-	       (cu_is_mlx(w.type) && w.gs % 64 == 0);
+	       (cu_is_mlx(w.type) && w.gs % 64 == 0 && w.tiled);
 }
 
 /* fn(std::integral_constant<int, T>()) for the type T (a runtime type) when it has a cu_kq kind,

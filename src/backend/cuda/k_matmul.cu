@@ -677,6 +677,8 @@ static bool gemv_fits(struct cuda_backend *cb, const struct toast_weight *W, int
 		return false;
 	if (type == TOAST_DT_BF16 && (W->n_in % 8 || ((uintptr_t)W->dev & 15)))
 		return false;
+	if (cu_is_mlx(type) && !cu_tiled(type, W->n_in)) /* (the MLX kernels read tiled rows) */
+		return false;
 	return (size_t)gemv_tt(type, T) * (size_t)W->n_in * 4 + 1024 <= cb->smem_optin;
 }
 

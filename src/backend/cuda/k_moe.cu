@@ -936,7 +936,7 @@ static int moe_gg_ktype(const cu_wd &g, const cu_wd &u)
 {
 	bool same = g.type == u.type && g.stride == u.stride && g.m_off == u.m_off && g.b_off == u.b_off &&
 		    g.q_row == u.q_row && g.m_row == u.m_row && g.sb_type == u.sb_type && g.gs == u.gs;
-	return same && (g.type == TOAST_DT_BF16 || toast_dtype_is_quant((enum toast_dtype)g.type)) ? g.type : CU_QT_ANY;
+	return same && (g.type == TOAST_DT_BF16 || toast_dtype_is_quant((enum toast_dtype)g.type)) ? cu_ktype(g) : CU_QT_ANY;
 }
 
 template <typename Fn>
@@ -1114,11 +1114,11 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE, BM), (TYPE == TOAST_DT_BF16 ?
 	 * rows of gate, then the same rows of up: tile row b is row col0 + WN / 2 (b / WN) + b % (WN / 2)
 	 * of gate (b % WN < WN / 2) or up. Else tile row b is row col0 + b. */
 	int lr = tid >> 3, lc = tid & 7;
-	/* a tiled weight's (Q4_K's) rows g and g + 8 lie together (cu_tq_off): a warp's four tile rows
+	/* a tiled weight's (Q4_K, MLX) rows g and g + 8 lie together (cu_tq_off): a warp's four tile rows
 	 * are c, c + 8, c + 1, c + 9, whose 32 bytes of a run are 128 contiguous ones (c, c + 1, c + 2,
 	 * c + 3 read every other 8 bytes of 256: the prefill 4% slower) */
-	static_assert(!cu_qgeo_of(TYPE).tiled || RS % 16 == 0, "whole tiles a load pass");
-	int wr = cu_qgeo_of(TYPE).tiled ? (lr & ~15) | ((lr >> 1) & 7) | ((lr & 1) << 3) : lr;
+	static_assert(!cu_tiled_kind(TYPE) || RS % 16 == 0, "whole tiles a load pass");
+	int wr = cu_tiled_kind(TYPE) ? (lr & ~15) | ((lr >> 1) & 7) | ((lr & 1) << 3) : lr;
 	const bf16 *xa[NX];
 	bool xok[NX];
 #pragma unroll
@@ -1143,8 +1143,9 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE, BM), (TYPE == TOAST_DT_BF16 ?
 	/* a pass's packed rows: a tiled weight's row lies at wr % 16 in its tile (the passes' rows are
 	 * 16 apart), so the tile alone is figured a step, not the row's place in it */
 	auto wload = [&](int u, int k) {
-		if constexpr (cu_qgeo_of(TYPE).tiled)
-			return cu_dq8_at<TYPE>(wmat(u), cu_trow_at(wmat(u), (size_t)e, wrow(u, wr & ~15) >> 4, wr & 15), k);
+		if constexpr (cu_tiled_kind(TYPE))
+			return cu_dq8_at<TYPE>(wmat(u), cu_trow_at(wmat(u), (size_t)e, wrow(u, wr & ~15) >> 4, wr & 15,
+							      TYPE == TOAST_DT_Q4_K ? 16 : cu_tmu(W)), k);
 		else
 			return cu_dq8_load<TYPE>(wmat(u), (size_t)e, wrow(u, wr), k);
 	};
@@ -1570,7 +1571,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		unsigned nb = cu_blocks((size_t)d.ne, MOE_WARPS) + (sgw ? 1 : 0); /* (+ the shared gate's block) */
 		if (rtype == TOAST_DT_BF16)
 			moe_route<TOAST_DT_BF16>(cb, ra, nb, route_smem);
-		else if (rtype == TOAST_DT_MLX8)
+		else if (cu_ktype(ra.R) == TOAST_DT_MLX8)
 			moe_route<TOAST_DT_MLX8>(cb, ra, nb, route_smem);
 		else
 			moe_route<CU_QT_ANY>(cb, ra, nb, route_smem);
@@ -1590,10 +1591,10 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	cu_wd G = cu_wd_experts(a->gate), U = cu_wd_experts(a->up), D = cu_wd_experts(a->down);
 	cu_wd SG = d.Fs ? cu_wd_weight(a->sh_gate) : G, SU = d.Fs ? cu_wd_weight(a->sh_up) : U;
 	cu_wd SD = d.Fs ? cu_wd_weight(a->sh_down) : D;
-	int tr = moe_ktype2(G.type, U.type), ts = d.Fs ? moe_ktype2(SG.type, SU.type) : tr;
+	int tr = moe_ktype2(cu_ktype(G), cu_ktype(U)), ts = d.Fs ? moe_ktype2(cu_ktype(SG), cu_ktype(SU)) : tr;
 	moe_ff_args fa = {d, h, a->x, {sel, wt, ms}, logits, a->sh_gate_inp ? sgate : NULL, act, G, U, SG, SU, D, SD};
 	int nslot = d.k + (d.Fs ? 1 : 0);
-	if (!cu_with_kq(G.type, [&](auto k) { return moe_gateup_tc<decltype(k)::value>(cb, fa, nslot); })) {
+	if (!cu_with_kq(cu_ktype(G), [&](auto k) { return moe_gateup_tc<decltype(k)::value>(cb, fa, nslot); })) {
 		if (tr == ts) {
 			moe_gateup(cb, tr, fa, 0, nslot, hsm);
 		} else {
@@ -1602,8 +1603,8 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 		}
 	}
 	cu_launched(cb, "moe gate/up");
-	int td = moe_ktype(D.type), tsd = d.Fs ? moe_ktype(SD.type) : td;
-	if (!cu_with_kq(D.type, [&](auto k) { return moe_down_tc<decltype(k)::value>(cb, fa, nslot); })) {
+	int td = moe_ktype(cu_ktype(D)), tsd = d.Fs ? moe_ktype(cu_ktype(SD)) : td;
+	if (!cu_with_kq(cu_ktype(D), [&](auto k) { return moe_down_tc<decltype(k)::value>(cb, fa, nslot); })) {
 		if (td == tsd && (!d.Fs || d.Fs == d.F)) {
 			moe_down(cb, td, fa, 0, nslot, asm_);
 		} else {

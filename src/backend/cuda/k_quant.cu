@@ -16,25 +16,31 @@ __global__ void k_q_split(uint8_t *dst, const uint8_t *src, size_t n, cu_qgeo g,
 		dst[cu_qdev_pos(g, m_off, nb, i)] = src[i];
 }
 
-__global__ void k_q_synth(uint8_t *dst, size_t n, int type, cu_qgeo g, size_t m_off, uint64_t seed, int64_t n_in)
+/* tq_row: an MLX weight's bytes a row of codes when it is tiled (else 0) */
+__global__ void k_q_synth(uint8_t *dst, size_t n, int type, cu_qgeo g, size_t m_off, uint64_t seed, int64_t n_in,
+			  int64_t tq_row)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-		dst[cu_qdev_pos(g, m_off, n_in / g.blck, i)] = toast_synth_qbyte(type, seed, i, n_in);
+		dst[tq_row ? cu_tile_pos(tq_row, 0, i) : cu_qdev_pos(g, m_off, n_in / g.blck, i)] =
+			toast_synth_qbyte(type, seed, i, n_in);
 }
 
-/* a tiled weight's padding rows are zeros (kernels read them, and drop what they give) */
-static void q_zero_tiles(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l)
-{
-	if (cu_qgeo_of(w->type).tiled && w->n_out % 16)
-		cu_fail(cb, cudaMemsetAsync(dst, 0, l.bytes, cb->stream), "weight padding");
-}
-
-__global__ void k_q_synth_sb(uint16_t *scales, uint16_t *biases, size_t n_groups, int bits, uint64_t seed, int64_t n_in)
+/* (bf16 scales and biases; ng: groups a row when tiled, else 0) */
+__global__ void k_q_synth_sb(uint16_t *scales, uint16_t *biases, size_t n_groups, int bits, uint64_t seed, int64_t n_in,
+			     int64_t ng)
 {
 	for (size_t g = blockIdx.x * (size_t)blockDim.x + threadIdx.x; g < n_groups; g += (size_t)gridDim.x * blockDim.x) {
-		scales[g] = toast_synth_mlx_sb(bits, seed, g, 0, n_in);
-		biases[g] = toast_synth_mlx_sb(bits, seed, g, 1, n_in);
+		size_t at = ng ? cu_tile_pos(2 * ng, 2, 2 * g) / 2 : g;
+		scales[at] = toast_synth_mlx_sb(bits, seed, g, 0, n_in);
+		biases[at] = toast_synth_mlx_sb(bits, seed, g, 1, n_in);
 	}
+}
+
+/* a row-major plane (n bytes, row_bytes a row) into its tiled place (cu_tile_pos) */
+__global__ void k_q_tile(uint8_t *dst, const uint8_t *src, size_t n, int64_t row_bytes, int mu)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		dst[cu_tile_pos(row_bytes, mu, i)] = src[i];
 }
 
 static unsigned q_grid(size_t n)
@@ -51,6 +57,31 @@ static enum toast_status q_copy(struct cuda_backend *cb, void *dst, const void *
 	return TOAST_OK;
 }
 
+/* a tiled weight's padding rows are zeros (kernels read them, and drop what they give) */
+static void q_zero_tiles(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l)
+{
+	if (l.tiled && w->n_out % 16)
+		cu_fail(cb, cudaMemsetAsync(dst, 0, l.bytes, cb->stream), "weight padding");
+}
+
+/* n bytes of a row-major plane into dst tiled (cu_tile_pos), through the scratch buffer */
+static enum toast_status q_tile_copy(struct cuda_backend *cb, uint8_t *dst, const void *src, size_t n, int64_t row_bytes,
+				     int mu, const char *name, struct toast_error *err)
+{
+	uint8_t *tmp = (uint8_t *)cu_scratch(cb, n);
+	if (!tmp)
+		return toast_err_set(err, TOAST_ERR_NOMEM, "%s: %s", name, cb->fail_msg);
+	enum toast_status rc = q_copy(cb, tmp, src, n, name, err);
+	if (rc != TOAST_OK)
+		return rc;
+	cu_launch(cb, k_q_tile, q_grid(n), 256, 0, dst, (const uint8_t *)tmp, n, row_bytes, mu);
+	cu_launched(cb, "weight tiles");
+	/* the scratch is reused by the next copy: finish this one */
+	if (cu_fail(cb, cudaStreamSynchronize(cb->stream), "weight tiles") || cb->failed)
+		return toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", name, cb->fail_msg);
+	return TOAST_OK;
+}
+
 enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l,
 			      struct toast_error *err)
 {
@@ -58,6 +89,14 @@ enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, const struct t
 	size_t nq = (size_t)l.q_row * (size_t)w->n_out;
 	if (cu_is_mlx(w->type)) {
 		size_t ns = (size_t)l.m_row * (size_t)w->n_out;
+		if (l.tiled) {
+			int mu = toast_dtypes[w->sb_type].type_size;
+			q_zero_tiles(cb, d, w, l);
+			enum toast_status rc = q_tile_copy(cb, d, w->data, nq, l.q_row, 0, w->name, err);
+			if (rc == TOAST_OK)
+				rc = q_tile_copy(cb, d + l.m_off, w->scales, ns, l.m_row, mu, w->name, err);
+			return rc == TOAST_OK ? q_tile_copy(cb, d + l.b_off, w->biases, ns, l.m_row, mu, w->name, err) : rc;
+		}
 		enum toast_status rc = q_copy(cb, d, w->data, nq, w->name, err);
 		if (rc == TOAST_OK)
 			rc = q_copy(cb, d + l.m_off, w->scales, ns, w->name, err);
@@ -88,12 +127,14 @@ void cu_q_fill_synthetic(struct cuda_backend *cb, void *dst, const struct toast_
 	uint8_t *d = (uint8_t *)dst;
 	uint64_t seed = toast_synthetic_seed(w->name);
 	size_t nq = cu_is_mlx(w->type) ? (size_t)l.q_row * (size_t)w->n_out : w->n_bytes;
+	bool mlx = cu_is_mlx(w->type);
 	q_zero_tiles(cb, d, w, l);
-	cu_launch(cb, k_q_synth, q_grid(nq), 256, 0, d, nq, (int)w->type, cu_qgeo_of(w->type), l.m_off, seed, w->n_in);
-	if (cu_is_mlx(w->type)) {
+	cu_launch(cb, k_q_synth, q_grid(nq), 256, 0, d, nq, (int)w->type, cu_qgeo_of(w->type), l.m_off, seed, w->n_in,
+		  (int64_t)(mlx && l.tiled ? l.q_row : 0));
+	if (mlx) {
 		size_t ng = (size_t)w->n_out * (size_t)(w->n_in / w->group_size);
 		cu_launch(cb, k_q_synth_sb, q_grid(ng), 256, 0, (uint16_t *)(d + l.m_off), (uint16_t *)(d + l.b_off), ng,
-			  w->type == TOAST_DT_MLX4 ? 4 : 8, seed, w->n_in);
+			  w->type == TOAST_DT_MLX4 ? 4 : 8, seed, w->n_in, (int64_t)(l.tiled ? w->n_in / w->group_size : 0));
 	}
 	cu_launched(cb, "synthetic quantised fill");
 }
