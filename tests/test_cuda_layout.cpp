@@ -350,6 +350,24 @@ static void check_tiles(void)
 		      (long long)nu);
 		free(seen), free(mseen);
 	}
+	/* Q6_K (cu_kq<Q6_K>::load): load c of lane 4g + t reads word t of runs 2c, 2c + 1 of row g, then of row
+	 * g + 8, at 3072 u + 512 c + 16 lane of the tile's plane (file byte 210 (r nb + u) + 16 run + 4 t + i) */
+	cu_qgeo q6 = cu_qgeo_of(TOAST_DT_Q6_K);
+	bool ok6 = true;
+	for (int64_t nb = 1; nb <= 4; nb *= 2)
+		for (int64_t r0 = 0; r0 < 32; r0 += 16)
+			for (int64_t u = 0; u < nb; u++)
+				for (int lane = 0; lane < 32; lane++)
+					for (int c = 0; c < 6; c++)
+						for (int w = 0; w < 4; w++)
+							for (int i = 0; i < 4; i++) {
+								int g = lane / 4, t = lane % 4, run = 2 * c + (w & 1);
+								int64_t r = r0 + g + 8 * (w >> 1);
+								size_t file = (size_t)(r * nb + u) * 210 + 16 * run + 4 * t + i;
+								size_t want = (size_t)(r0 / 16 * nb + u) * 3072 + 512 * c + 16 * lane + 4 * w + i;
+								ok6 = ok6 && cu_qdev_pos(q6, 0, nb, file) == want;
+							}
+	CHECK(ok6, "Q6_K tiles: a quant byte not where a tensor-core lane loads it");
 }
 
 int main(void)

@@ -54,7 +54,7 @@ __host__ __device__ static inline constexpr cu_qgeo cu_qgeo_of(int type)
 	case TOAST_DT_Q8_0: return {32, 34, 2, 32};
 	case TOAST_DT_Q4_K: return {256, 144, 16, 128, 1};
 	case TOAST_DT_Q5_K: return {256, 176, 16, 160};
-	case TOAST_DT_Q6_K: return {256, 210, 0, 192};
+	case TOAST_DT_Q6_K: return {256, 210, 0, 192, 1};
 	case TOAST_DT_MLX4: return {8, 4, 0, 4};
 	case TOAST_DT_MLX8: return {4, 4, 0, 4};
 	case TOAST_DT_F32: return {1, 4, 0, 4};
@@ -62,10 +62,13 @@ __host__ __device__ static inline constexpr cu_qgeo cu_qgeo_of(int type)
 	}
 }
 
-/* Q6_K: the offset in a superblock's quant bytes of word j (0..3) of run r (0..11: ql's 8, qh's 4) */
+/* Q6_K (tiled): the offset of word j (0..3) of run r (0..11: ql's 8, qh's 4) of a row's superblock
+ * from the row's place in its tile's unit (cu_trow_at): a tensor-core lane takes word j of every run
+ * (a 16-element sub-block spans one run, four lanes four words of it), two runs' words of rows g
+ * and g + 8 in one 16-byte load */
 __host__ __device__ static inline int cu_q6_word(int r, int j)
 {
-	return 48 * j + 4 * r;
+	return (r >> 1) * 512 + j * 16 + (r & 1) * 4;
 }
 
 /*
@@ -120,11 +123,12 @@ __host__ __device__ static inline size_t cu_qdev_pos(const cu_qgeo &g, size_t m_
 	if (o >= g.qoff && o < g.qoff + g.qb) {
 		int q = o - g.qoff;
 		if (g.tiled) {
-			int64_t r = (int64_t)(b / (size_t)nb);
-			return cu_tq_off(nb, r, ((int64_t)b - r * nb) * g.qb + q);
+			int64_t r = (int64_t)(b / (size_t)nb), u = (int64_t)b - r * nb;
+			if (g.qb == 192) /* Q6_K: units of 16 rows x 192 bytes */
+				return (size_t)((r >> 4) * nb + u) * 3072 +
+				       (size_t)((r & 7) * 64 + ((r >> 3) & 1) * 8 + cu_q6_word(q >> 4, (q >> 2) & 3) + (q & 3));
+			return cu_tq_off(nb, r, u * g.qb + q);
 		}
-		if (g.qb == 192) /* Q6_K */
-			q = cu_q6_word(q >> 4, (q >> 2) & 3) + (q & 3);
 		return b * (size_t)g.qb + (size_t)q;
 	}
 	size_t mo = (size_t)(o < g.qoff ? o : o - g.qb);
@@ -208,7 +212,7 @@ static inline int cu_ktype(const cu_wd &w)
 /* kernels compiled for a Q4_K or MLX kind read tiled weights (cu_ktype) */
 __host__ __device__ constexpr bool cu_tiled_kind(int type)
 {
-	return type == TOAST_DT_Q4_K || type == TOAST_DT_MLX4 || type == TOAST_DT_MLX8;
+	return type == TOAST_DT_Q4_K || type == TOAST_DT_Q6_K || type == TOAST_DT_MLX4 || type == TOAST_DT_MLX8;
 }
 
 /* whether kernels of type TYPE read w tiled: CU_QT_ANY as the weight is */
@@ -221,10 +225,13 @@ __device__ __forceinline__ bool cu_kind_tiled(const cu_wd &w)
 		return cu_tiled_kind(TYPE);
 }
 
-/* bytes of a meta unit of a tiled weight: a Q4_K header, an MLX scale (or bias) */
+/* bytes of a meta unit of a tiled weight: a K-quant header, an MLX scale (or bias), for kernels
+ * of type TYPE */
+template <int TYPE>
 __device__ __forceinline__ int cu_tmu(const cu_wd &w)
 {
-	return w.type == TOAST_DT_Q4_K ? 16 : w.sb_type == TOAST_DT_F32 ? 4 : 2;
+	const int t = TYPE == CU_QT_ANY ? w.type : TYPE;
+	return t == TOAST_DT_Q4_K ? 16 : t == TOAST_DT_Q6_K ? 18 : w.sb_type == TOAST_DT_F32 ? 4 : 2;
 }
 
 /* a tiled weight's row rr of tile `tile` of matrix e: q + cu_tq_byte(j) is its quant byte j (an
@@ -234,7 +241,7 @@ __device__ __forceinline__ cu_wrow cu_trow_at(const cu_wd &w, size_t e, int64_t 
 {
 	const uint8_t *x = w.base + e * w.stride;
 	int64_t mt = tile * 16 * w.m_row + rr * mu;
-	return {x + tile * (w.q_row >> 7) * 2048 + (rr & 7) * 64 + (rr >> 3) * 8, x + w.m_off + mt, x + w.b_off + mt};
+	return {x + tile * 16 * w.q_row + (rr & 7) * 64 + (rr >> 3) * 8, x + w.m_off + mt, x + w.b_off + mt};
 }
 
 /* row r of a weight as kernels of type TYPE read it (cu_dq8_at, the SIMT chunks) */
@@ -242,7 +249,7 @@ template <int TYPE>
 __device__ __forceinline__ cu_wrow cu_qrow(const cu_wd &w, size_t e, int64_t r)
 {
 	if (cu_kind_tiled<TYPE>(w))
-		return cu_trow_at(w, e, r >> 4, (int)(r & 15), TYPE == TOAST_DT_Q4_K ? 16 : cu_tmu(w));
+		return cu_trow_at(w, e, r >> 4, (int)(r & 15), cu_tmu<TYPE>(w));
 	return cu_row(w, e, r);
 }
 
@@ -282,7 +289,7 @@ __device__ __forceinline__ uint32_t cu_ld4(const uint8_t *p)
 	return __ldg((const uint32_t *)p);
 }
 
-/* the 16 bytes of run r of a Q6_K superblock's quants q (device layout), word by word */
+/* the 16 bytes of run r of a Q6_K superblock's quants q (a row's place in its unit), word by word */
 __device__ __forceinline__ uint4 cu_q6_run(const uint8_t *q, int r)
 {
 	return make_uint4(cu_ld4(q + cu_q6_word(r, 0)), cu_ld4(q + cu_q6_word(r, 1)), cu_ld4(q + cu_q6_word(r, 2)),
@@ -410,12 +417,12 @@ __device__ __forceinline__ cu_dq8_raw cu_dq8_at(const cu_wd &w, const cu_wrow &p
 		int64_t b = k >> 8;
 		int kk = (int)(k & 255), h = kk >> 7, l = kk & 31, s = (kk >> 5) & 3;
 		/* ql bytes 64h + 32(s & 1) + l.., qh bytes 128 + 32h + l..: words j, j + 1 of a run */
-		const uint8_t *q = p.q + 192 * b;
+		const uint8_t *q = p.q + 3072 * b, *m = p.m + 288 * b; /* (tiled: units of 16 rows) */
 		int rl = 4 * h + 2 * (s & 1) + (l >> 4), rh = 8 + 2 * h + (l >> 4), j = (l >> 2) & 3;
 		x.b = make_uint2(cu_ld4(q + cu_q6_word(rl, j)), cu_ld4(q + cu_q6_word(rl, j + 1)));
 		x.c = cu_ld4(q + cu_q6_word(rh, j)), x.d = cu_ld4(q + cu_q6_word(rh, j + 1));
-		x.a.x = __ldg((const unsigned short *)(p.m + 18 * b + 16));
-		x.a.y = __ldg(p.m + 18 * b + kk / 16);
+		x.a.x = __ldg((const unsigned short *)(m + 16));
+		x.a.y = __ldg(m + kk / 16);
 		break;
 	}
 	case TOAST_DT_MLX4:
@@ -629,13 +636,14 @@ struct qk<TOAST_DT_Q6_K> {
 	{
 		return (c >> 3) * 64 + ((c >> 2) & 1) * 32 + ((c >> 1) & 1) * 8 + (c & 1) * 4 + (i >> 2) * 16 + (i & 3);
 	}
-	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c)
+	static __device__ __forceinline__ chunk load(const cu_wd &wd, size_t e, int64_t r, int c) /* (tiled) */
 	{
+		cu_wrow w = cu_qrow<TOAST_DT_Q6_K>(wd, e, r);
 		int b = c >> 3;
 		int hh = (int)(c >> 2) & 1, m = (int)c & 1, sc = 8 * hh + 2 * ((int)(c >> 1) & 1) + m;
-		const uint8_t *meta = w.m + 18 * b;
+		const uint8_t *meta = w.m + 288 * b;
 		float d = cu_ldf16(meta + 16);
-		const uint8_t *q = w.q + 192 * b;
+		const uint8_t *q = w.q + 3072 * b;
 		return {cu_q6_run(q, c & 7), cu_q6_run(q, 8 + 2 * hh + m), d * (float)(int8_t)__ldg(meta + sc),
 			d * (float)(int8_t)__ldg(meta + sc + 4)};
 	}
@@ -771,8 +779,8 @@ template <int TYPE>
 __device__ __forceinline__ typename qk<TYPE>::chunk cu_qload(const cu_wd &w, const cu_wrow &row, size_t e, int64_t r,
 							     int c)
 {
-	if constexpr (TYPE == TOAST_DT_MLX4 || TYPE == TOAST_DT_MLX8 || TYPE == TOAST_DT_Q4_K)
-		return qk<TYPE>::load(w, e, r, c); /* (tiled) */
+	if constexpr (cu_tiled_kind(TYPE))
+		return qk<TYPE>::load(w, e, r, c);
 	else if constexpr (TYPE == CU_QT_ANY) {
 		float y[8];
 		cu_dq8(w, e, r, 8 * c, y);
@@ -935,11 +943,10 @@ struct cu_krows {
 template <int TYPE>
 __device__ __forceinline__ cu_krows cu_krows_of(const cu_wd &W, size_t e, int64_t r0, int64_t n, int lane)
 {
-	if constexpr (TYPE == TOAST_DT_Q4_K || TYPE == TOAST_DT_MLX4 || TYPE == TOAST_DT_MLX8) { /* (tiled) */
+	if constexpr (cu_tiled_kind(TYPE)) {
 		const uint8_t *x = W.base + e * W.stride;
 		int64_t tile = r0 >> 4;
-		int mu = TYPE == TOAST_DT_Q4_K ? 16 : cu_tmu(W);
-		return {x + tile * (W.q_row >> 7) * 2048 + 16 * lane, NULL, x + W.m_off + tile * 16 * W.m_row + (lane & 15) * mu};
+		return {x + tile * 16 * W.q_row + 16 * lane, NULL, x + W.m_off + tile * 16 * W.m_row + (lane & 15) * cu_tmu<TYPE>(W)};
 	}
 	int g = lane >> 2;
 	return {cu_row(W, e, min(r0 + g, n - 1)).q, cu_row(W, e, min(r0 + g + 8, n - 1)).q,
@@ -1112,21 +1119,21 @@ struct cu_kq<TOAST_DT_Q6_K> {
 	static __device__ __forceinline__ ld load(const cu_wd &, const cu_krows &p, int sb, int lane)
 	{
 		ld L;
-		int t = lane & 3;
-#pragma unroll
-		for (int r = 0; r < 2; r++) {
-			/* word t of each run: of ql's runs 0-3, 4-7 and qh's 8-11 (a[u], b[u]: ql runs 4n + h and
-			 * 4n + 2 + h, h[u]: qh run 8 + 2n + h, u = 2n + h) */
-			const uint8_t *q = (r ? p.b : p.a) + 192 * sb + cu_q6_word(0, t);
-			uint4 v0 = cu_ld16(q), v1 = cu_ld16(q + 16), v2 = cu_ld16(q + 32);
-			L.a[r][0] = v0.x, L.a[r][1] = v0.y, L.b[r][0] = v0.z, L.b[r][1] = v0.w;
-			L.a[r][2] = v1.x, L.a[r][3] = v1.y, L.b[r][2] = v1.z, L.b[r][3] = v1.w;
-			L.h[r][0] = v2.x, L.h[r][1] = v2.y, L.h[r][2] = v2.z, L.h[r][3] = v2.w;
-		}
-		const unsigned short *m = (const unsigned short *)(p.h + 18 * sb + 8 * (lane >> 4));
+		/* word t of each run (a[u], b[u]: ql runs 4n + h and 4n + 2 + h, h[u]: qh run 8 + 2n + h,
+		 * u = 2n + h), a load two runs' of rows g and g + 8 (cu_q6_word) */
+		const uint8_t *q = p.a + 3072 * sb;
+		auto put = [](uint32_t *ga, uint32_t *gb, uint4 v) { ga[0] = v.x, ga[1] = v.y, gb[0] = v.z, gb[1] = v.w; };
+		put(L.a[0], L.a[1], cu_ld16(q));
+		put(L.b[0], L.b[1], cu_ld16(q + 512));
+		put(L.a[0] + 2, L.a[1] + 2, cu_ld16(q + 1024));
+		put(L.b[0] + 2, L.b[1] + 2, cu_ld16(q + 1536));
+		put(L.h[0], L.h[1], cu_ld16(q + 2048));
+		put(L.h[0] + 2, L.h[1] + 2, cu_ld16(q + 2560));
+		const uint8_t *h = p.h + 288 * sb;
+		const unsigned short *m = (const unsigned short *)(h + 8 * (lane >> 4));
 		L.sc[0] = __ldg(m) | (uint32_t)__ldg(m + 1) << 16;
 		L.sc[1] = __ldg(m + 2) | (uint32_t)__ldg(m + 3) << 16;
-		L.d = cu_ldf16(p.h + 18 * sb + 16);
+		L.d = cu_ldf16(h + 16);
 		return L;
 	}
 	/* d * sc into sc[16][8] float2 (sub-block, g: rows g, g+8) */

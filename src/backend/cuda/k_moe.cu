@@ -1145,7 +1145,7 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE, BM), (TYPE == TOAST_DT_BF16 ?
 	auto wload = [&](int u, int k) {
 		if constexpr (cu_tiled_kind(TYPE))
 			return cu_dq8_at<TYPE>(wmat(u), cu_trow_at(wmat(u), (size_t)e, wrow(u, wr & ~15) >> 4, wr & 15,
-							      TYPE == TOAST_DT_Q4_K ? 16 : cu_tmu(W)), k);
+							      cu_tmu<TYPE>(W)), k);
 		else
 			return cu_dq8_load<TYPE>(wmat(u), (size_t)e, wrow(u, wr), k);
 	};
