@@ -9,15 +9,15 @@
  *     split into its quants and the rest: a quant plane [n_out][nb][qb] (qb = 16, 16, 32, 128,
  *     160, 192: Q5_K's qh then qs, Q6_K's ql then qh), then a meta plane [n_out][nb][bs - qb] (d;
  *     d,m; d; d,dmin,scales[12] for both K types; scales[16],d), so quants load as aligned 16-byte
- *     vectors (Q5_K's codes are a 128-byte line 32 bytes into its 160). Q4_K's planes are tiled
- *     (cu_tq_off, cu_tm_off): 16 rows' superblock as a tensor-core warp reads it, 2048 bytes
- *     of codes then 256 of headers, n_out padded to 16 rows (zeros).
- *     Q6_K's 192 quant bytes are 12 runs of 16 (8 of ql, 4 of qh) stored word-major: word j
- *     (bytes 4j..4j+3) of run r at 48 j + 4 r (cu_q6_word), because a tensor-core lane takes word
- *     j of every run (a 16-element sub-block spans one run, four lanes four words of it): its
- *     48 bytes are then three 16-byte loads instead of twelve of 4;
+ *     vectors (Q5_K's codes are a 128-byte line 32 bytes into its 160). Q4_K's and Q6_K's planes
+ *     are tiled (cu_qgeo.tiled): 16 rows' superblock as a tensor-core warp reads it (Q4_K 2048
+ *     bytes of codes, cu_tq_off; Q6_K 3072, cu_q6_word) and the 16 rows' headers together
+ *     (cu_tm_off), n_out padded to 16 rows (zeros);
  *   - MLX4/MLX8: the packed words [n_out][n_in*bits/8 bytes], then scales, then biases
- *     [n_out][n_in/group] in the checkpoint's type (bf16, f16 or f32).
+ *     [n_out][n_in/group] in the checkpoint's type (bf16, f16 or f32); tiled like Q4_K when a row
+ *     is whole 128-byte units of codes (cu_tiled, cu_tile_pos: scales and biases [tile][group][16]).
+ * A tiled layout gives a warp's loads 512 contiguous bytes where a row-major one gave it a
+ * sector of each of 8 rows (the 4-bit GEMVs were bound by those requests on an H200).
  *
  * Decode kernels read a row as "chunks": 16 packed bytes (and their scales) per lane and step,
  * 32 consecutive elements for 4-bit types, 16 for 8-bit, 8 for bf16 (struct qk<TYPE>). Each
