@@ -368,6 +368,22 @@ static void check_tiles(void)
 								ok6 = ok6 && cu_qdev_pos(q6, 0, nb, file) == want;
 							}
 	CHECK(ok6, "Q6_K tiles: a quant byte not where a tensor-core lane loads it");
+	/* Q5_K (cu_kq<Q5_K>::load): load c of lane 4g + t reads bytes 32c + 8t.. (qh, then the codes' runs)
+	 * of row g, then of row g + 8, at 2560 u + 512 c + 16 lane */
+	cu_qgeo q5 = cu_qgeo_of(TOAST_DT_Q5_K);
+	bool ok5 = true;
+	for (int64_t nb = 1; nb <= 4; nb *= 2)
+		for (int64_t r0 = 0; r0 < 32; r0 += 16)
+			for (int64_t u = 0; u < nb; u++)
+				for (int lane = 0; lane < 32; lane++)
+					for (int c = 0; c < 5; c++)
+						for (int i = 0; i < 16; i++) {
+							int64_t r = r0 + lane / 4 + 8 * (i >> 3);
+							size_t file = (size_t)(r * nb + u) * 176 + 16 + 32 * c + 8 * (lane % 4) + (i & 7);
+							size_t want = (size_t)(r0 / 16 * nb + u) * 2560 + 512 * c + 16 * lane + i;
+							ok5 = ok5 && cu_qdev_pos(q5, 0, nb, file) == want;
+						}
+	CHECK(ok5, "Q5_K tiles: a quant byte not where a tensor-core lane loads it");
 }
 
 int main(void)

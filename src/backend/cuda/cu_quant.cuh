@@ -53,7 +53,7 @@ __host__ __device__ static inline constexpr cu_qgeo cu_qgeo_of(int type)
 	case TOAST_DT_Q4_1: return {32, 20, 4, 16};
 	case TOAST_DT_Q8_0: return {32, 34, 2, 32};
 	case TOAST_DT_Q4_K: return {256, 144, 16, 128, 1};
-	case TOAST_DT_Q5_K: return {256, 176, 16, 160};
+	case TOAST_DT_Q5_K: return {256, 176, 16, 160, 1};
 	case TOAST_DT_Q6_K: return {256, 210, 0, 192, 1};
 	case TOAST_DT_MLX4: return {8, 4, 0, 4};
 	case TOAST_DT_MLX8: return {4, 4, 0, 4};
@@ -87,9 +87,16 @@ __host__ __device__ static inline size_t cu_tq_row(int64_t nu, int64_t r) /* (th
 	return (size_t)((r >> 4) * nu) * 2048 + (size_t)((r & 7) * 64 + ((r >> 3) & 1) * 8);
 }
 
+/* byte jj of a row's unit (of 32-byte runs: Q4_K's codes, Q5_K's qh then codes) from the row's
+ * place in its tile's unit */
+__host__ __device__ static inline size_t cu_tu_byte(int64_t jj)
+{
+	return (size_t)((jj >> 5) * 512 + ((jj >> 3) & 3) * 16 + (jj & 7));
+}
+
 __host__ __device__ static inline size_t cu_tq_byte(int64_t j)
 {
-	return (size_t)((j >> 7) * 2048 + ((j >> 5) & 3) * 512 + ((j >> 3) & 3) * 16 + (j & 7));
+	return (size_t)((j >> 7) * 2048) + cu_tu_byte(j & 127);
 }
 
 __host__ __device__ static inline size_t cu_tq_off(int64_t nu, int64_t r, int64_t j)
@@ -124,10 +131,9 @@ __host__ __device__ static inline size_t cu_qdev_pos(const cu_qgeo &g, size_t m_
 		int q = o - g.qoff;
 		if (g.tiled) {
 			int64_t r = (int64_t)(b / (size_t)nb), u = (int64_t)b - r * nb;
-			if (g.qb == 192) /* Q6_K: units of 16 rows x 192 bytes */
-				return (size_t)((r >> 4) * nb + u) * 3072 +
-				       (size_t)((r & 7) * 64 + ((r >> 3) & 1) * 8 + cu_q6_word(q >> 4, (q >> 2) & 3) + (q & 3));
-			return cu_tq_off(nb, r, u * g.qb + q);
+			/* units of 16 rows x qb bytes */
+			size_t at = (size_t)((r >> 4) * nb + u) * 16 * g.qb + (size_t)((r & 7) * 64 + ((r >> 3) & 1) * 8);
+			return at + (g.qb == 192 ? (size_t)(cu_q6_word(q >> 4, (q >> 2) & 3) + (q & 3)) : cu_tu_byte(q));
 		}
 		return b * (size_t)g.qb + (size_t)q;
 	}
@@ -212,7 +218,8 @@ static inline int cu_ktype(const cu_wd &w)
 /* kernels compiled for a Q4_K or MLX kind read tiled weights (cu_ktype) */
 __host__ __device__ constexpr bool cu_tiled_kind(int type)
 {
-	return type == TOAST_DT_Q4_K || type == TOAST_DT_Q6_K || type == TOAST_DT_MLX4 || type == TOAST_DT_MLX8;
+	return type == TOAST_DT_Q4_K || type == TOAST_DT_Q5_K || type == TOAST_DT_Q6_K || type == TOAST_DT_MLX4 ||
+	       type == TOAST_DT_MLX8;
 }
 
 /* whether kernels of type TYPE read w tiled: CU_QT_ANY as the weight is */
@@ -231,7 +238,7 @@ template <int TYPE>
 __device__ __forceinline__ int cu_tmu(const cu_wd &w)
 {
 	const int t = TYPE == CU_QT_ANY ? w.type : TYPE;
-	return t == TOAST_DT_Q4_K ? 16 : t == TOAST_DT_Q6_K ? 18 : w.sb_type == TOAST_DT_F32 ? 4 : 2;
+	return t == TOAST_DT_Q4_K || t == TOAST_DT_Q5_K ? 16 : t == TOAST_DT_Q6_K ? 18 : w.sb_type == TOAST_DT_F32 ? 4 : 2;
 }
 
 /* a tiled weight's row rr of tile `tile` of matrix e: q + cu_tq_byte(j) is its quant byte j (an
@@ -403,13 +410,13 @@ __device__ __forceinline__ cu_dq8_raw cu_dq8_at(const cu_wd &w, const cu_wrow &p
 		x.a = cu_ld16(p.m + 256 * (k >> 8));
 		x.b = cu_ld8(p.q + 512 * (k >> 6) + 16 * ((k >> 3) & 3));
 		break;
-	case TOAST_DT_Q5_K: {
+	case TOAST_DT_Q5_K: { /* (tiled) */
 		int64_t b = k >> 8;
-		const uint8_t *q = p.q + 160 * b;
+		const uint8_t *q = p.q + 2560 * b;
 		int j = (int)(k >> 5) & 7, l = (int)(k & 31);
-		x.a = cu_ld16(p.m + 16 * b);
-		x.b = cu_ld8(q + 32 + 32 * (j >> 1) + l);
-		uint2 qh = cu_ld8(q + l);
+		x.a = cu_ld16(p.m + 256 * b);
+		x.b = cu_ld8(q + cu_tu_byte(32 + 32 * (j >> 1) + l));
+		uint2 qh = cu_ld8(q + cu_tu_byte(l));
 		x.c = qh.x, x.d = qh.y;
 		break;
 	}
@@ -605,10 +612,12 @@ struct qk<TOAST_DT_Q5_K> {
 	typedef cu_k4info info;
 	static __device__ __forceinline__ int swz(int f) { return qk<TOAST_DT_Q4_K>::swz(f); }
 	static __device__ __forceinline__ int f4(int c, int i) { return qk<TOAST_DT_Q4_K>::f4(c, i); }
-	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c)
+	static __device__ __forceinline__ chunk load(const cu_wd &wd, size_t e, int64_t r, int c) /* (tiled) */
 	{
-		const uint8_t *q = w.q + (c >> 3) * 160;
-		return {cu_ld16(q + 32 + 16 * (c & 7)), cu_ld16(w.m + (c >> 3) * 16), cu_ld16(q + 16 * (c & 1))};
+		cu_wrow w = cu_qrow<TOAST_DT_Q5_K>(wd, e, r);
+		const uint8_t *q = w.q + (c >> 3) * 2560, *qs = q + cu_tu_byte(32 + 16 * (c & 7)), *qh = q + cu_tu_byte(16 * (c & 1));
+		uint2 s0 = cu_ld8(qs), s1 = cu_ld8(qs + 16), h0 = cu_ld8(qh), h1 = cu_ld8(qh + 16); /* (granules 16 bytes apart) */
+		return {make_uint4(s0.x, s0.y, s1.x, s1.y), cu_ld16(w.m + (c >> 3) * 256), make_uint4(h0.x, h0.y, h1.x, h1.y)};
 	}
 	static __device__ __forceinline__ info prep(const chunk &k, int c) { return cu_k4_info(k.h, c); }
 	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &in, int c, int i)
@@ -1065,14 +1074,14 @@ struct cu_kq<TOAST_DT_Q5_K> {
 		uint2 ha, hb; /* qh bytes 8t.. of rows g, g + 8 */
 		uint4 h;
 	};
-	static __device__ __forceinline__ ld load(const cu_wd &, const cu_krows &p, int sb, int lane)
+	static __device__ __forceinline__ ld load(const cu_wd &, const cu_krows &p, int sb, int)
 	{
-		ld L;
-		int t = lane & 3;
-		const uint8_t *qa = p.a + sb * 160, *qb = p.b + sb * 160;
-		cu_k4_codes(L.a, L.b, qa + 32, qb + 32, t);
-		L.ha = cu_ld8(qa + 8 * t), L.hb = cu_ld8(qb + 8 * t);
-		L.h = cu_ld16(p.h + sb * 16);
+		ld L; /* (tiled: qh as a run before the codes' four) */
+		const uint8_t *q = p.a + 2560 * sb;
+		uint4 h = cu_ld16(q);
+		L.ha = make_uint2(h.x, h.y), L.hb = make_uint2(h.z, h.w);
+		cu_k4_tile_codes(L.a, L.b, q + 512);
+		L.h = cu_ld16(p.h + 256 * sb);
 		return L;
 	}
 	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *vsc, int lane)
