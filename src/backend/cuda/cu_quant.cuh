@@ -9,10 +9,9 @@
  *     split into its quants and the rest: a quant plane [n_out][nb][qb] (qb = 16, 16, 32, 128,
  *     160, 192: Q5_K's qh then qs, Q6_K's ql then qh), then a meta plane [n_out][nb][bs - qb] (d;
  *     d,m; d; d,dmin,scales[12] for both K types; scales[16],d), so quants load as aligned 16-byte
- *     vectors (Q5_K's codes are a 128-byte line 32 bytes into its 160). Q4_K's and Q6_K's planes
- *     are tiled (cu_qgeo.tiled): 16 rows' superblock as a tensor-core warp reads it (Q4_K 2048
- *     bytes of codes, cu_tq_off; Q6_K 3072, cu_q6_word) and the 16 rows' headers together
- *     (cu_tm_off), n_out padded to 16 rows (zeros);
+ *     vectors. The K-quants' planes are tiled (cu_qgeo.tiled, below): 16 rows' superblock as a
+ *     tensor-core warp reads it (Q4_K 2048 bytes, Q5_K 2560, Q6_K 3072) and the 16 rows' headers
+ *     together (cu_tm_off), n_out padded to 16 rows (zeros);
  *   - MLX4/MLX8: the packed words [n_out][n_in*bits/8 bytes], then scales, then biases
  *     [n_out][n_in/group] in the checkpoint's type (bf16, f16 or f32); tiled like Q4_K when a row
  *     is whole 128-byte units of codes (cu_tiled, cu_tile_pos: scales and biases [tile][group][16]).
@@ -72,23 +71,25 @@ __host__ __device__ static inline int cu_q6_word(int r, int j)
 }
 
 /*
- * Q4_K's planes are tiled (cu_qgeo.tiled): rows in tiles of 16 (n_out padded to a multiple of
- * 16), and superblock u of a tile as a tensor-core warp reads it (cu_kq): its 2048 quant bytes
- * as [run p][lane 4g + t][row g, then row g + 8: bytes 32p + 8t.. of the row's 128], so that a
- * lane's 64 bytes are four 16-byte loads and each load of the warp reads 512 contiguous bytes,
- * and the 16 rows' headers together, [tile][u][row][16]. Row-major planes gave a warp's load
- * a sector of each of 8 rows and its header load 16 rows' lines: at 2.9 TB/s on an H200 the
- * Q4_K GEMVs were bound by those requests, not by DRAM (bench/k4_probe.cu, docs/PERF.md).
- * cu_tq_off: where byte j of row r's quant bytes lies (nu superblocks a row; 8-byte granules
- * stay whole); cu_tm_off: where the mb-byte header of superblock u of row r lies in its plane.
+ * Tiled planes (Q4_K, Q5_K, Q6_K; MLX4/MLX8 whose rows are whole units: cu_tiled): rows in tiles
+ * of 16 (n_out padded to a multiple of 16), and superblock (unit) u of a tile stored as a
+ * tensor-core warp reads it (cu_kq): its 16 x qb quant bytes as [32-byte run p of a row][lane
+ * 4g + t][row g, then row g + 8: the lane's 8 bytes 32p + 8t.. of the run] (Q6_K: two runs' words
+ * t, cu_q6_word), so that a lane's bytes of both its rows are 16-byte loads and each load of the
+ * warp reads 512 contiguous bytes; the 16 rows' headers (MLX: scales, biases) together,
+ * [tile][u][row][mb bytes]. Row-major planes gave a warp's load a sector of each of 8 rows and
+ * its header load 16 rows' lines: at 2.9 TB/s on an H200 the Q4_K GEMVs were bound by those
+ * requests, not by DRAM (bench/k4_probe.cu, docs/PERF.md).
+ *   cu_trr: row rr's place in its tile's unit (the rest of its bytes are offsets from there);
+ *   cu_tu_byte: byte jj of a row's unit of runs (Q4_K's codes; Q5_K's qh, then codes) from there;
+ *   cu_tq_off: byte j of row r of a plane of 128-byte units (Q4_K, MLX: nu units a row);
+ *   cu_tm_off: the mb-byte header of unit u of row r in its plane.
  */
-__host__ __device__ static inline size_t cu_tq_row(int64_t nu, int64_t r) /* (the two parts add) */
+__host__ __device__ static inline size_t cu_trr(int64_t rr)
 {
-	return (size_t)((r >> 4) * nu) * 2048 + (size_t)((r & 7) * 64 + ((r >> 3) & 1) * 8);
+	return (size_t)((rr & 7) * 64 + ((rr >> 3) & 1) * 8);
 }
 
-/* byte jj of a row's unit (of 32-byte runs: Q4_K's codes, Q5_K's qh then codes) from the row's
- * place in its tile's unit */
 __host__ __device__ static inline size_t cu_tu_byte(int64_t jj)
 {
 	return (size_t)((jj >> 5) * 512 + ((jj >> 3) & 3) * 16 + (jj & 7));
@@ -101,7 +102,7 @@ __host__ __device__ static inline size_t cu_tq_byte(int64_t j)
 
 __host__ __device__ static inline size_t cu_tq_off(int64_t nu, int64_t r, int64_t j)
 {
-	return cu_tq_row(nu, r) + cu_tq_byte(j);
+	return (size_t)((r >> 4) * nu) * 2048 + cu_trr(r) + cu_tq_byte(j);
 }
 
 __host__ __device__ static inline size_t cu_tm_off(int64_t nu, int64_t r, int64_t u, int mb)
@@ -131,8 +132,7 @@ __host__ __device__ static inline size_t cu_qdev_pos(const cu_qgeo &g, size_t m_
 		int q = o - g.qoff;
 		if (g.tiled) {
 			int64_t r = (int64_t)(b / (size_t)nb), u = (int64_t)b - r * nb;
-			/* units of 16 rows x qb bytes */
-			size_t at = (size_t)((r >> 4) * nb + u) * 16 * g.qb + (size_t)((r & 7) * 64 + ((r >> 3) & 1) * 8);
+			size_t at = (size_t)((r >> 4) * nb + u) * 16 * g.qb + cu_trr(r); /* units of 16 rows x qb bytes */
 			return at + (g.qb == 192 ? (size_t)(cu_q6_word(q >> 4, (q >> 2) & 3) + (q & 3)) : cu_tu_byte(q));
 		}
 		return b * (size_t)g.qb + (size_t)q;
@@ -241,14 +241,15 @@ __device__ __forceinline__ int cu_tmu(const cu_wd &w)
 	return t == TOAST_DT_Q4_K || t == TOAST_DT_Q5_K ? 16 : t == TOAST_DT_Q6_K ? 18 : w.sb_type == TOAST_DT_F32 ? 4 : 2;
 }
 
-/* a tiled weight's row rr of tile `tile` of matrix e: q + cu_tq_byte(j) is its quant byte j (an
- * 8-byte granule from j % 8 == 0), m + 16 mu u (b + ..: MLX) its meta unit u (mu = cu_tmu: a
- * Q4_K header of superblock u at m + 256 u, an MLX scale and bias of group u) */
+/* a tiled weight's row rr of tile `tile` of matrix e: q + 16 qb u + cu_tu_byte(jj) is byte jj of
+ * its unit u (qb bytes a row; Q4_K and MLX: q + cu_tq_byte(j); Q6_K: cu_q6_word; an 8-byte
+ * granule stays whole), m + 16 mu u (b + ..: MLX) its meta unit u (mu = cu_tmu: a K-quant header,
+ * an MLX scale and bias of group u) */
 __device__ __forceinline__ cu_wrow cu_trow_at(const cu_wd &w, size_t e, int64_t tile, int rr, int mu)
 {
 	const uint8_t *x = w.base + e * w.stride;
 	int64_t mt = tile * 16 * w.m_row + rr * mu;
-	return {x + tile * 16 * w.q_row + (rr & 7) * 64 + (rr >> 3) * 8, x + w.m_off + mt, x + w.b_off + mt};
+	return {x + tile * 16 * w.q_row + cu_trr(rr), x + w.m_off + mt, x + w.b_off + mt};
 }
 
 /* row r of a weight as kernels of type TYPE read it (cu_dq8_at, the SIMT chunks) */
