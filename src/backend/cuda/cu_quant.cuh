@@ -162,8 +162,9 @@ static inline size_t cu_align256(size_t n)
 	return (n + 255) & ~(size_t)255;
 }
 
-/* whether a weight's planes are tiled: Q4_K's always, MLX ones whose rows are whole 128-byte units
- * of codes (the other kinds' rows of MLX kernels are tiled: cu_ktype sends the rest to CU_QT_ANY) */
+/* whether a weight's planes are tiled: the K-quants' always, an MLX weight's when its rows are whole
+ * 128-byte units of codes (kernels compiled for an MLX kind read tiled weights; cu_ktype sends the
+ * others to CU_QT_ANY) */
 __host__ __device__ static inline bool cu_tiled(int type, int64_t n_in)
 {
 	return cu_qgeo_of(type).tiled || (type == TOAST_DT_MLX4 && n_in % 256 == 0) || (type == TOAST_DT_MLX8 && n_in % 128 == 0);
@@ -215,7 +216,7 @@ static inline int cu_ktype(const cu_wd &w)
 	return cu_is_mlx(w.type) && !w.tiled ? CU_QT_ANY : w.type;
 }
 
-/* kernels compiled for a Q4_K or MLX kind read tiled weights (cu_ktype) */
+/* kernels compiled for a K-quant or MLX kind read tiled weights (cu_ktype) */
 __host__ __device__ constexpr bool cu_tiled_kind(int type)
 {
 	return type == TOAST_DT_Q4_K || type == TOAST_DT_Q5_K || type == TOAST_DT_Q6_K || type == TOAST_DT_MLX4 ||

@@ -1114,7 +1114,7 @@ __global__ void __launch_bounds__(GG_THREADS(TYPE, BM), (TYPE == TOAST_DT_BF16 ?
 	 * rows of gate, then the same rows of up: tile row b is row col0 + WN / 2 (b / WN) + b % (WN / 2)
 	 * of gate (b % WN < WN / 2) or up. Else tile row b is row col0 + b. */
 	int lr = tid >> 3, lc = tid & 7;
-	/* a tiled weight's (Q4_K, MLX) rows g and g + 8 lie together (cu_tq_off): a warp's four tile rows
+	/* a tiled weight's rows g and g + 8 lie together (cu_quant.cuh): a warp's four tile rows
 	 * are c, c + 8, c + 1, c + 9, whose 32 bytes of a run are 128 contiguous ones (c, c + 1, c + 2,
 	 * c + 3 read every other 8 bytes of 256: the prefill 4% slower) */
 	static_assert(!cu_tiled_kind(TYPE) || RS % 16 == 0, "whole tiles a load pass");

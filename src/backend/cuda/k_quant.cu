@@ -64,9 +64,11 @@ static void q_zero_tiles(struct cuda_backend *cb, void *dst, const struct toast_
 		cu_fail(cb, cudaMemsetAsync(dst, 0, l.bytes, cb->stream), "weight padding");
 }
 
-/* n bytes of a row-major plane into dst tiled (cu_tile_pos), through the scratch buffer */
-static enum toast_status q_tile_copy(struct cuda_backend *cb, uint8_t *dst, const void *src, size_t n, int64_t row_bytes,
-				     int mu, const char *name, struct toast_error *err)
+/* n file bytes to the scratch buffer, then place(tmp) puts them where they go on the device (a
+ * kernel named what) */
+template <typename Fn>
+static enum toast_status q_placed(struct cuda_backend *cb, const void *src, size_t n, const char *name, const char *what,
+				  struct toast_error *err, Fn place)
 {
 	uint8_t *tmp = (uint8_t *)cu_scratch(cb, n);
 	if (!tmp)
@@ -74,12 +76,21 @@ static enum toast_status q_tile_copy(struct cuda_backend *cb, uint8_t *dst, cons
 	enum toast_status rc = q_copy(cb, tmp, src, n, name, err);
 	if (rc != TOAST_OK)
 		return rc;
-	cu_launch(cb, k_q_tile, q_grid(n), 256, 0, dst, (const uint8_t *)tmp, n, row_bytes, mu);
-	cu_launched(cb, "weight tiles");
-	/* the scratch is reused by the next copy: finish this one */
-	if (cu_fail(cb, cudaStreamSynchronize(cb->stream), "weight tiles") || cb->failed)
+	place((const uint8_t *)tmp);
+	cu_launched(cb, what);
+	/* the scratch is reused by the next upload: finish this one */
+	if (cu_fail(cb, cudaStreamSynchronize(cb->stream), what) || cb->failed)
 		return toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", name, cb->fail_msg);
 	return TOAST_OK;
+}
+
+/* n bytes of a row-major plane into dst tiled (cu_tile_pos) */
+static enum toast_status q_tile_copy(struct cuda_backend *cb, uint8_t *dst, const void *src, size_t n, int64_t row_bytes,
+				     int mu, const char *name, struct toast_error *err)
+{
+	return q_placed(cb, src, n, name, "weight tiles", err, [&](const uint8_t *tmp) {
+		cu_launch(cb, k_q_tile, q_grid(n), 256, 0, dst, tmp, n, row_bytes, mu);
+	});
 }
 
 enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l,
@@ -105,21 +116,11 @@ enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, const struct t
 	cu_qgeo g = cu_qgeo_of(w->type);
 	if (g.qb == g.bs)
 		return q_copy(cb, d, w->data, w->n_bytes, w->name, err);
-	/* split on the device: the file bytes go to scratch first */
-	uint8_t *tmp = (uint8_t *)cu_scratch(cb, w->n_bytes);
-	if (!tmp)
-		return toast_err_set(err, TOAST_ERR_NOMEM, "%s: %s", w->name, cb->fail_msg);
-	enum toast_status rc = q_copy(cb, tmp, w->data, w->n_bytes, w->name, err);
-	if (rc != TOAST_OK)
-		return rc;
+	/* split (and tiled) on the device */
 	q_zero_tiles(cb, d, w, l);
-	cu_launch(cb, k_q_split, q_grid(w->n_bytes), 256, 0, d, (const uint8_t *)tmp, w->n_bytes, g, l.m_off,
-		  (int64_t)(w->n_in / g.blck));
-	cu_launched(cb, "weight split");
-	/* the scratch is reused by the next upload: finish this one */
-	if (cu_fail(cb, cudaStreamSynchronize(cb->stream), "weight split") || cb->failed)
-		return toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", w->name, cb->fail_msg);
-	return TOAST_OK;
+	return q_placed(cb, w->data, w->n_bytes, w->name, "weight split", err, [&](const uint8_t *tmp) {
+		cu_launch(cb, k_q_split, q_grid(w->n_bytes), 256, 0, d, tmp, w->n_bytes, g, l.m_off, (int64_t)(w->n_in / g.blck));
+	});
 }
 
 void cu_q_fill_synthetic(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l)
