@@ -945,6 +945,14 @@ static void test_quant(struct ctx *c)
 		}
 	}
 	mlx_gs = 64, mlx_sb = TOAST_DT_BF16;
+	/* MLX rows that are not whole 128-byte units of codes (MLX4 n_in % 256, MLX8 % 128): not tiled
+	 * on a GPU, so the CU_QT_ANY kernels (and the general GEMV path) read them */
+	int o10[] = {33, 5};
+	test_matmul(c, TOAST_DT_MLX4, 1, o10, 2, 320, TOAST_MM_F32, true, true);
+	test_matmul(c, TOAST_DT_MLX8, 1, o10, 2, 192, TOAST_MM_ADD, false, false);
+	test_matmul(c, TOAST_DT_MLX4, 9, o10, 2, 320, TOAST_MM_F32, true, false);
+	test_moe_types(c, 1, 384, 4, 2, 192, 192, true, true, &moe_mlx4);
+	test_moe_types(c, 70, 384, 8, 3, 192, 192, true, true, &moe_mlx4); /* the grouped GEMM */
 	test_moe_types(c, 1, 2048, 3, 2, 256, 0, true, false, &moe_q8);
 	test_moe_types(c, 5, 256, 4, 2, 512, 512, true, false, &moe_q8);
 	test_moe_types(c, 3, 2048, 2, 2, 256, 0, false, true, &q6);
