@@ -120,10 +120,10 @@ bench: $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 # and when each kernel of a recorded step runs (bench/cupti_trace.c, bench/trace-decode.sh)
 ifeq ($(CUDA),1)
 bench: $(BUILD)/bench/decode_probe $(BUILD)/bench/k4_probe $(BUILD)/bench/libcupti_trace.so
-$(BUILD)/bench/decode_probe: bench/decode_probe.cu
+$(BUILD)/bench/decode_probe: bench/decode_probe.cu bench/probe.cuh src/backend/cuda/cuda_common.cuh
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -o $@ $<
-$(BUILD)/bench/k4_probe: bench/k4_probe.cu src/backend/cuda/cu_quant.cuh src/backend/cuda/cuda_common.cuh
+$(BUILD)/bench/k4_probe: bench/k4_probe.cu bench/probe.cuh src/backend/cuda/cu_quant.cuh src/backend/cuda/cuda_common.cuh
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -o $@ $<
 $(BUILD)/bench/libcupti_trace.so: bench/cupti_trace.c

@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh" /* the backend's launches and helpers: what is measured */
+#include "probe.cuh"
 
 #define N_IN 2048
 #define THREADS 256
@@ -51,14 +52,6 @@
 #define MAX_ROWS_BLOCK 16 /* rows a block (2 a warp): 64 KB of weights */
 #define CHUNKS (N_IN / 8 / 32) /* 16-byte chunks of a row a lane holds */
 
-#define CHECK(x)                                                                                   \
-	do {                                                                                       \
-		cudaError_t e_ = (x);                                                              \
-		if (e_ != cudaSuccess) {                                                           \
-			fprintf(stderr, "decode_probe: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
 
 struct probe {
 	const bf16 *w;  /* [phases][rows][N_IN] */
@@ -531,29 +524,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < N_IN; i++)
 		v0[i] = sinf(0.37f * i);
 
-	/* copy bandwidth: read + written bytes of a 1 GB device copy on the stream, best of 5 (as
-	 * toasted bench measures it; a memcpy node in a graph goes to a copy engine, ~20% slower) */
-	size_t cb = 1ull << 30;
-	void *ca, *cb2;
-	CHECK(cudaMalloc(&ca, cb));
-	CHECK(cudaMalloc(&cb2, cb));
-	cudaEvent_t e0, e1;
-	CHECK(cudaEventCreate(&e0));
-	CHECK(cudaEventCreate(&e1));
-	double bw = 0;
-	for (int i = 0; i < 6; i++) {
-		float ms = 0;
-		CHECK(cudaEventRecord(e0, s));
-		CHECK(cudaMemcpyAsync(cb2, ca, cb, cudaMemcpyDeviceToDevice, s));
-		CHECK(cudaEventRecord(e1, s));
-		CHECK(cudaEventSynchronize(e1));
-		CHECK(cudaEventElapsedTime(&ms, e0, e1));
-		bw = i > 0 && 2.0 * cb / (ms * 1e-3) > bw ? 2.0 * cb / (ms * 1e-3) : bw; /* the first touches */
-	}
-	cudaEventDestroy(e0);
-	cudaEventDestroy(e1);
-	cudaFree(ca);
-	cudaFree(cb2);
+	double bw = probe_copy_bw(s); /* in the same run */
 	cudaGraph_t gr;
 	cudaGraphExec_t ge;
 

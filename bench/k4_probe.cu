@@ -29,15 +29,8 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cu_quant.cuh"
+#include "probe.cuh"
 
-#define CHECK(x)                                                                                   \
-	do {                                                                                       \
-		cudaError_t e_ = (x);                                                              \
-		if (e_ != cudaSuccess) {                                                           \
-			fprintf(stderr, "k4_probe: %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
 
 #define WARPS 8
 enum { FULL, LOAD, COMP };
@@ -239,26 +232,7 @@ int main(int argc, char **argv)
 	k_to_tile<<<4 * n_sm, 256, 0, s>>>(q, m, tiles, nsb, tq, tm);
 	CHECK(cudaStreamSynchronize(s));
 
-	/* copy bandwidth: read + written bytes of a 1 GB device copy, best of 5 */
-	size_t cb = 1ull << 30;
-	void *ca, *cb2;
-	CHECK(cudaMalloc(&ca, cb));
-	CHECK(cudaMalloc(&cb2, cb));
-	cudaEvent_t e0, e1;
-	CHECK(cudaEventCreate(&e0));
-	CHECK(cudaEventCreate(&e1));
-	double bw = 0;
-	for (int i = 0; i < 6; i++) {
-		float ms = 0;
-		CHECK(cudaEventRecord(e0, s));
-		CHECK(cudaMemcpyAsync(cb2, ca, cb, cudaMemcpyDeviceToDevice, s));
-		CHECK(cudaEventRecord(e1, s));
-		CHECK(cudaEventSynchronize(e1));
-		CHECK(cudaEventElapsedTime(&ms, e0, e1));
-		bw = i > 0 && 2.0 * cb / (ms * 1e-3) > bw ? 2.0 * cb / (ms * 1e-3) : bw;
-	}
-	cudaFree(ca);
-	cudaFree(cb2);
+	double bw = probe_copy_bw(s); /* in the same run */
 
 	/* the two layouts give the same sums */
 	int blocks = 2 * n_sm, rt = (int)((tiles + blocks - 1) / blocks);
