@@ -83,7 +83,7 @@ static void emu_upload(emu_w *e)
 			e->dev[e->l.b_off + at] = ((const uint8_t *)w->biases)[i];
 		}
 	} else {
-		cu_qgeo g = cu_qgeo_of(w->type);
+		cu_qgeo g = cu_qgeo_for(w->type, w->n_in);
 		for (size_t i = 0; i < w->n_bytes; i++)
 			e->dev[cu_qdev_pos(g, e->l.m_off, w->n_in / g.blck, i)] = ((const uint8_t *)w->data)[i];
 	}
@@ -250,8 +250,8 @@ static void check_chunks(const char *what, const emu_w *e)
 static void check_weight(const char *what, const emu_w *e)
 {
 	long mis = emu_misaligned;
-	/* an MLX weight that is not tiled takes the CU_QT_ANY kernels (cu_ktype) */
-	switch (cu_is_mlx(e->w.type) && !e->l.tiled ? CU_QT_ANY : (int)e->w.type) {
+	/* a Q8_0 or MLX weight that is not tiled takes the CU_QT_ANY kernels (cu_ktype) */
+	switch (cu_tiled_kind(e->w.type) && !e->l.tiled ? CU_QT_ANY : (int)e->w.type) {
 	case TOAST_DT_Q4_0: check_chunks<TOAST_DT_Q4_0>(what, e); break;
 	case TOAST_DT_Q4_1: check_chunks<TOAST_DT_Q4_1>(what, e); break;
 	case TOAST_DT_Q8_0: check_chunks<TOAST_DT_Q8_0>(what, e); break;
@@ -290,7 +290,7 @@ static void check_synthetic(enum toast_dtype type, int64_t n_out, int64_t n_in)
 	uint64_t seed = toast_synthetic_seed(w->name);
 	size_t nq = mlx ? (size_t)e.l.q_row * n_out : w->n_bytes;
 	for (size_t i = 0; i < nq; i++)
-		dev[mlx && e.l.tiled ? cu_tile_pos(e.l.q_row, 0, i) : cu_qdev_pos(cu_qgeo_of(type), e.l.m_off, n_in / cu_qgeo_of(type).blck, i)] =
+		dev[mlx && e.l.tiled ? cu_tile_pos(e.l.q_row, 0, i) : cu_qdev_pos(cu_qgeo_for(type, n_in), e.l.m_off, n_in / cu_qgeo_of(type).blck, i)] =
 			toast_synth_qbyte(type, seed, i, n_in);
 	if (mlx)
 		for (size_t g = 0; g < (size_t)n_out * (n_in / 64); g++) {
@@ -384,6 +384,31 @@ static void check_tiles(void)
 							ok5 = ok5 && cu_qdev_pos(q5, 0, nb, file) == want;
 						}
 	CHECK(ok5, "Q5_K tiles: a quant byte not where a tensor-core lane loads it");
+	/* Q8_0 (cu_kq<Q8_0>::load): unit u (blocks 4u..4u + 3) of lane 4g + t reads bytes 8t.. of block 4u + p
+	 * of row g, then of row g + 8, at 2048 u + 512 p + 16 lane (as MLX8's codes lie), and its decode row
+	 * lane % 16's d of blocks 4u + 2 (lane / 16) and one more at 32 b + 2 (lane % 16) of the tile's meta */
+	cu_qgeo q8 = cu_qgeo_for(TOAST_DT_Q8_0, 128);
+	bool ok8 = q8.tiled && !cu_qgeo_for(TOAST_DT_Q8_0, 96).tiled;
+	for (int64_t nb = 4; nb <= 16; nb *= 2)
+		for (int64_t r0 = 0; r0 < 32; r0 += 16)
+			for (int64_t u = 0; u < nb / 4; u++)
+				for (int lane = 0; lane < 32; lane++) {
+					for (int p = 0; p < 4; p++)
+						for (int i = 0; i < 16; i++) {
+							int64_t r = r0 + lane / 4 + 8 * (i >> 3);
+							size_t file = (size_t)(r * nb + 4 * u + p) * 34 + 2 + 8 * (lane % 4) + (i & 7);
+							size_t want = (size_t)(r0 / 16 * (nb / 4) + u) * 2048 + 512 * p + 16 * lane + i;
+							ok8 = ok8 && cu_qdev_pos(q8, 0, nb, file) == want;
+						}
+					for (int k = 0; k < 2; k++)
+						for (int i = 0; i < 2; i++) {
+							int64_t r = r0 + lane % 16, b = 4 * u + 2 * (lane / 16) + k;
+							size_t file = (size_t)(r * nb + b) * 34 + i;
+							size_t want = (size_t)(r0 / 16 * nb + b) * 32 + 2 * (lane % 16) + i;
+							ok8 = ok8 && cu_qdev_pos(q8, 0, nb, file) == want;
+						}
+				}
+	CHECK(ok8, "Q8_0 tiles: a byte not where a tensor-core lane loads it");
 }
 
 int main(void)
@@ -415,6 +440,14 @@ int main(void)
 		check_weight("random mlx, not tiled", &e);
 		emu_free(&e);
 	}
+	const int64_t q8_rows[] = {96, 160}; /* Q8_0 rows not whole units of four blocks: row-major */
+	for (int64_t n_in : q8_rows) {
+		emu_w e = emu_random(TOAST_DT_Q8_0, 19, n_in, 0, TOAST_DT_BF16);
+		CHECK(!e.l.tiled, "a Q8_0 weight of %lld columns is tiled", (long long)n_in);
+		check_weight("random, not tiled", &e);
+		emu_free(&e);
+	}
+	check_synthetic(TOAST_DT_Q8_0, 7, 96);
 	for (enum toast_dtype t : gguf)
 		check_synthetic(t, 7, 2048);
 	check_synthetic(TOAST_DT_Q4_K, 40, 512);

@@ -946,13 +946,26 @@ static void test_quant(struct ctx *c)
 	}
 	mlx_gs = 64, mlx_sb = TOAST_DT_BF16;
 	/* MLX rows that are not whole 128-byte units of codes (MLX4 n_in % 256, MLX8 % 128): not tiled
-	 * on a GPU, so the CU_QT_ANY kernels (and the general GEMV path) read them */
+	 * on a GPU, so the CU_QT_ANY kernels (and the general GEMV path) read them; Q8_0 the same */
 	int o10[] = {33, 5};
 	test_matmul(c, TOAST_DT_MLX4, 1, o10, 2, 320, TOAST_MM_F32, true, true);
 	test_matmul(c, TOAST_DT_MLX8, 1, o10, 2, 192, TOAST_MM_ADD, false, false);
 	test_matmul(c, TOAST_DT_MLX4, 9, o10, 2, 320, TOAST_MM_F32, true, false);
 	test_moe_types(c, 1, 384, 4, 2, 192, 192, true, true, &moe_mlx4);
 	test_moe_types(c, 70, 384, 8, 3, 192, 192, true, true, &moe_mlx4); /* the grouped GEMM */
+	/* Q8_0 rows that are not whole units of four blocks (n_in % 128): as above (at n_embd 256 only
+	 * down's rows, n_ff 96); tiled rows of an odd count of units (384: the SIMT GEMV reads tiles) */
+	test_matmul(c, TOAST_DT_Q8_0, 1, o10, 2, 384, TOAST_MM_ADD, false, false);
+	test_matmul(c, TOAST_DT_Q8_0, 3, o10, 2, 384, TOAST_MM_F32, true, true);
+	test_moe_types(c, 1, 384, 4, 2, 128, 128, true, true, &moe_q8);
+	test_matmul(c, TOAST_DT_Q8_0, 1, o10, 2, 160, TOAST_MM_F32, true, true);
+	test_matmul(c, TOAST_DT_Q8_0, 9, o10, 2, 224, TOAST_MM_ACT, false, false);
+	int o11[] = {301};
+	test_matmul(c, TOAST_DT_Q8_0, 1, o11, 1, 160, TOAST_MM_GLU, true, false);
+	test_moe_types(c, 1, 160, 4, 2, 96, 96, true, true, &moe_q8);
+	test_moe_types(c, 1, 256, 4, 2, 96, 96, true, true, &moe_q8);
+	test_moe_types(c, 70, 160, 8, 3, 96, 96, true, true, &moe_q8);
+	test_moe_types(c, 70, 256, 8, 3, 96, 96, true, true, &moe_q8);
 	test_moe_types(c, 1, 2048, 3, 2, 256, 0, true, false, &moe_q8);
 	test_moe_types(c, 5, 256, 4, 2, 512, 512, true, false, &moe_q8);
 	test_moe_types(c, 3, 2048, 2, 2, 256, 0, false, true, &q6);

@@ -11,7 +11,9 @@
  *     d,m; d; d,dmin,scales[12] for both K types; scales[16],d), so quants load as aligned 16-byte
  *     vectors. The K-quants' planes are tiled (cu_qgeo.tiled, below): 16 rows' superblock as a
  *     tensor-core warp reads it (Q4_K 2048 bytes, Q5_K 2560, Q6_K 3072) and the 16 rows' headers
- *     together (cu_tm_off), n_out padded to 16 rows (zeros);
+ *     together (cu_tm_off), n_out padded to 16 rows (zeros); so are Q8_0's when a row is whole
+ *     units of four blocks (cu_tiled: 16 rows' block in 512 bytes, their d's together), which
+ *     puts its codes where an MLX8 plane's lie;
  *   - MLX4/MLX8: the packed words [n_out][n_in*bits/8 bytes], then scales, then biases
  *     [n_out][n_in/group] in the checkpoint's type (bf16, f16 or f32); tiled like Q4_K when a row
  *     is whole 128-byte units of codes (cu_tiled, cu_tile_pos: scales and biases [tile][group][16]).
@@ -71,7 +73,7 @@ __host__ __device__ static inline int cu_q6_word(int r, int j)
 }
 
 /*
- * Tiled planes (Q4_K, Q5_K, Q6_K; MLX4/MLX8 whose rows are whole units: cu_tiled): rows in tiles
+ * Tiled planes (Q4_K, Q5_K, Q6_K; Q8_0, MLX4, MLX8 whose rows are whole units: cu_tiled): rows in tiles
  * of 16 (n_out padded to a multiple of 16), and superblock (unit) u of a tile stored as a
  * tensor-core warp reads it (cu_kq): its 16 x qb quant bytes as [32-byte run p of a row][lane
  * 4g + t][row g, then row g + 8: the lane's 8 bytes 32p + 8t.. of the run] (Q6_K: two runs' words
@@ -121,7 +123,7 @@ __host__ __device__ static inline size_t cu_tile_pos(int64_t row_bytes, int mu, 
 }
 
 /* the device offset of byte i of a GGUF-block tensor in file layout (identity when not split); nb
- * blocks a row */
+ * blocks a row; g.tiled as the weight is (cu_qgeo_for) */
 __host__ __device__ static inline size_t cu_qdev_pos(const cu_qgeo &g, size_t m_off, int64_t nb, size_t i)
 {
 	if (g.qb == g.bs)
@@ -162,12 +164,21 @@ static inline size_t cu_align256(size_t n)
 	return (n + 255) & ~(size_t)255;
 }
 
-/* whether a weight's planes are tiled: the K-quants' always, an MLX weight's when its rows are whole
- * 128-byte units of codes (kernels compiled for an MLX kind read tiled weights; cu_ktype sends the
- * others to CU_QT_ANY) */
+/* whether a weight's planes are tiled: the K-quants' always, a Q8_0 or MLX weight's when its rows
+ * are whole 128-byte units of codes (kernels compiled for those kinds read tiled weights; cu_ktype
+ * sends the others to CU_QT_ANY) */
 __host__ __device__ static inline bool cu_tiled(int type, int64_t n_in)
 {
-	return cu_qgeo_of(type).tiled || (type == TOAST_DT_MLX4 && n_in % 256 == 0) || (type == TOAST_DT_MLX8 && n_in % 128 == 0);
+	return cu_qgeo_of(type).tiled || (type == TOAST_DT_MLX4 && n_in % 256 == 0) ||
+	       ((type == TOAST_DT_MLX8 || type == TOAST_DT_Q8_0) && n_in % 128 == 0);
+}
+
+/* a GGUF-block weight's geometry, tiled as the weight is (cu_qdev_pos) */
+__host__ __device__ static inline cu_qgeo cu_qgeo_for(int type, int64_t n_in)
+{
+	cu_qgeo g = cu_qgeo_of(type);
+	g.tiled = cu_tiled(type, n_in);
+	return g;
 }
 
 static inline cu_layout cu_layout_of(int type, int64_t n_in, int64_t n_out, int sb_type, int gs)
@@ -210,17 +221,17 @@ __device__ __forceinline__ cu_wrow cu_row(const cu_wd &w, size_t e, int64_t r)
 	return {x + r * w.q_row, x + w.m_off + r * w.m_row, x + w.b_off + r * w.m_row};
 }
 
-/* the kernel type of a weight: its type, or CU_QT_ANY for an MLX one that is not tiled */
-static inline int cu_ktype(const cu_wd &w)
-{
-	return cu_is_mlx(w.type) && !w.tiled ? CU_QT_ANY : w.type;
-}
-
-/* kernels compiled for a K-quant or MLX kind read tiled weights (cu_ktype) */
+/* kernels compiled for a K-quant, Q8_0 or MLX kind read tiled weights (cu_ktype) */
 __host__ __device__ constexpr bool cu_tiled_kind(int type)
 {
-	return type == TOAST_DT_Q4_K || type == TOAST_DT_Q5_K || type == TOAST_DT_Q6_K || type == TOAST_DT_MLX4 ||
-	       type == TOAST_DT_MLX8;
+	return type == TOAST_DT_Q4_K || type == TOAST_DT_Q5_K || type == TOAST_DT_Q6_K || type == TOAST_DT_Q8_0 ||
+	       type == TOAST_DT_MLX4 || type == TOAST_DT_MLX8;
+}
+
+/* the kernel type of a weight: its type, or CU_QT_ANY for one of a tiled kind that is not tiled */
+static inline int cu_ktype(const cu_wd &w)
+{
+	return cu_tiled_kind(w.type) && !w.tiled ? CU_QT_ANY : w.type;
 }
 
 /* whether kernels of type TYPE read w tiled: CU_QT_ANY as the weight is */
@@ -233,13 +244,17 @@ __device__ __forceinline__ bool cu_kind_tiled(const cu_wd &w)
 		return cu_tiled_kind(TYPE);
 }
 
-/* bytes of a meta unit of a tiled weight: a K-quant header, an MLX scale (or bias), for kernels
- * of type TYPE */
+/* bytes of a meta unit of a tiled weight: a K-quant header, a Q8_0 d, an MLX scale (or bias),
+ * for kernels of type TYPE */
 template <int TYPE>
 __device__ __forceinline__ int cu_tmu(const cu_wd &w)
 {
 	const int t = TYPE == CU_QT_ANY ? w.type : TYPE;
-	return t == TOAST_DT_Q4_K || t == TOAST_DT_Q5_K ? 16 : t == TOAST_DT_Q6_K ? 18 : w.sb_type == TOAST_DT_F32 ? 4 : 2;
+	if (t == TOAST_DT_Q4_K || t == TOAST_DT_Q5_K)
+		return 16;
+	if (t == TOAST_DT_Q6_K)
+		return 18;
+	return t != TOAST_DT_Q8_0 && w.sb_type == TOAST_DT_F32 ? 4 : 2;
 }
 
 /* a tiled weight's row rr of tile `tile` of matrix e: q + 16 qb u + cu_tu_byte(jj) is byte jj of
@@ -402,10 +417,11 @@ __device__ __forceinline__ cu_dq8_raw cu_dq8_at(const cu_wd &w, const cu_wrow &p
 		x.d = q40 ? 0 : __ldg((const unsigned short *)(p.m + 4 * b + 2));
 		break;
 	}
-	case TOAST_DT_Q8_0: {
+	case TOAST_DT_Q8_0: { /* (tiled: codes as MLX8's, the d's of 16 rows together) */
 		int64_t b = k >> 5;
-		x.b = cu_ld8(p.q + 32 * b + (k & 31));
-		x.c = __ldg((const unsigned short *)(p.m + 2 * b));
+		bool tl = cu_kind_tiled<TYPE>(w);
+		x.b = cu_ld8(p.q + (tl ? (int64_t)cu_tq_byte(k) : k));
+		x.c = __ldg((const unsigned short *)(p.m + (tl ? 32 : 2) * b));
 		break;
 	}
 	case TOAST_DT_Q4_K: /* (tiled) byte 128 (k / 256) + 32 ((k / 64) % 4) + k % 32, its cu_tq_byte */
@@ -668,7 +684,7 @@ struct qk<TOAST_DT_Q6_K> {
 	}
 };
 
-/* Q8_0 (split): chunk c = half c&1 of block c/2 (16 int8) */
+/* Q8_0 (split, tiled): chunk c = half c&1 of block c/2 (16 int8) */
 template <>
 struct qk<TOAST_DT_Q8_0> {
 	static constexpr int EPC = 16, NP = 4;
@@ -681,9 +697,12 @@ struct qk<TOAST_DT_Q8_0> {
 	};
 	static __device__ __forceinline__ int swz(int f) { return f ^ ((f >> 3) & 3); }
 	static __device__ __forceinline__ int f4(int c, int i) { return 4 * c + i; }
-	static __device__ __forceinline__ chunk load(const cu_wrow &w, int c)
+	static __device__ __forceinline__ chunk load(const cu_wd &w, size_t e, int64_t r, int c) /* (tiled) */
 	{
-		return {cu_ld16(w.q + 16 * c), cu_ldf16(w.m + 2 * (c >> 1))};
+		cu_wrow p = cu_qrow<TOAST_DT_Q8_0>(w, e, r);
+		const uint8_t *q = p.q + cu_tq_byte(16 * c);
+		uint2 lo = cu_ld8(q), hi = cu_ld8(q + 16); /* granules 2i, 2i + 1 of a run: 16 bytes apart */
+		return {make_uint4(lo.x, lo.y, hi.x, hi.y), cu_ldf16(p.m + 32 * (c >> 1))};
 	}
 	static __device__ __forceinline__ info prep(const chunk &k, int) { return {k.d, -32896.0f * k.d}; }
 	static __device__ __forceinline__ float4 deq4(const chunk &k, const info &in, int, int i)
@@ -919,8 +938,9 @@ __device__ __forceinline__ unsigned cu_two_codes(uint32_t v, uint32_t magic)
 	return r;
 }
 
-/* the 4-bit codes (Q4_K, Q5_K, MLX4: 128 bytes a row a superblock) a lane holds of a
- * superblock of two rows at qa, qb: bytes 8t..8t+7 of each 32-byte run p */
+/* the 4-bit codes (128 bytes a row a superblock) a lane holds of a superblock of two row-major
+ * rows at qa, qb: bytes 8t..8t+7 of each 32-byte run p (bench/k4_probe.cu's row-major layout;
+ * the kernels read tiles, cu_k4_tile_codes) */
 __device__ __forceinline__ void cu_k4_codes(uint2 *a, uint2 *b, const uint8_t *qa, const uint8_t *qb, int t)
 {
 #pragma unroll
@@ -943,25 +963,20 @@ __device__ __forceinline__ void cu_k4_tile_codes(uint2 *a, uint2 *b, const uint8
 	}
 }
 
-/* where a lane reads the units of a tile of 16 rows r0.. of matrix e (n rows) from: for row-major
- * planes its rows g and g + 8 (quant plane) and its decode row lane % 16 (meta plane), clamped to
- * the last row; for a tiled one (Q4_K) its 16 bytes of the tile's first unit and its decode
- * row's header there (the padding rows need no clamp) */
+/* where a lane reads the units of a tile of 16 rows r0.. of matrix e from (every cu_kq kind is
+ * tiled): its 16 bytes of the tile's first unit and its decode row's header there (the padding
+ * rows need no clamp) */
 struct cu_krows {
-	const uint8_t *a, *b, *h;
+	const uint8_t *a, *h;
 };
 
 template <int TYPE>
-__device__ __forceinline__ cu_krows cu_krows_of(const cu_wd &W, size_t e, int64_t r0, int64_t n, int lane)
+__device__ __forceinline__ cu_krows cu_krows_of(const cu_wd &W, size_t e, int64_t r0, int lane)
 {
-	if constexpr (cu_tiled_kind(TYPE)) {
-		const uint8_t *x = W.base + e * W.stride;
-		int64_t tile = r0 >> 4;
-		return {x + tile * 16 * W.q_row + 16 * lane, NULL, x + W.m_off + tile * 16 * W.m_row + (lane & 15) * cu_tmu<TYPE>(W)};
-	}
-	int g = lane >> 2;
-	return {cu_row(W, e, min(r0 + g, n - 1)).q, cu_row(W, e, min(r0 + g + 8, n - 1)).q,
-		cu_row(W, e, min(r0 + (lane & 15), n - 1)).m};
+	static_assert(cu_tiled_kind(TYPE), "tensor-core kinds read tiled weights");
+	const uint8_t *x = W.base + e * W.stride;
+	int64_t tile = r0 >> 4;
+	return {x + tile * 16 * W.q_row + 16 * lane, x + W.m_off + tile * 16 * W.m_row + (lane & 15) * cu_tmu<TYPE>(W)};
 }
 
 /* Q5_K's fifth bits: bits k and k + 16 of v as bit 4 of two bf16 128 + q (magic: their other
@@ -1278,7 +1293,7 @@ struct cu_kq<TOAST_DT_MLX4> {
  * LOP3 that takes it) is 16 hi + lo, two 4-bit codes made as Q4_K's are; the mma sums x * (128
  * + lo) and x * (128 + hi) into two accumulators, and x * q' = 16 C_hi + C_lo - 2176 sum(x). A
  * unit is 128 elements (EL), four 32-byte runs of a row, so that a lane holds what it holds of
- * Q4_K's 256: bytes 8t..8t+7 of each run (cu_k4_codes), word w giving the k values 2t, 2t+1,
+ * Q4_K's 256: bytes 8t..8t+7 of each run (cu_k4_tile_codes), word w giving the k values 2t, 2t+1,
  * 2t+8, 2t+9 as elements 8t + 4w + 0, 2, 1, 3 (Q4_K's staged order). sc[group][16] float2 (scale
  * s, offset o): a group of SUB elements adds 16 s C_hi + s C_lo + o sum(x).
  */
@@ -1325,7 +1340,7 @@ __device__ __forceinline__ void cu_k8_mma(float *acc, const uint2 *A, const uint
 	}
 }
 
-/* Q8_0: a run is a block (its d at 2 bytes a block in the meta plane); value d q */
+/* Q8_0 (tiled): a run is a block (the 16 rows' d's of a block together); value d q */
 template <>
 struct cu_kq<TOAST_DT_Q8_0> {
 	static constexpr int EL = 128, SUB = 32;
@@ -1337,8 +1352,9 @@ struct cu_kq<TOAST_DT_Q8_0> {
 	static __device__ __forceinline__ ld load(const cu_wd &, const cu_krows &p, int u, int lane)
 	{
 		ld L;
-		cu_k4_codes(L.a, L.b, p.a + u * 128, p.b + u * 128, lane & 3);
-		L.d = cu_ld4(p.h + 8 * u + 4 * (lane >> 4));
+		cu_k4_tile_codes(L.a, L.b, p.a + 2048 * u);
+		const uint8_t *h = p.h + 32 * (4 * u + 2 * (lane >> 4));
+		L.d = (uint32_t)__ldg((const unsigned short *)h) | (uint32_t)__ldg((const unsigned short *)(h + 32)) << 16;
 		return L;
 	}
 	static __device__ __forceinline__ void scales(const cu_wd &, const ld &L, void *vsc, int lane)
@@ -1421,8 +1437,8 @@ __device__ __forceinline__ void cu_kq_stage8(const float *v, bf16 *xs, int j, fl
 /* whether decode kernels may take w on tensor cores (cu_kq): MLX needs groups of 64k */
 static inline bool cu_kq_fits(const cu_wd &w)
 {
-	return w.type == TOAST_DT_Q4_K || w.type == TOAST_DT_Q5_K || w.type == TOAST_DT_Q6_K || w.type == TOAST_DT_Q8_0 ||
-	       (cu_is_mlx(w.type) && w.gs % 64 == 0 && w.tiled);
+	return w.type == TOAST_DT_Q4_K || w.type == TOAST_DT_Q5_K || w.type == TOAST_DT_Q6_K ||
+	       (w.type == TOAST_DT_Q8_0 && w.tiled) || (cu_is_mlx(w.type) && w.gs % 64 == 0 && w.tiled);
 }
 
 /* fn(std::integral_constant<int, T>()) for the type T (a runtime type) when it has a cu_kq kind,

@@ -6,7 +6,7 @@
  * block stages the input in shared memory as f32 (computing the RMSNorm there when the input is
  * a normed residual, so the norm costs no launch and no rounding), then each warp streams one or
  * four weight rows in 16-byte chunks, dequantising quantised ones in registers (cu_quant.cuh);
- * quantised types other than Q4_0, Q4_1 and Q8_0 go to tensor cores (k_gemv_k4). Larger T: the
+ * tiled quantised types (all but Q4_0, Q4_1) go to tensor cores (k_gemv_k4). Larger T: the
  * normed input is written once in bf16 and each output is a cuBLAS GEMM on tensor cores; a
  * quantised weight is first dequantised to bf16 in pieces of CU_DEQUANT_PIECE bytes. A dense
  * MLP's gate and up (TOAST_MM_GLU) at decode: one GEMV launch whose warps (or blocks, on tensor
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
 }
 
 /*
- * cu_kq types on tensor cores (all but Q4_0, Q4_1 and Q8_0 here: gemv_launch_any): a block of
+ * cu_kq types on tensor cores (tiled weights of all but Q4_0 and Q4_1: gemv_launch_any): a block of
  * GQ_WARPS warps takes rt consecutive tiles of 16 rows (rt chosen so the grid is one wave of
  * resident blocks: a block that ends and a new one that starts pay the load latency and the
  * staging again); warp w takes units (superblocks; 128 elements of 8-bit types) w, w + 8, .. of
@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 	auto load = [&]() {
 		int64_t vt = tile0 + lt, r0 = (GLU ? vt >> 1 : vt) * 16;
 		const cu_wd &W = GLU && (vt & 1) ? jb.W2 : jb.W;
-		typename K::ld L = K::load(W, cu_krows_of<TYPE>(W, 0, r0, jb.n_out, lane), warp + GQ_WARPS * lk, lane);
+		typename K::ld L = K::load(W, cu_krows_of<TYPE>(W, 0, r0, lane), warp + GQ_WARPS * lk, lane);
 		next(lt, lk);
 		return L;
 	};
@@ -677,7 +677,7 @@ static bool gemv_fits(struct cuda_backend *cb, const struct toast_weight *W, int
 		return false;
 	if (type == TOAST_DT_BF16 && (W->n_in % 8 || ((uintptr_t)W->dev & 15)))
 		return false;
-	if (cu_is_mlx(type) && !cu_tiled(type, W->n_in)) /* (the MLX kernels read tiled rows) */
+	if (cu_tiled_kind(type) && !cu_tiled(type, W->n_in)) /* (the Q8_0 and MLX kernels read tiled rows) */
 		return false;
 	return (size_t)gemv_tt(type, T) * (size_t)W->n_in * 4 + 1024 <= cb->smem_optin;
 }
@@ -808,17 +808,13 @@ static bool gq_launch_t(struct cuda_backend *cb, gemv_args &a)
 	return a.nt == 1 ? gq_launch<1, TYPE>(cb, a) : gq_launch<8, TYPE>(cb, a);
 }
 
-/* Q8_0 stays SIMT here: its four-rows-a-warp kernel beat the tensor cores' (H200, Qwen3-Next
- * Q8_0: qkvz 8.5 us against 11.5, out_proj 5.6 against 7.2, docs/PERF.md), whose units of 128
- * elements take twice Q4_K's rounds of loads; its experts take the tensor cores */
+/* Q8_0 went SIMT here while it was row-major (its four-rows-a-warp kernel beat the tensor
+ * cores': Qwen3-Next Q8_0 qkvz 8.5 us against 11.5 on an H200); tiled, the tensor cores win
+ * (24 of its layers on an H100: 757 tok/s, against 661 tiled on the SIMT kernel and 718
+ * row-major on it, docs/PERF.md) */
 static void gemv_launch_any(struct cuda_backend *cb, int type, gemv_args &a)
 {
-	bool tc = cu_with_kq(type, [&](auto k) {
-		if constexpr (decltype(k)::value == TOAST_DT_Q8_0)
-			return false;
-		else
-			return gq_launch_t<decltype(k)::value>(cb, a);
-	});
+	bool tc = cu_with_kq(type, [&](auto k) { return gq_launch_t<decltype(k)::value>(cb, a); });
 	if (tc) {
 		cu_launched(cb, "gemv (tensor cores)");
 		return;

@@ -778,7 +778,7 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 	size_t e = shared ? 0 : (size_t)moe_slot_read(d, pk, &e_s, t, slot);
 	cu_tl_mark(0); /* h staged, the expert picked */
 	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
-	cu_krows rows = cu_krows_of<TYPE>(wd, e, r0, n, lane);
+	cu_krows rows = cu_krows_of<TYPE>(wd, e, r0, lane);
 	typename K::ld L[2]; /* two units in flight: n_embd 2048 is two superblocks a warp */
 	if (w4 < nsb)
 		L[0] = K::load(wd, rows, w4, lane);
@@ -841,7 +841,7 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	auto load = [&](int u) {
 		int j = u / nsb;
 		cu_wd wd = slot0 + j == d.k ? SD : D;
-		return K::load(wd, cu_krows_of<TYPE>(wd, (size_t)eid[j], r0, E, lane), u - j * nsb, lane);
+		return K::load(wd, cu_krows_of<TYPE>(wd, (size_t)eid[j], r0, lane), u - j * nsb, lane);
 	};
 	typename K::ld L[2];
 	if (warp < units)

@@ -113,7 +113,7 @@ enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, const struct t
 			rc = q_copy(cb, d + l.m_off, w->scales, ns, w->name, err);
 		return rc == TOAST_OK ? q_copy(cb, d + l.b_off, w->biases, ns, w->name, err) : rc;
 	}
-	cu_qgeo g = cu_qgeo_of(w->type);
+	cu_qgeo g = cu_qgeo_for(w->type, w->n_in);
 	if (g.qb == g.bs)
 		return q_copy(cb, d, w->data, w->n_bytes, w->name, err);
 	/* split (and tiled) on the device */
@@ -130,7 +130,7 @@ void cu_q_fill_synthetic(struct cuda_backend *cb, void *dst, const struct toast_
 	size_t nq = cu_is_mlx(w->type) ? (size_t)l.q_row * (size_t)w->n_out : w->n_bytes;
 	bool mlx = cu_is_mlx(w->type);
 	q_zero_tiles(cb, d, w, l);
-	cu_launch(cb, k_q_synth, q_grid(nq), 256, 0, d, nq, (int)w->type, cu_qgeo_of(w->type), l.m_off, seed, w->n_in,
+	cu_launch(cb, k_q_synth, q_grid(nq), 256, 0, d, nq, (int)w->type, cu_qgeo_for(w->type, w->n_in), l.m_off, seed, w->n_in,
 		  (int64_t)(mlx && l.tiled ? l.q_row : 0));
 	if (mlx) {
 		size_t ng = (size_t)w->n_out * (size_t)(w->n_in / w->group_size);
