@@ -150,6 +150,7 @@ if [ "$MODE" = ab ]; then
 fi
 # dab: ab for the dense models' path (Qwen3-8B's and SmolLM2's shapes, bench/*.json, synthetic):
 # test_ops, the dense fixtures' checks, then decode at ctx 0 and 4000 by every binary in turn
+# (DAB_MODELS: a comma-separated list of bench arguments)
 if [ "$MODE" = dab ]; then
 	unpack_olds
 	timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
@@ -161,7 +162,8 @@ if [ "$MODE" = dab ]; then
 	done
 	for r in $(seq ${AB_ROUNDS:-2}); do
 		for v in "${olds[@]}" toasted; do
-			for t in "bench/qwen3-8b.json --type q4_k" "bench/qwen3-8b.json --layers 12" "bench/smollm2-135m.json --type q4_1"; do
+			IFS=, read -ra dmodels <<<"${DAB_MODELS:-bench/qwen3-8b.json --type q4_k,bench/qwen3-8b.json --type q8_0,bench/qwen3-8b.json --layers 12,bench/smollm2-135m.json --type q4_1}"
+			for t in "${dmodels[@]}"; do
 				timeout 200 $B/$v bench --synthetic $t --backend cuda --prompt 1 --ctx 0,4000 --decode 64 >"$OUT/ab.tmp" 2>&1
 				summary+=("round $r $v $t: $(awk '/^[0-9]+ +[0-9.]+ +[0-9.]+/ {printf "ctx%s %s tok/s (%sx floor)  ", $1, $2, $6}' "$OUT/ab.tmp")")
 			done
