@@ -5,7 +5,8 @@
 # bench/gpu.sh). CUDA libraries come from the GPU machine itself. The binaries travel
 # xz-compressed (a run carries at most 64 MiB with the tree); bench/gpu.sh unpacks them.
 # carry/gpu/ab (an older toasted for bench/gpu.sh ab) is left as it is. TIMELINE=1: also
-# toasted-tl, the build bench/timeline.sh runs.
+# toasted-tl, the build bench/timeline.sh runs. BINS="toasted toast test_ops": only those
+# (a run carries 64 MiB: the full set and a base binary in carry/gpu/ab come near it).
 set -eu
 cd "$(dirname "$0")/.."
 G=build-gpu
@@ -14,8 +15,12 @@ make -j2 CUDA=1 BUILD=$G CUDA_ARCH=-gencode=arch=compute_90a,code=sm_90a \
 	$G/bench/k4_probe $G/bench/libcupti_trace.so >/dev/null
 rm -rf carry/gpu/bin carry/gpu/lib
 mkdir -p carry/gpu/lib carry/gpu/bin
-cp $G/toasted $G/toast $G/tests/test_ops $G/tests/test_cache $G/tests/test_smollm $G/bench/decode_probe $G/bench/k4_probe \
-	carry/gpu/bin/
+for b in ${BINS:-toasted toast test_ops test_cache test_smollm decode_probe k4_probe}; do
+	for d in $G $G/tests $G/bench; do
+		[ -f $d/$b ] && cp $d/$b carry/gpu/bin/ && break
+	done
+	[ -f carry/gpu/bin/$b ] || { echo "gpu-bundle: no $b"; exit 1; }
+done
 strip carry/gpu/bin/*
 for b in carry/gpu/bin/*; do
 	ldd "$b" | awk '/=> \//{print $3}' | grep -E 'jansson|pcre2|utf8proc|nettle' | while read -r l; do cp -L "$l" carry/gpu/lib/; done
