@@ -250,8 +250,8 @@ static void check_chunks(const char *what, const emu_w *e)
 static void check_weight(const char *what, const emu_w *e)
 {
 	long mis = emu_misaligned;
-	/* a Q8_0 or MLX weight that is not tiled takes the CU_QT_ANY kernels (cu_ktype) */
-	switch (cu_tiled_kind(e->w.type) && !e->l.tiled ? CU_QT_ANY : (int)e->w.type) {
+	/* a Q8_0 or MLX weight that is not tiled takes the CU_QT_ANY kernels */
+	switch (cu_ktype(e->wd)) {
 	case TOAST_DT_Q4_0: check_chunks<TOAST_DT_Q4_0>(what, e); break;
 	case TOAST_DT_Q4_1: check_chunks<TOAST_DT_Q4_1>(what, e); break;
 	case TOAST_DT_Q8_0: check_chunks<TOAST_DT_Q8_0>(what, e); break;
@@ -289,8 +289,9 @@ static void check_synthetic(enum toast_dtype type, int64_t n_out, int64_t n_in)
 	uint8_t *dev = emu_alloc(e.l.bytes);
 	uint64_t seed = toast_synthetic_seed(w->name);
 	size_t nq = mlx ? (size_t)e.l.q_row * n_out : w->n_bytes;
+	cu_qgeo geo = cu_qgeo_for(type, n_in);
 	for (size_t i = 0; i < nq; i++)
-		dev[mlx && e.l.tiled ? cu_tile_pos(e.l.q_row, 0, i) : cu_qdev_pos(cu_qgeo_for(type, n_in), e.l.m_off, n_in / cu_qgeo_of(type).blck, i)] =
+		dev[mlx && e.l.tiled ? cu_tile_pos(e.l.q_row, 0, i) : cu_qdev_pos(geo, e.l.m_off, n_in / geo.blck, i)] =
 			toast_synth_qbyte(type, seed, i, n_in);
 	if (mlx)
 		for (size_t g = 0; g < (size_t)n_out * (n_in / 64); g++) {
