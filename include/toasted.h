@@ -68,6 +68,9 @@ struct toast_engine_opts {
 	int synthetic_layers;  /* with synthetic: use only the first N layers (0: all) */
 	const char *synthetic_type; /* with synthetic: the matrices' type, NULL or "bf16" (default), "q4_k",
 				       "q8_0", "mlx4", ... (any quantised type name, case-insensitive) */
+	const char *kv_cache; /* NULL or "default": the KV cache in the activation type (bf16 on a GPU, f32
+				 on the CPU); "q8": 8-bit codes with a scale per token and head (half the
+				 bytes of bf16, so decode at long context reads half as much) */
 };
 
 void toast_engine_opts_init(struct toast_engine_opts *o);
@@ -85,6 +88,7 @@ struct toast_model_info {
 	size_t decode_bytes;     /* weight bytes one decode step must read (active experts only) */
 	size_t state_bytes_fixed;/* recurrent + conv state per session */
 	size_t kv_bytes_per_tok; /* KV cache bytes per token of context */
+	const char *kv_cache;    /* its type: "bf16", "f32" or "q8" */
 	/* FLOPs a prompt needs: per token (matrix products; the DeltaNet's chunked state products),
 	 * per (query, key) pair that causal attention relates (Q·Kᵀ and P·V over the attention
 	 * layers), and once for the last token's output head */

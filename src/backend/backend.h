@@ -28,6 +28,7 @@
 #define TOAST_BACKEND_H
 
 #include <stdbool.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -123,6 +124,39 @@ struct toast_mm_out {
 #define TOAST_MM_MAX_OUT 4
 
 /*
+ * KV cache formats (toast_attn_args.kv_type). A cache is two buffers, K and V, of one attention
+ * layer, each holding n_ctx tokens of n_head_kv heads of head_dim values:
+ *   TOAST_KV_ACT: act rows [n_ctx][n_head_kv*head_dim] (bf16 on the GPU, f32 on the CPU);
+ *   TOAST_KV_Q8:  8-bit codes with an f32 scale per (token, head), in units of TOAST_KV_UNIT
+ *       tokens, a unit toast_kv_unit_bytes() long: the codes (kvd = n_head_kv*head_dim bytes a
+ *       token; K: [token][kvd], token-major; V: [kvd][token], each value's 4 tokens side by side),
+ *       then the scales [n_head_kv][TOAST_KV_UNIT] f32. A code is the byte q + 128 of
+ *       q = rint(x * 127 / amax) (|q| <= 127, amax the head's largest |x|; all 0 when amax is 0),
+ *       the scale amax / 127: x ~ q * scale. Half the bytes of bf16 (decode at long context reads
+ *       them all), at ~0.2% of amax error a value.
+ * The bytes of tokens [0, n) are a prefix of each buffer: toast_kv_bytes(n) of them (a state
+ * image copies that much; Q8 rounds n up to whole units, whose tokens past n are never read).
+ */
+enum toast_kv_type { TOAST_KV_ACT, TOAST_KV_Q8 };
+#define TOAST_KV_UNIT 4
+size_t toast_kv_unit_bytes(int n_head_kv, int head_dim);
+size_t toast_kv_bytes(enum toast_kv_type t, int n_head_kv, int head_dim, size_t act_size, int64_t n);
+/* the Q8 code of x for a head whose largest |value| is amax, and the scale stored with them */
+static inline int toast_kv_q8_code(float x, float amax)
+{
+	float v = amax > 0 ? rintf(x * (127.0f / amax)) : 0.0f;
+	return (int)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v) + 128;
+}
+static inline float toast_kv_q8_scale(float amax)
+{
+	return amax / 127.0f;
+}
+/* Q8 on the host (the CPU backend, tests): store head h of token t (x: head_dim values) into
+ * the K (is_v false) or V buffer buf, or read it back dequantised */
+void toast_kv_q8_put(void *buf, int n_head_kv, int head_dim, bool is_v, int64_t t, int h, const float *x);
+void toast_kv_q8_get(const void *buf, int n_head_kv, int head_dim, bool is_v, int64_t t, int h, float *x);
+
+/*
  * Gated attention with a KV cache, for T new tokens at positions pos..pos+T-1. In one op:
  * optional per-head RMSNorm of q and k (before RoPE), NeoX RoPE on the first n_rot dims of
  * each head (pairs (i, i + n_rot/2)), K/V written to the cache at rows pos..pos+T-1, causal
@@ -143,7 +177,8 @@ struct toast_attn_args {
 	float rope_theta;
 	enum toast_dtype rope_freq_type;
 	bool gated;
-	void *k_cache, *v_cache;            /* act [n_ctx][n_head_kv*head_dim] */
+	enum toast_kv_type kv_type;
+	void *k_cache, *v_cache;            /* n_ctx tokens each, as kv_type lays them out */
 	int n_ctx, pos, T;
 	void *out;                          /* act [T][n_head*head_dim] */
 	int span;                           /* 0, or a bound pos + T <= span <= n_ctx that a recorded

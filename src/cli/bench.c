@@ -183,6 +183,7 @@ int cli_bench(int argc, char **argv)
 	if (!o.model && !o.eo.synthetic) {
 		fprintf(stderr, "usage: toasted bench (MODEL_DIR | --synthetic qwen3-next-80b-a3b|CONFIG.json [--layers N]\n"
 				"                      [--type bf16|q4_k|q8_0|mlx4|..|q4_k_m|q5_k_m]) [--backend cpu|cuda] [--threads N] [--chunk N]\n"
+				"                     [--kv-cache default|q8]\n"
 				"                     [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N]\n"
 				"                     | --cache [--history H1,H2,..] [--new N]\n");
 		return 2;
@@ -196,9 +197,10 @@ int cli_bench(int argc, char **argv)
 		return cli_status_exit(st) ? cli_status_exit(st) : 1;
 	}
 	const struct toast_model_info *in = toast_engine_info(e);
-	printf("model: %s%s (%s), %d layers (%d attention), backend %s, prefill passes of %d tokens, loaded in %.1f s\n",
+	printf("model: %s%s (%s), %d layers (%d attention), backend %s, prefill passes of %d tokens, KV cache %s, "
+	       "loaded in %.1f s\n",
 	       o.eo.synthetic ? "synthetic " : "", o.eo.synthetic ? o.eo.synthetic : o.model, in->arch, in->n_layer,
-	       in->n_layer_attn, in->backend, in->chunk, toast_now() - t0);
+	       in->n_layer_attn, in->backend, in->chunk, in->kv_cache, toast_now() - t0);
 	printf("weights: %.2f GB%s%s; weight bytes read per token: %.3f GB (dense + %d routed + shared experts, as stored)\n",
 	       in->weight_bytes / 1e9, o.eo.synthetic_type ? ", matrices " : "", o.eo.synthetic_type ? o.eo.synthetic_type : "",
 	       in->decode_bytes / 1e9, in->n_expert_used);

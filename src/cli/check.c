@@ -3,7 +3,7 @@
  * compare logits and greedy continuations with the reference (exit 0 pass, 1 fail, 2 unusable).
  *
  * A float model must match the logits within --tol (max|Δ| / max|ref|) and the greedy tokens. A
- * quantised model (a quantised GGUF, or --quant) cannot: it is judged by the mean KL divergence
+ * quantised model (a quantised GGUF, or --quant; or an 8-bit KV cache, --kv-cache q8) cannot: it is judged by the mean KL divergence
  * KL(p_ref || p_model) of the next-token distributions over every position (<= --max-kl) and the
  * top-1 agreement (argmax equal, >= --min-top1); its greedy continuation is reported only.
  *
@@ -286,7 +286,7 @@ int cli_check(int argc, char **argv)
 	}
 	if (!o.model) {
 		fprintf(stderr, "usage: toasted check MODEL_DIR|FILE.gguf [--reference FILE] [--threads N] [--chunk N] "
-				"[--backend cpu|cuda] [--quant TYPE] [--tol X] [--max-kl X] [--min-top1 X]\n");
+				"[--backend cpu|cuda] [--quant TYPE] [--kv-cache default|q8] [--tol X] [--max-kl X] [--min-top1 X]\n");
 		return 2;
 	}
 	char refpath[4096], jsonpath[4096];
@@ -314,9 +314,11 @@ int cli_check(int argc, char **argv)
 	}
 	if (o.tol < 0)
 		o.tol = strcmp(toast_engine_info(e)->backend, "cpu") == 0 ? 1e-4 : 2e-2;
-	o.quantized = toast_engine_info(e)->quantized;
-	printf("model %s (%s, %s backend%s)\n", o.model, toast_engine_info(e)->arch, toast_engine_info(e)->backend,
-	       o.quantized ? ", quantised" : "");
+	/* an 8-bit KV cache is judged as quantised weights are */
+	bool kv8 = strcmp(toast_engine_info(e)->kv_cache, "q8") == 0;
+	o.quantized = toast_engine_info(e)->quantized || kv8;
+	printf("model %s (%s, %s backend%s%s)\n", o.model, toast_engine_info(e)->arch, toast_engine_info(e)->backend,
+	       toast_engine_info(e)->quantized ? ", quantised" : "", kv8 ? ", 8-bit KV cache" : "");
 	int n_checked = 0;
 	struct check_dist dist = {0};
 	int rc = check_sequences(e, &ref, &o, &n_checked, &dist);

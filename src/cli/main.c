@@ -63,6 +63,8 @@ int cli_engine_opt(int argc, char **argv, int *i, unsigned which, struct toast_e
 		if (!cli_int("--threads", v, 1, 1024, &n))
 			return -1;
 		eo->n_threads = (int)n;
+	} else if ((v = cli_optval(argc, argv, i, "--kv-cache"))) {
+		eo->kv_cache = v;
 	} else if ((which & CLI_EO_CHUNK) && (v = cli_optval(argc, argv, i, "--chunk"))) {
 		if (!cli_int("--chunk", v, 1, TOAST_MAX_CHUNK, &n))
 			return -1;

@@ -85,6 +85,7 @@ static int run_usage(void)
 		"  --stats              prompt tokens, prefill tok/s, time to first token, decode tok/s on stderr\n"
 		"  --ctx-size N         context window (default: prompt + max tokens, or + 4096)\n"
 		"  --backend cpu|cuda, --threads N\n"
+		"  --kv-cache q8        an 8-bit KV cache (half the memory of bf16; default: the activation type)\n"
 		"  --quant TYPE         quantise a float model's matrices at load (q8_0, q4_0, q4_1, q4_k_m, q5_k_m, q6_k)\n",
 		RUN_MAX_STOP);
 	return 2;

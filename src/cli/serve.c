@@ -32,7 +32,7 @@
 #define START_USAGE                                                                                         \
 	"usage: toasted start MODEL_DIR [--socket PATH] [--foreground] [--log FILE] [--debug]\n"            \
 	"         [--http 127.0.0.1:PORT] [--ctx-size N] [--threads N] [--chunk N] [--backend cpu|cuda]\n"  \
-	"         [--max-clients N] [--queue-depth N] [--cache-mb N] [--cache-device] [--cache-dir DIR]\n"      \
+	"         [--kv-cache default|q8] [--max-clients N] [--queue-depth N] [--cache-mb N] [--cache-device] [--cache-dir DIR]\n"      \
 	"         [--cache-dir-mb N]\n"
 
 /* The socket path: --socket (made absolute), else the default; false (said) when too long. */
@@ -59,7 +59,7 @@ static bool serve_sock_arg(int argc, char **argv, int *i, const char **sock)
 /* ---- start ---- */
 
 struct start_opts {
-	const char *model, *sock, *log, *http, *backend, *cache_dir;
+	const char *model, *sock, *log, *http, *backend, *cache_dir, *kv_cache;
 	bool foreground, debug, cache_device;
 	long n_ctx, threads, chunk, max_clients, queue_depth;
 	long cache_mb, cache_dir_mb; /* -1: the default (sized from free memory / space); cache_mb 0: off */
@@ -185,6 +185,8 @@ static bool start_parse(int argc, char **argv, struct start_opts *o)
 			o->http = v;
 		else if ((v = cli_optval(argc, argv, &i, "--backend")))
 			o->backend = v;
+		else if ((v = cli_optval(argc, argv, &i, "--kv-cache")))
+			o->kv_cache = v;
 		else if ((v = cli_optval(argc, argv, &i, "--ctx-size"))) {
 			if (!cli_int(a, v, 0, INT_MAX, &o->n_ctx))
 				return false;
@@ -300,6 +302,7 @@ int cli_start(int argc, char **argv)
 	eo.backend = o.backend;
 	eo.n_threads = (int)o.threads;
 	eo.chunk = (int)o.chunk;
+	eo.kv_cache = o.kv_cache;
 	eo.progress = serve_progress;
 	eo.progress_ud = &prog;
 	st = toast_engine_open(model ? model : o.model, &eo, &e, &err);

@@ -70,6 +70,11 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	if (opts->n_threads < 0 || opts->n_threads > ENGINE_MAX_THREADS)
 		return toast_err_set(err, TOAST_ERR_INVALID, "thread count %d outside [1, %d]", opts->n_threads,
 				     ENGINE_MAX_THREADS);
+	enum toast_kv_type kv = TOAST_KV_ACT;
+	if (opts->kv_cache && strcmp(opts->kv_cache, "q8") == 0)
+		kv = TOAST_KV_Q8;
+	else if (opts->kv_cache && strcmp(opts->kv_cache, "default") != 0)
+		return toast_err_set(err, TOAST_ERR_INVALID, "unknown KV cache type \"%s\" (default, q8)", opts->kv_cache);
 	struct toast_engine *e = calloc(1, sizeof(*e));
 	if (!e)
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
@@ -106,6 +111,7 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	} else if (rc == TOAST_OK) {
 		rc = toast_model_load(&e->model, path, e->be, e->quant, opts->progress, opts->progress_ud, err);
 	}
+	e->model.kv_type = kv;
 	if (rc == TOAST_OK && opts->chunk)
 		e->chunk = opts->chunk;
 	else if (rc == TOAST_OK) /* the weights are in: what is left bounds a GPU's default pass */
@@ -139,7 +145,10 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	in->weight_bytes = e->model.weight_bytes;
 	in->quantized = e->model.quantized;
 	in->decode_bytes = e->model.decode_bytes;
-	in->kv_bytes_per_tok = (size_t)in->n_layer_attn * 2 * hp->n_head_kv * hp->head_dim * e->be->act_size;
+	in->kv_bytes_per_tok = (size_t)in->n_layer_attn * 2 *
+			       toast_kv_bytes(e->model.kv_type, hp->n_head_kv, hp->head_dim, e->be->act_size, TOAST_KV_UNIT) /
+			       TOAST_KV_UNIT;
+	in->kv_cache = e->model.kv_type == TOAST_KV_Q8 ? "q8" : e->be->act_type == TOAST_DT_BF16 ? "bf16" : "f32";
 	in->state_bytes_fixed =
 		(size_t)(hp->n_layer - in->n_layer_attn) *
 		(2 * (size_t)(hp->ssm_conv_k - 1) * (2 * hp->ssm_n_k_head * hp->ssm_d_k + hp->ssm_n_v_head * hp->ssm_d_v) *

@@ -97,6 +97,7 @@ struct toast_model {
 	bool quantized; /* some matrix is of a quantised type */
 	bool output_tied;    /* lm_head is the embedding table */
 	bool synthetic;      /* weights made by the backend, no files (benchmarks) */
+	enum toast_kv_type kv_type; /* of the states made (set before the first; backend.h) */
 	char **synth_names;  /* names of synthetic weights, owned */
 	enum toast_dtype synth_type; /* their matrices' type (see toast_model_load_synthetic) */
 	enum toast_quant_mix synth_mix; /* or, when not NONE, the mix that picks each one's */
@@ -113,7 +114,7 @@ int toast_layer_weights(struct toast_layer *l, struct toast_weight *ws[TOAST_LAY
 struct toast_state {
 	uint64_t id; /* unique per state made: keys recorded decode steps */
 	int n_ctx;
-	void **k_cache, **v_cache; /* [n_layer] act [n_ctx][n_head_kv*head_dim], NULL for GDN layers */
+	void **k_cache, **v_cache; /* [n_layer] n_ctx tokens as m->kv_type lays them out (backend.h), NULL for GDN layers */
 	float **conv;              /* [n_layer] f32 [2][conv_k-1][conv_dim], NULL for attention layers */
 	float **ssm;               /* [n_layer] f32 [n_v_head][d_v][d_k], NULL for attention layers */
 	size_t kv_bytes_per_tok, fixed_bytes;
@@ -175,13 +176,14 @@ void toast_model_state_zero(const struct toast_model *m, struct toast_state *s);
  * session cache), moved between device and host memory, and written to a file; and copied back
  * into a state (the same one or another of the same model), whose buffers stay where they are.
  * Two parts, each one flat buffer:
- *   kv  [kv_bytes(n)]: for each attention layer in order, K rows [0, n) then V rows [0, n)
- *       (act elements, n_head_kv*head_dim per row);
+ *   kv  [kv_bytes(n)]: for each attention layer in order, the K then the V cache's bytes of
+ *       tokens [0, n) (toast_kv_bytes: act rows, or Q8 units, the last one whole);
  *   rec [rec_bytes]:   for each GDN layer in order, the conv state (f32, both slots: the current
  *       one is n & 1, so an image is loaded back at the n it was saved at) then the recurrent
  *       state (f32).
  * kv or rec may be NULL (that part is not copied); img_host says whether the image buffers are
- * host memory (else backend memory). Rows >= n of a loaded state are left as they were.
+ * host memory (else backend memory). Tokens >= n of a loaded state are left as they were (but
+ * those sharing a Q8 unit with token n - 1, which are never read before they are written).
  */
 size_t toast_model_kv_bytes(const struct toast_model *m, int n);
 size_t toast_model_rec_bytes(const struct toast_model *m);

@@ -624,9 +624,10 @@ void toast_model_state_free(const struct toast_model *m, struct toast_state *s)
 	memset(s, 0, sizeof(*s));
 }
 
-static size_t state_kv_row_bytes(const struct toast_model *m)
+/* one attention layer's K (or V) cache of n tokens */
+static size_t state_kv_bytes(const struct toast_model *m, int64_t n)
 {
-	return (size_t)m->hp.n_head_kv * m->hp.head_dim * m->be->act_size;
+	return toast_kv_bytes(m->kv_type, m->hp.n_head_kv, m->hp.head_dim, m->be->act_size, n);
 }
 
 /* two slots: see toast_gdn_args */
@@ -658,10 +659,9 @@ enum toast_status toast_model_state_new(const struct toast_model *m, int n_ctx, 
 	size_t kvb = 0;
 	for (int il = 0; il < L && ok; il++) {
 		if (m->layers[il].is_attn) {
-			size_t n;
-			ok = toast_mul_ok(state_kv_row_bytes(m), (size_t)n_ctx, &n);
-			ok = ok && (s->k_cache[il] = be->ops->alloc(be, n)) && (s->v_cache[il] = be->ops->alloc(be, n));
-			kvb += 2 * state_kv_row_bytes(m);
+			size_t n = state_kv_bytes(m, n_ctx);
+			ok = (s->k_cache[il] = be->ops->alloc(be, n)) && (s->v_cache[il] = be->ops->alloc(be, n));
+			kvb += 2 * state_kv_bytes(m, TOAST_KV_UNIT) / TOAST_KV_UNIT;
 		} else {
 			ok = (s->conv[il] = be->ops->alloc(be, state_conv_bytes(m))) &&
 			     (s->ssm[il] = be->ops->alloc(be, state_ssm_bytes(m)));
@@ -692,7 +692,7 @@ size_t toast_model_kv_bytes(const struct toast_model *m, int n)
 {
 	size_t b = 0;
 	for (int il = 0; il < m->hp.n_layer; il++)
-		b += m->layers[il].is_attn ? 2 * state_kv_row_bytes(m) * (size_t)n : 0;
+		b += m->layers[il].is_attn ? 2 * state_kv_bytes(m, n) : 0;
 	return b;
 }
 
@@ -712,15 +712,15 @@ static enum toast_status state_image_move(const struct toast_model *m, const str
 {
 	struct toast_backend *be = m->be;
 	enum toast_status rc = TOAST_OK;
-	size_t row = state_kv_row_bytes(m), cb = state_conv_bytes(m), sb = state_ssm_bytes(m);
+	size_t kvn = state_kv_bytes(m, n), kvs = state_kv_bytes(m, kv_rows), cb = state_conv_bytes(m), sb = state_ssm_bytes(m);
 	for (int il = 0; il < m->hp.n_layer && rc == TOAST_OK; il++) {
 		void *bufs[2];
 		size_t sizes[2], strides[2];
 		unsigned char **img;
 		if (m->layers[il].is_attn) {
 			bufs[0] = s->k_cache[il], bufs[1] = s->v_cache[il], img = &kv;
-			sizes[0] = sizes[1] = row * (size_t)n;
-			strides[0] = strides[1] = row * (size_t)kv_rows;
+			sizes[0] = sizes[1] = kvn;
+			strides[0] = strides[1] = kvs;
 		} else {
 			bufs[0] = s->conv[il], bufs[1] = s->ssm[il], img = &rec;
 			strides[0] = sizes[0] = cb;
@@ -777,7 +777,7 @@ uint64_t toast_model_fingerprint(const struct toast_model *m)
 	const struct toast_hparams *hp = &m->hp;
 	int dims[] = {hp->arch,      hp->n_vocab,      hp->n_embd,       hp->n_layer,  hp->n_head,    hp->n_head_kv,
 		      hp->head_dim,  hp->n_rot,        hp->ssm_n_k_head, hp->ssm_n_v_head, hp->ssm_d_k, hp->ssm_d_v,
-		      hp->ssm_conv_k, (int)m->be->act_type, m->synthetic};
+		      hp->ssm_conv_k, (int)m->be->act_type, m->synthetic, (int)m->kv_type};
 	uint64_t h = toast_fnv1a(dims, sizeof(dims), TOAST_FNV_OFFSET);
 	h = toast_fnv1a(&hp->rope_theta, sizeof(hp->rope_theta), h);
 	for (int il = 0; il < hp->n_layer; il++) {
@@ -913,7 +913,7 @@ static void fwd_attention(const struct toast_model *m, const struct toast_layer 
 		.norm_plus_one = hp->norm_plus_one, .eps = hp->norm_eps,
 		.n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .n_rot = hp->n_rot,
 		.rope_theta = hp->rope_theta, .rope_freq_type = hp->rope_freq_type, .gated = hp->attn_gated,
-		.k_cache = s->k_cache[il], .v_cache = s->v_cache[il], .n_ctx = s->n_ctx, .pos = pos, .T = T,
+		.kv_type = m->kv_type, .k_cache = s->k_cache[il], .v_cache = s->v_cache[il], .n_ctx = s->n_ctx, .pos = pos, .T = T,
 		.span = fwd_span(s, pos + T), .out = w->o,
 	};
 	be->ops->attention(be, &a);

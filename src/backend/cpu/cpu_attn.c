@@ -46,10 +46,16 @@ static void attn_task(void *p, int task, int tid)
 	const float *q = c->qn + ((size_t)t * a->n_head + h) * hd;
 	const float *kc = (const float *)a->k_cache + kvh * hd;
 	const float *vc = (const float *)a->v_cache + kvh * hd;
-	float *sc = c->cb->scratch[tid];
+	bool q8 = a->kv_type == TOAST_KV_Q8;
+	float *sc = c->cb->scratch[tid], *row = sc + n_keys; /* Q8: a key's or a value's row, dequantised */
 	float scale = 1.0f / sqrtf((float)hd), mx = -INFINITY;
 	for (int j = 0; j < n_keys; j++) {
-		sc[j] = cpu_dot(q, kc + (size_t)j * kv_dim, hd) * scale;
+		const float *kr = kc + (size_t)j * kv_dim;
+		if (q8) {
+			toast_kv_q8_get(a->k_cache, a->n_head_kv, hd, false, j, kvh, row);
+			kr = row;
+		}
+		sc[j] = cpu_dot(q, kr, hd) * scale;
 		mx = sc[j] > mx ? sc[j] : mx;
 	}
 	float sum = 0;
@@ -63,6 +69,10 @@ static void attn_task(void *p, int task, int tid)
 	for (int j = 0; j < n_keys; j++) {
 		float w = sc[j] / sum;
 		const float *vr = vc + (size_t)j * kv_dim;
+		if (q8) {
+			toast_kv_q8_get(a->v_cache, a->n_head_kv, hd, true, j, kvh, row);
+			vr = row;
+		}
 		for (int d = 0; d < hd; d++)
 			o[d] += w * vr[d];
 	}
@@ -78,9 +88,14 @@ void cpu_attention(struct toast_backend *be, const struct toast_attn_args *a)
 	struct cpu_backend *cb = cpu_of(be);
 	int hd = a->head_dim, kv_dim = a->n_head_kv * hd;
 	int qstride = a->gated ? 2 * hd : hd;
-	float *qn = cpu_shared(cb, (size_t)a->T * a->n_head * hd);
-	if (!qn || !cpu_scratch(cb, (size_t)(a->pos + a->T) > (size_t)hd ? (size_t)(a->pos + a->T) : (size_t)hd))
+	bool q8 = a->kv_type == TOAST_KV_Q8;
+	/* the normed queries, then a token's new K and V rows (Q8: quantised from there); a
+	 * thread's scratch: its scores, then (Q8) a key's or value's row */
+	size_t nq = (size_t)a->T * a->n_head * hd;
+	float *qn = cpu_shared(cb, nq + 2 * (size_t)kv_dim);
+	if (!qn || !cpu_scratch(cb, (size_t)(a->pos + a->T) + (size_t)hd))
 		return;
+	float *kvrow = qn + nq;
 	float *wtmp = cb->scratch[0];
 	for (int t = 0; t < a->T; t++) {
 		int pos = a->pos + t;
@@ -93,8 +108,8 @@ void cpu_attention(struct toast_backend *be, const struct toast_attn_args *a)
 				attn_head_norm(dst, hd, a->q_norm, a->norm_plus_one, a->eps, wtmp);
 			attn_rope(dst, a->n_rot, pos, a->rope_theta, a->rope_freq_type);
 		}
-		float *kd = (float *)a->k_cache + (size_t)pos * kv_dim;
-		float *vd = (float *)a->v_cache + (size_t)pos * kv_dim;
+		float *kd = q8 ? kvrow : (float *)a->k_cache + (size_t)pos * kv_dim;
+		float *vd = q8 ? kvrow + kv_dim : (float *)a->v_cache + (size_t)pos * kv_dim;
 		const float *ks = (const float *)a->k + (size_t)t * kv_dim;
 		const float *vs = (const float *)a->v + (size_t)t * kv_dim;
 		for (int i = 0; i < kv_dim; i++) {
@@ -105,6 +120,10 @@ void cpu_attention(struct toast_backend *be, const struct toast_attn_args *a)
 			if (a->k_norm)
 				attn_head_norm(kd + h * hd, hd, a->k_norm, a->norm_plus_one, a->eps, wtmp);
 			attn_rope(kd + h * hd, a->n_rot, pos, a->rope_theta, a->rope_freq_type);
+			if (q8) {
+				toast_kv_q8_put(a->k_cache, a->n_head_kv, hd, false, pos, h, kd + h * hd);
+				toast_kv_q8_put(a->v_cache, a->n_head_kv, hd, true, pos, h, vd + h * hd);
+			}
 		}
 	}
 	struct attn_ctx c = {cb, a, qn};
