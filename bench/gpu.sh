@@ -113,6 +113,9 @@ unpack_olds() {
 # AB_ROUNDS, default 2; AB_ENVS="VAR=1,VAR=2": settings the new binary also runs under), then
 # the decode timeline of each (bench/trace-decode.sh, of --type AB_TRACE_TYPE, default q4_k).
 # AB_PERF=1: the op timings too; AB_NCU=1: Nsight Compute on one DeltaNet layer.
+# AB_NEW_MODELS: more bench arguments (comma-separated) that only the new binary runs, after the
+# others each round (options the old ones lack: "--type q4_k --kv-cache q8"). AB_TRACE=0: no
+# decode timelines.
 if [ "$MODE" = ab ]; then
 	unpack_olds
 	timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
@@ -133,9 +136,16 @@ if [ "$MODE" = ab ]; then
 				summary+=("round $r $v $t: $(awk '/^[0-9]+ +[0-9.]+ +[0-9.]+/ {printf "ctx%s %s tok/s (%sx floor)  ", $1, $2, $6}' "$OUT/ab.tmp")")
 			done
 		done
+		IFS=, read -ra models <<<"${AB_NEW_MODELS:-}"
+		for t in "${models[@]}"; do
+			timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b $t --backend cuda --prompt 1 --ctx 0,68000 \
+				--decode 64 >"$OUT/ab.tmp" 2>&1
+			summary+=("round $r toasted $t: $(awk '/^[0-9]+ +[0-9.]+ +[0-9.]+/ {printf "ctx%s %s tok/s (%sx floor)  ", $1, $2, $6}' "$OUT/ab.tmp")")
+		done
 	done
 	rm -f "$OUT/ab.tmp"
-	for v in "${olds[@]}" toasted; do
+	[ "${AB_TRACE:-1}" = 1 ] || olds=() # AB_TRACE=0: no traces
+	for v in "${olds[@]}" $([ "${AB_TRACE:-1}" = 1 ] && echo toasted); do
 		BIN=$B/$v timeout 300 bash bench/trace-decode.sh --type ${AB_TRACE_TYPE:-q4_k} --ctx ${AB_TRACE_CTX:-0} >"$OUT/trace-$v.log" 2>&1
 		mv "$OUT/trace-positions.txt" "$OUT/trace-positions-$v.txt"
 		rm -f "$OUT/trace.csv.xz"

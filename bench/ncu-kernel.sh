@@ -19,7 +19,8 @@ if [[ $SKIP == auto:* ]]; then
 		"${BENCH[@]}" >"$OUT/ncu-$NAME-list.csv" 2>/dev/null
 	SKIP=$(python3 -c '
 import csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
+rows = list(csv.reader(open(sys.argv[1])))
+rows = rows[next(i for i, r in enumerate(rows) if "Kernel Name" in r):]  # (the bench output before it)
 h = rows[0]; ki, vi = h.index("Kernel Name"), h.index("Metric Value")
 for i, r in enumerate(rows[1:]):
     if sys.argv[2] in r[ki] and float(r[vi].replace(",", "")) > float(sys.argv[3]):

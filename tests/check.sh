@@ -63,6 +63,9 @@ V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$M/config.json")
 
 expect 0 PASS "the model against its own reference" "$M" --threads 2
 expect 0 PASS "the same with --chunk=5" "$M" --chunk=5
+expect 0 "8-bit KV cache" "an 8-bit KV cache, judged by KL as quantised weights are" "$M" --kv-cache q8
+expect 1 "FAIL (quantised" "an 8-bit KV cache beyond a KL bound of 1e-9" "$M" --kv-cache q8 --max-kl 1e-9
+expect 2 "unknown KV cache type" "an unknown KV cache type" "$M" --kv-cache q9
 
 # 1: logits1 of position 123 perturbed (element 5 set to 1e6)
 fresh_ref

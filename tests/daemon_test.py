@@ -287,7 +287,7 @@ def test_background():
     env = dict(os.environ, XDG_STATE_HOME=os.path.join(base, "state"))
     t = os.path.join(BIN, "toasted")
     try:
-        r = run([t, "start", VOCAB_MODEL, "--socket", sock], env=env)
+        r = run([t, "start", VOCAB_MODEL, "--socket", sock, "--kv-cache", "q8"], env=env)
         C.check(r.returncode == 0 and b"serving" in r.stdout, f"start returns once serving: {r.stdout} {r.stderr}")
         C.check(os.path.exists(sock), "the socket exists when start returns")
         C.check(stat.S_IMODE(os.stat(os.path.dirname(sock)).st_mode) == 0o700, "a created socket directory is 0700")
@@ -296,6 +296,7 @@ def test_background():
         r = run([t, "status", "--socket", sock, "--json"])
         st = json.loads(r.stdout)
         C.check(st["n_ctx"] > 0 and st["memory"]["weight_bytes"] > 0 and "cache" in st, f"status --json: {st}")
+        C.check(st["kv_cache"] == "q8", f"status says the KV cache --kv-cache asked for: {st['kv_cache']}")
         C.check(os.path.exists(os.path.join(base, "state", "toasted", "toasted.log")), "the default log file")
         r = run([t, "stop", "--socket", sock])
         C.check(r.returncode == 0, f"stop: {r.stderr}")

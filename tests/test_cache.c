@@ -27,6 +27,7 @@
 
 static const char *backend = "cpu";
 static const char *quant; /* NULL: the weights as stored */
+static const char *kv_cache; /* NULL: the KV cache in the activation type; "q8" */
 
 static struct toast_engine *open_model(const char *name, int chunk)
 {
@@ -36,6 +37,7 @@ static struct toast_engine *open_model(const char *name, int chunk)
 	toast_engine_opts_init(&o);
 	o.backend = backend;
 	o.quant = quant;
+	o.kv_cache = kv_cache;
 	o.n_threads = 2;
 	o.chunk = chunk;
 	struct toast_engine *e = NULL;
@@ -481,6 +483,47 @@ static void test_penalty(void)
 	teardown(e, s, c);
 }
 
+/* An 8-bit KV cache: restores at points inside a unit of 4 tokens (70, 110) are bit-identical
+ * too, and its snapshots are not another cache type's (the fingerprint). */
+static void test_kv8(void)
+{
+	struct toast_engine *e = open_model("qwen3next-tiny", 0);
+	kv_cache = "q8";
+	test_restore("qwen3next-tiny", false);
+	test_restore("qwen3-tiny", true);
+	/* the prompt point (70) restored after a longer conversation overwrote the session: tokens
+	 * 68 and 69 come from the image's last unit, which is copied whole */
+	struct toast_session *s;
+	struct toast_engine *e8 = setup("qwen3next-tiny", 0, &s);
+	kv_cache = NULL;
+	if (e8) {
+		int V = toast_engine_info(e8)->n_vocab;
+		struct toast_cache *c = cache_open(e8, 64 << 20, false, NULL);
+		int32_t conv[120], other[100];
+		fill_ids(conv, 120, 3, V);
+		fill_ids(other, 100, 4, V);
+		float *ref = malloc((size_t)V * sizeof(float));
+		struct toast_error err = {0};
+		request(c, s, conv, 70, conv + 70, 10);
+		request(c, s, other, 90, other + 90, 5);
+		conv[75] = (conv[75] + 1) % V;
+		CHECK(restore(c, s, conv, 120) == 70, "%s: the prompt point of an 8-bit cache", backend);
+		CHECK(toast_session_feed(s, conv + 70, 50, NULL, &err) == TOAST_OK, "feed: %s", err.msg);
+		reference(e8, conv, 70, NULL, 0, conv + 70, 50, ref);
+		CHECK(same_logits(s, ref, V), "%s: an 8-bit cache restored inside a unit, bit-identical", backend);
+		free(ref);
+		toast_cache_free(c);
+		toast_session_free(s);
+	}
+	CHECK(e && e8 && toast_model_fingerprint(&e->model) != toast_model_fingerprint(&e8->model),
+	      "%s: an 8-bit KV cache's snapshots have their own fingerprint", backend);
+	size_t b70 = e8 ? toast_model_kv_bytes(&e8->model, 70) : 0;
+	CHECK(e && e8 && b70 == toast_model_kv_bytes(&e8->model, 72) && b70 > toast_model_kv_bytes(&e8->model, 68) &&
+		      1.5 * b70 < toast_model_kv_bytes(&e->model, 70),
+	      "%s: an 8-bit image holds whole units of 4 tokens, in fewer bytes", backend);
+	toast_engine_close(e), toast_engine_close(e8);
+}
+
 int main(int argc, char **argv)
 {
 	const char *models[] = {"qwen3next-tiny", "qwen3-tiny", "qwen35-tiny"};
@@ -488,6 +531,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 3; i++)
 		for (int device = 0; device < 2; device++)
 			test_restore(models[i], device);
+	test_kv8();
 	test_parent_eviction();
 	test_lru();
 	test_files();
@@ -498,6 +542,7 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 3; i++)
 			for (int device = 0; device < 2; device++)
 				test_restore(models[i], device);
+		test_kv8();
 		test_files();
 	} else {
 		printf("test_cache: cuda SKIP (no CUDA device in this build or machine)\n");

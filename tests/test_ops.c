@@ -453,16 +453,19 @@ static void ref_rope(double *x, int n_rot, int pos, double theta)
 }
 
 /* span_min > 0: the span is at least that (a recorded decode step early in a long context: more
- * splits than keys, some of them empty) */
+ * splits than keys, some of them empty). kv: the cache's type; an 8-bit cache is read back and
+ * checked against the reference's K and V (its layout, its codes within one step), and the
+ * reference attends over what it holds. */
 static void test_attention(struct ctx *c, int n_head, int n_head_kv, int hd, int n_rot, bool gated, bool qk_norm,
-			   int T1, int T2, int span_min)
+			   int T1, int T2, int span_min, enum toast_kv_type kv)
 {
 	struct toast_backend *be = c->be;
 	int T = T1 + T2, kvd = n_head_kv * hd, qs = gated ? 2 * hd : hd, n_ctx = T + 3 + span_min;
 	float *q = rand_vec((size_t)T * n_head * qs, 2), *k = rand_vec((size_t)T * kvd, 2), *v = rand_vec((size_t)T * kvd, 1);
 	struct hw qn = mkw(TOAST_DT_BF16, 1, hd, 0.3, 0), kn = mkw(TOAST_DT_BF16, 1, hd, 0.3, 0);
 	prep(be, &qn), prep(be, &kn);
-	void *kc = be->ops->alloc(be, (size_t)n_ctx * kvd * be->act_size), *vc = be->ops->alloc(be, (size_t)n_ctx * kvd * be->act_size);
+	size_t kvb = toast_kv_bytes(kv, n_head_kv, hd, be->act_size, n_ctx);
+	void *kc = be->ops->alloc(be, kvb), *vc = be->ops->alloc(be, kvb);
 	float *out = malloc((size_t)T * n_head * hd * sizeof(float));
 	int done = 0;
 	for (int part = 0; part < 2; part++) {
@@ -480,8 +483,8 @@ static void test_attention(struct ctx *c, int n_head, int n_head_kv, int hd, int
 		int span = (done + n + 255) / 256 * 256;
 		span = span < span_min ? span_min : span;
 		struct toast_attn_args a = {dq, dk, dv, qk_norm ? &qn.w : NULL, qk_norm ? &kn.w : NULL, true, 1e-6f,
-					    n_head, n_head_kv, hd, n_rot, 10000.0f, TOAST_DT_BF16, gated, kc, vc, n_ctx, done, n, dout,
-					    span < n_ctx ? span : 0};
+					    n_head, n_head_kv, hd, n_rot, 10000.0f, TOAST_DT_BF16, gated, kv, kc, vc, n_ctx, done, n,
+					    dout, span < n_ctx ? span : 0};
 		be->ops->attention(be, &a);
 		float *o = get(be, dout, (size_t)n * n_head * hd, true);
 		memcpy(out + (size_t)done * n_head * hd, o, (size_t)n * n_head * hd * sizeof(float));
@@ -501,6 +504,32 @@ static void test_attention(struct ctx *c, int n_head, int n_head_kv, int hd, int
 				ref_head_norm(kk, hd, kn.f, true);
 			ref_rope(kk, n_rot, t, 10000.0);
 		}
+	double *V = malloc((size_t)T * kvd * sizeof(double));
+	for (size_t i = 0; i < (size_t)T * kvd; i++)
+		V[i] = v[i];
+	if (kv == TOAST_KV_Q8) {
+		unsigned char *hk = malloc(kvb), *hv = malloc(kvb);
+		struct toast_error err;
+		CHECK(be->ops->read(be, hk, kc, kvb, &err) == TOAST_OK && be->ops->read(be, hv, vc, kvb, &err) == TOAST_OK,
+		      "read the cache");
+		float *row = malloc((size_t)hd * sizeof(float));
+		double worst = 0;
+		for (int t = 0; t < T; t++)
+			for (int h = 0; h < n_head_kv; h++)
+				for (int is_v = 0; is_v < 2; is_v++) {
+					double *x = (is_v ? V : K) + (size_t)t * kvd + h * hd, amax = 0;
+					toast_kv_q8_get(is_v ? hv : hk, n_head_kv, hd, is_v, t, h, row);
+					for (int d = 0; d < hd; d++)
+						amax = fmax(amax, fabs(x[d]));
+					for (int d = 0; d < hd; d++) { /* within half a code step (and the f32 K of the op) */
+						worst = fmax(worst, fabs(row[d] - x[d]) / (amax / 127));
+						x[d] = row[d];
+					}
+				}
+		CHECK(worst < 0.52, "%s 8-bit cache heads %d hd %d T %d: off by %.3g of a code step", c->name, n_head_kv, hd, T,
+		      worst);
+		free(hk), free(hv), free(row);
+	}
 	for (int t = 0; t < T; t++)
 		for (int h = 0; h < n_head; h++) {
 			const float *qq = q + ((size_t)t * n_head + h) * qs;
@@ -523,17 +552,17 @@ static void test_attention(struct ctx *c, int n_head, int n_head_kv, int hd, int
 			for (int d = 0; d < hd; d++) {
 				double o = 0;
 				for (int j = 0; j <= t; j++)
-					o += sc[j] / sum * v[(size_t)j * kvd + kvh * hd + d];
+					o += sc[j] / sum * V[(size_t)j * kvd + kvh * hd + d];
 				if (gated)
 					o *= dsig(qq[hd + d]);
 				ref[((size_t)t * n_head + h) * hd + d] = o;
 			}
 		}
 	double e = relerr(out, ref, (size_t)T * n_head * hd);
-	CHECK(e < c->tol, "%s attention heads %d/%d hd %d rot %d gated %d norm %d T %d+%d: error %.3g", c->name, n_head,
-	      n_head_kv, hd, n_rot, gated, qk_norm, T1, T2, e);
+	CHECK(e < c->tol, "%s attention%s heads %d/%d hd %d rot %d gated %d norm %d T %d+%d: error %.3g", c->name,
+	      kv == TOAST_KV_Q8 ? " (8-bit cache)" : "", n_head, n_head_kv, hd, n_rot, gated, qk_norm, T1, T2, e);
 	be->ops->release(be, kc), be->ops->release(be, vc);
-	free(q), free(k), free(v), free(out), free(K), free(ref), free(Q), free(sc), freew(&qn), freew(&kn);
+	free(q), free(k), free(v), free(out), free(K), free(V), free(ref), free(Q), free(sc), freew(&qn), freew(&kn);
 }
 
 /* ---- gated deltanet: several calls against the token recurrence ---- */
@@ -1057,35 +1086,49 @@ static void test_backend(struct ctx *c)
 	test_matmul(c, TOAST_DT_BF16, 1, o9, 1, 256, TOAST_MM_GLU, true, true); /* four rows a warp elsewhere */
 	test_matmul(c, TOAST_DT_BF16, 3, o5, 1, 136, TOAST_MM_GLU, true, false);
 	test_matmul(c, TOAST_DT_BF16, 33, o5, 1, 136, TOAST_MM_GLU, false, false);
-	test_attention(c, 4, 2, 64, 16, true, true, 5, 0, 0);
-	test_attention(c, 4, 2, 64, 16, true, true, 5, 1, 0);
-	test_attention(c, 3, 1, 32, 32, false, true, 1, 7, 0);
-	test_attention(c, 2, 2, 24, 8, false, false, 9, 33, 0);
-	test_attention(c, 16, 2, 256, 64, true, true, 7, 1, 0);
+	test_attention(c, 4, 2, 64, 16, true, true, 5, 0, 0, TOAST_KV_ACT);
+	test_attention(c, 4, 2, 64, 16, true, true, 5, 1, 0, TOAST_KV_ACT);
+	test_attention(c, 3, 1, 32, 32, false, true, 1, 7, 0, TOAST_KV_ACT);
+	test_attention(c, 2, 2, 24, 8, false, false, 9, 33, 0, TOAST_KV_ACT);
+	test_attention(c, 16, 2, 256, 64, true, true, 7, 1, 0, TOAST_KV_ACT);
 	/* prefill on tensor cores: several row blocks and key tiles, partial ones, a second chunk
 	 * after the first; rows that do not fill a block evenly (3 heads a KV head); a short chunk
 	 * after a long history (split keys) */
-	test_attention(c, 16, 2, 256, 64, true, true, 150, 77, 0);
-	test_attention(c, 6, 2, 128, 32, false, true, 100, 40, 0);
-	test_attention(c, 2, 2, 128, 128, true, false, 65, 64, 0);
-	test_attention(c, 4, 2, 64, 64, true, true, 700, 20, 0);
+	test_attention(c, 16, 2, 256, 64, true, true, 150, 77, 0, TOAST_KV_ACT);
+	test_attention(c, 6, 2, 128, 32, false, true, 100, 40, 0, TOAST_KV_ACT);
+	test_attention(c, 2, 2, 128, 128, true, false, 65, 64, 0, TOAST_KV_ACT);
+	test_attention(c, 4, 2, 64, 64, true, true, 700, 20, 0, TOAST_KV_ACT);
 	/* decode on tensor cores after a long prompt (several key tiles and splits), 16 query
 	 * heads a KV head (the most it takes) */
-	test_attention(c, 4, 2, 64, 64, true, true, 700, 1, 0);
-	test_attention(c, 16, 1, 128, 128, true, true, 300, 1, 0);
+	test_attention(c, 4, 2, 64, 64, true, true, 700, 1, 0, TOAST_KV_ACT);
+	test_attention(c, 16, 1, 128, 128, true, true, 300, 1, 0, TOAST_KV_ACT);
 	/* decode: the ring of key tiles going round at head_dim 256 (5 tiles in one split); more
 	 * splits than the combine has groups (a span of 2048: 8 splits of 76 keys); and 8 splits at
 	 * position 5 (2 without keys) */
-	test_attention(c, 2, 1, 256, 64, true, true, 260, 1, 0);
-	test_attention(c, 4, 2, 64, 64, true, true, 600, 1, 2048);
-	test_attention(c, 16, 2, 256, 64, true, true, 5, 1, 2048);
+	test_attention(c, 2, 1, 256, 64, true, true, 260, 1, 0, TOAST_KV_ACT);
+	test_attention(c, 4, 2, 64, 64, true, true, 600, 1, 2048, TOAST_KV_ACT);
+	test_attention(c, 16, 2, 256, 64, true, true, 5, 1, 2048, TOAST_KV_ACT);
 	/* decode in one split (the attention kernel writes the output, 64 dims a block): the new
 	 * key in a late tile, without norms or gate; at pos 0, then 1; 16 query heads a KV head */
-	test_attention(c, 6, 2, 128, 32, false, false, 200, 1, 0);
-	test_attention(c, 4, 2, 64, 64, true, true, 1, 1, 0);
-	test_attention(c, 16, 1, 128, 128, true, true, 100, 1, 0);
+	test_attention(c, 6, 2, 128, 32, false, false, 200, 1, 0, TOAST_KV_ACT);
+	test_attention(c, 4, 2, 64, 64, true, true, 1, 1, 0, TOAST_KV_ACT);
+	test_attention(c, 16, 1, 128, 128, true, true, 100, 1, 0, TOAST_KV_ACT);
 	/* the same heads in four splits (partials and the combine) */
-	test_attention(c, 16, 1, 128, 128, true, true, 300, 1, 1024);
+	test_attention(c, 16, 1, 128, 128, true, true, 300, 1, 1024, TOAST_KV_ACT);
+	/* the 8-bit cache: prefill and decode at each head_dim, in one split and in several, a
+	 * split's last unit partly past its keys, odd positions (units of 4 split across calls) */
+	test_attention(c, 4, 2, 64, 16, true, true, 5, 1, 0, TOAST_KV_Q8);
+	test_attention(c, 3, 1, 32, 32, false, true, 1, 7, 0, TOAST_KV_Q8);
+	test_attention(c, 2, 2, 24, 8, false, false, 9, 33, 0, TOAST_KV_Q8);
+	test_attention(c, 16, 2, 256, 64, true, true, 150, 77, 0, TOAST_KV_Q8);
+	test_attention(c, 6, 2, 128, 32, false, true, 101, 40, 0, TOAST_KV_Q8);
+	test_attention(c, 4, 2, 64, 64, true, true, 701, 19, 0, TOAST_KV_Q8);
+	test_attention(c, 2, 1, 256, 64, true, true, 261, 1, 0, TOAST_KV_Q8);
+	test_attention(c, 4, 2, 64, 64, true, true, 603, 1, 2048, TOAST_KV_Q8);
+	test_attention(c, 16, 2, 256, 64, true, true, 5, 1, 2048, TOAST_KV_Q8);
+	test_attention(c, 6, 2, 128, 32, false, false, 199, 1, 0, TOAST_KV_Q8);
+	test_attention(c, 16, 1, 128, 128, true, true, 302, 1, 1024, TOAST_KV_Q8);
+	test_attention(c, 32, 1, 128, 128, true, true, 77, 1, 0, TOAST_KV_Q8);
 	struct gdn_shape flat = {2, 4, 32, 48, 4, false, false}, grouped = {2, 4, 32, 48, 4, true, false};
 	struct gdn_shape odd = {3, 3, 7, 5, 3, false, false}, big = {2, 6, 128, 128, 4, true, false};
 	int p1[] = {1, 1, 1}, p2[] = {12}, p3[] = {5, 1, 70}, p4[] = {64, 64, 1, 3}, p5[] = {131};
@@ -1466,21 +1509,24 @@ static void perf_backend(struct toast_backend *be)
 	/* attention decode at several contexts; the last row reads the same bytes in the same grid
 	 * as the one before it from a cache of one KV head, whose rows lie end to end (two KV heads
 	 * interleave their halves of each 1 KB row): what the cache's layout costs */
-	int ctxs[] = {4096, 28672, 69632, 139264}, kvs[] = {2, 2, 2, 1};
-	for (int i = 0; i < 4; i++) {
+	int ctxs[] = {4096, 28672, 69632, 139264, 4096, 69632}, kvs[] = {2, 2, 2, 1, 2, 2};
+	for (int i = 0; i < 6; i++) {
 		int n_ctx = ctxs[i], hd = 256, n_kv = kvs[i], kvd = n_kv * hd;
-		void *kc = be->ops->alloc(be, (size_t)n_ctx * kvd * be->act_size), *vc = be->ops->alloc(be, (size_t)n_ctx * kvd * be->act_size);
+		enum toast_kv_type kv = i >= 4 ? TOAST_KV_Q8 : TOAST_KV_ACT; /* the last two: an 8-bit cache */
+		size_t kvb = toast_kv_bytes(kv, n_kv, hd, be->act_size, n_ctx);
+		void *kc = be->ops->alloc(be, kvb), *vc = be->ops->alloc(be, kvb);
 		float *q = be->ops->alloc(be, 16 * 2 * hd * 4), *k = be->ops->alloc(be, kvd * 4), *v = be->ops->alloc(be, kvd * 4);
 		void *o = be->ops->alloc(be, 16 * hd * be->act_size);
 		struct toast_weight qn = synth(be, "perf.qn", 1, hd), kn = synth(be, "perf.kn", 1, hd);
 		int pos = n_ctx - 1;
 		be->ops->begin_step(be, &id0, 1, pos);
 		struct toast_attn_args aa = {q, k, v, &qn, &kn, true, 1e-6f, 8 * n_kv, n_kv, hd, 64, 1e7f, TOAST_DT_BF16, true,
-					     kc, vc, n_ctx, pos, 1, o, 0};
+					     kv, kc, vc, n_ctx, pos, 1, o, 0};
 		void *actx[2] = {be, &aa};
 		char name[64];
-		snprintf(name, sizeof(name), "attention decode at %d%s", n_ctx, n_kv == 1 ? " (1 KV head)" : "");
-		perf_row(name, perf_time(be, perf_attn_fn, actx), 2.0 * n_ctx * kvd * be->act_size);
+		snprintf(name, sizeof(name), "attention decode at %d%s", n_ctx,
+			 n_kv == 1 ? " (1 KV head)" : kv == TOAST_KV_Q8 ? " (8-bit cache)" : "");
+		perf_row(name, perf_time(be, perf_attn_fn, actx), 2.0 * kvb);
 		be->ops->release(be, kc), be->ops->release(be, vc), be->ops->release(be, q), be->ops->release(be, k);
 		be->ops->release(be, v), be->ops->release(be, o);
 	}
@@ -1497,7 +1543,7 @@ static void perf_backend(struct toast_backend *be)
 		struct toast_weight qn = synth(be, "perf.qn", 1, hd), kn = synth(be, "perf.kn", 1, hd);
 		be->ops->begin_step(be, ids, TP, pre[i]);
 		struct toast_attn_args aa = {q, k, v, &qn, &kn, true, 1e-6f, 16, 2, hd, 64, 1e7f, TOAST_DT_BF16, true,
-					     kc, vc, n_ctx, pre[i], TP, o, 0};
+					     TOAST_KV_ACT, kc, vc, n_ctx, pre[i], TP, o, 0};
 		void *actx[2] = {be, &aa};
 		char name[64];
 		snprintf(name, sizeof(name), "attention prefill 4096 at %d", pre[i]);

@@ -218,7 +218,7 @@ static bool srv_status_json(struct toast_server *s, struct toast_buf *b)
 		  toast_buf_printf(b, "\",\"http\":%s%s%s", s->http_fd >= 0 ? "\"" : "", s->http_fd >= 0 ? s->http_bound : "null",
 				   s->http_fd >= 0 ? "\"" : "");
 	ok = ok && toast_buf_printf(b,
-				    ",\"arch\":\"%s\",\"backend\":\"%s\",\"n_ctx\":%d,\"uptime_s\":%.1f,\"started\":%ld,"
+				    ",\"arch\":\"%s\",\"backend\":\"%s\",\"kv_cache\":\"%s\",\"n_ctx\":%d,\"uptime_s\":%.1f,\"started\":%ld,"
 				    "\"requests\":{\"ok\":%llu,\"error\":%llu,\"cancelled\":%llu,\"rejected\":%llu,"
 				    "\"running\":%d,\"queued\":%d},\"tokens\":{\"prompt\":%llu,\"generated\":%llu},"
 				    "\"connections\":{\"open\":%d,\"max\":%d},\"queue_depth\":%d,\"max_line_bytes\":%u,"
@@ -227,7 +227,7 @@ static bool srv_status_json(struct toast_server *s, struct toast_buf *b)
 				    "\"tokens_reused\":%llu,\"bytes_held\":%zu,\"budget_bytes\":%zu,\"snapshots\":%d,"
 				    "\"evictions\":%llu,\"replaced\":%llu,\"rejected\":%llu,\"files\":%d,\"file_bytes\":%zu,"
 				    "\"dir_budget_bytes\":%zu,\"dir\":",
-				    s->info.arch, s->info.backend, s->n_ctx, toast_now() - s->t_start, s->created,
+				    s->info.arch, s->info.backend, s->info.kv_cache, s->n_ctx, toast_now() - s->t_start, s->created,
 				    (unsigned long long)st.n_ok, (unsigned long long)st.n_error,
 				    (unsigned long long)st.n_cancelled, (unsigned long long)s->n_rejected, st.busy ? 1 : 0,
 				    st.queued, (unsigned long long)st.prompt_tokens, (unsigned long long)st.generated_tokens,

@@ -424,6 +424,35 @@ __device__ __forceinline__ void cu_mma_bf16(float *d, const unsigned *a, unsigne
 	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* as cu_mma_bf16, with fp16 operands */
+__device__ __forceinline__ void cu_mma_f16(float *d, const unsigned *a, unsigned b0, unsigned b1)
+{
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	    "{%0,%1,%2,%3};\n"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* two 8-bit codes (bytes HI of w: 0 -> bytes 0, 1; 1 -> bytes 2, 3), each q + 128, as the fp16
+ * pair (q0 + 1152, q1 + 1152): the byte under the exponent of 1024 (0x64), one prmt. A product
+ * with such a pair is one with (q0, q1) plus 1152 times one with (1, 1), which the caller takes
+ * off once (exact in the f32 accumulator up to its rounding) */
+#define CU_Q8_OFS 1152.0f
+template <int HI>
+__device__ __forceinline__ unsigned cu_q8_h2(unsigned w)
+{
+	unsigned r;
+	asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(w), "r"(0x64646464u), "n"(HI ? 0x4342 : 0x4140));
+	return r;
+}
+
+/* two floats -> one register of two fp16 (lo in the low half) */
+__device__ __forceinline__ unsigned cu_pack_f16(float lo, float hi)
+{
+	__half2 v = __floats2half2_rn(lo, hi);
+	return *(unsigned *)&v;
+}
+
 /* mma.m16n8k8 with tf32 operands, lane l (g = l / 4, t = l % 4): A (16 x 8, row-major) a0 = A[g][t],
  * a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]; B (8 x 8, k x n) b0 = B[t][g], b1 = B[t+4][g];
  * C as for cu_mma_bf16. */

@@ -1,5 +1,6 @@
 /*
- * k_attn.cu - gated attention with a bf16 KV cache (contract: toast_attn_args in backend.h).
+ * k_attn.cu - gated attention with a KV cache of bf16 rows or 8-bit units (contract:
+ * toast_attn_args and TOAST_KV_Q8 in backend.h).
  *
  * Three kernels: prep (q/k RMSNorm, partial NeoX RoPE, K/V appended to the cache), a split-K
  * flash-decoding pass (each block serves all query heads of its KV head, so a K/V row is read
@@ -14,9 +15,40 @@
 
 #define ATTN_MAX_DPL 8 /* head_dim <= 256 */
 
+/* ---- the 8-bit cache (TOAST_KV_Q8, backend.h): units of TOAST_KV_UNIT tokens ---- */
+
+/* bytes of a unit; where head h of token t's codes start (value d of it: + d * step) and its scale */
+__device__ __forceinline__ size_t cu_kv8_unit(int n_kv, int hd)
+{
+	return (size_t)TOAST_KV_UNIT * ((size_t)n_kv * hd + n_kv * sizeof(float));
+}
+__device__ __forceinline__ size_t cu_kv8_code(int n_kv, int hd, bool is_v, int t, int h)
+{
+	size_t u = (size_t)(t / TOAST_KV_UNIT) * cu_kv8_unit(n_kv, hd), s = t % TOAST_KV_UNIT;
+	return is_v ? u + (size_t)h * hd * TOAST_KV_UNIT + s : u + s * n_kv * hd + (size_t)h * hd;
+}
+__device__ __forceinline__ float *cu_kv8_scale(unsigned char *b, int n_kv, int hd, int t, int h)
+{
+	size_t u = (size_t)(t / TOAST_KV_UNIT) * cu_kv8_unit(n_kv, hd);
+	return (float *)(b + u + (size_t)TOAST_KV_UNIT * n_kv * hd) + h * TOAST_KV_UNIT + t % TOAST_KV_UNIT;
+}
+/* toast_kv_q8_code() on the device */
+__device__ __forceinline__ unsigned char cu_kv8_q(float x, float amax)
+{
+	float v = amax > 0 ? rintf(x * (127.0f / amax)) : 0.0f;
+	return (unsigned char)((int)fminf(fmaxf(v, -127.0f), 127.0f) + 128);
+}
+/* value d of head h of token t, dequantised */
+__device__ __forceinline__ float cu_kv8_at(const void *buf, int n_kv, int hd, bool is_v, int t, int h, int d)
+{
+	const unsigned char *b = (const unsigned char *)buf;
+	int code = b[cu_kv8_code(n_kv, hd, is_v, t, h) + (size_t)d * (is_v ? TOAST_KV_UNIT : 1)];
+	return (float)(code - 128) * *cu_kv8_scale((unsigned char *)b, n_kv, hd, t, h);
+}
+
 __global__ void k_attn_prep(const float *q, const float *k, const float *v, const float *qn, const float *kn,
 			    int plus_one, float eps, int n_head, int n_kv, int hd, int n_rot, float theta, int freq_type,
-			    int gated, bf16 *kc, bf16 *vc, float *qout, const int32_t *step)
+			    int gated, void *kc, void *vc, int q8, float *qout, const int32_t *step)
 {
 	__shared__ float red[32];
 	extern __shared__ float sh[];
@@ -52,13 +84,26 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 	__syncthreads();
 	if (d < n_rot)
 		x = d < half ? sh[d] * c - sh[d + half] * s : sh[d] * c + sh[d - half] * s;
+	float vx = !isq && d < hd ? v[(size_t)t * kvd + kvh * hd + d] : 0.0f, ka = 0, va = 0;
+	if (q8 && !isq) { /* the head's largest |K| and |V| (every thread of the block) */
+		ka = cu_block_max(d < hd ? fabsf(x) : 0.0f, red);
+		va = cu_block_max(fabsf(vx), red);
+	}
 	if (d >= hd)
 		return;
 	if (isq) {
 		qout[((size_t)t * n_head + hh) * hd + d] = x;
+	} else if (!q8) {
+		((bf16 *)kc)[(size_t)pos * kvd + kvh * hd + d] = __float2bfloat16(x);
+		((bf16 *)vc)[(size_t)pos * kvd + kvh * hd + d] = __float2bfloat16(vx);
 	} else {
-		kc[(size_t)pos * kvd + kvh * hd + d] = __float2bfloat16(x);
-		vc[(size_t)pos * kvd + kvh * hd + d] = __float2bfloat16(v[(size_t)t * kvd + kvh * hd + d]);
+		unsigned char *k8 = (unsigned char *)kc, *v8 = (unsigned char *)vc;
+		k8[cu_kv8_code(n_kv, hd, false, pos, kvh) + d] = cu_kv8_q(x, ka);
+		v8[cu_kv8_code(n_kv, hd, true, pos, kvh) + (size_t)d * TOAST_KV_UNIT] = cu_kv8_q(vx, va);
+		if (d == 0) {
+			*cu_kv8_scale(k8, n_kv, hd, pos, kvh) = ka / 127.0f;
+			*cu_kv8_scale(v8, n_kv, hd, pos, kvh) = va / 127.0f;
+		}
 	}
 }
 
@@ -90,8 +135,8 @@ __device__ __forceinline__ void at_fetch(const bf16 *kc, const bf16 *vc, int kvd
 
 template <int RPW, int DPL>
 __global__ void __launch_bounds__(AT_WARPS * 32)
-	k_attn_tile(const float *qf, const bf16 *kc, const bf16 *vc, float *part, int n_head, int n_kv, int hd, int n_split,
-		    int qt, int T, const int32_t *step)
+	k_attn_tile(const float *qf, const void *kcv, const void *vcv, int q8, float *part, int n_head, int n_kv, int hd,
+		    int n_split, int qt, int T, const int32_t *step)
 {
 	extern __shared__ float sm[];
 	int kvh = blockIdx.x, split = blockIdx.y, t0 = blockIdx.z * qt;
@@ -99,6 +144,7 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 	int n_rep = n_head / n_kv, kvd = n_kv * hd, hdp = hd + 4; /* K rows padded: float4 reads without bank conflicts */
 	int ntok = min(qt, T - t0), R = ntok * n_rep;
 	float *Ks = sm, *Vs = Ks + AT_TK * hdp, *Qs = Vs + AT_TK * hd;
+	const bf16 *kc = (const bf16 *)kcv, *vc = (const bf16 *)vcv;
 	int pos0 = step[0];
 	int L = pos0 + t0 + ntok; /* keys the last query of the block sees */
 	int chunk = (L + n_split - 1) / n_split;
@@ -117,7 +163,7 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 		for (int k = 0; k < DPL; k++)
 			acc[i][k] = 0;
 	}
-	bool vec = hd % 8 == 0; /* 16-byte loads and a prefetched next tile; else plain loads */
+	bool vec = !q8 && hd % 8 == 0; /* 16-byte loads and a prefetched next tile; else plain loads */
 	uint4 kr[AT_VEC], vr[AT_VEC];
 	if (vec && j0 < j1)
 		at_fetch(kc, vc, kvd, kvh, hd, j0, min(AT_TK, j1 - j0), kr, vr);
@@ -129,8 +175,12 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 			for (int x = threadIdx.x; x < AT_TK * hd; x += blockDim.x) {
 				int j = x / hd, d = x % hd;
 				bool in = j < nk;
-				Ks[j * hdp + d] = in ? __bfloat162float(kc[(size_t)(jt + j) * kvd + kvh * hd + d]) : 0.0f;
-				Vs[j * hd + d] = in ? __bfloat162float(vc[(size_t)(jt + j) * kvd + kvh * hd + d]) : 0.0f;
+				Ks[j * hdp + d] = !in ? 0.0f
+						  : q8 ? cu_kv8_at(kcv, n_kv, hd, false, jt + j, kvh, d)
+						       : __bfloat162float(kc[(size_t)(jt + j) * kvd + kvh * hd + d]);
+				Vs[j * hd + d] = !in ? 0.0f
+						 : q8 ? cu_kv8_at(vcv, n_kv, hd, true, jt + j, kvh, d)
+						      : __bfloat162float(vc[(size_t)(jt + j) * kvd + kvh * hd + d]);
 			}
 #pragma unroll
 		for (int u = 0; u < AT_VEC && vec; u++) {
@@ -262,6 +312,99 @@ __device__ __forceinline__ void am_load_kv(bf16 *dst, const bf16 *src, int kvd, 
 	}
 }
 
+/*
+ * The 8-bit cache (Q8) on tensor cores. A tile stage holds the K codes [64 keys][D] (32-byte
+ * spans XOR-swizzled by row, so the 8-byte loads below take two wavefronts a warp), the V codes
+ * [16 units][D][4 keys] (as in the cache; 16-byte chunks XOR-swizzled by unit), then the tile's
+ * 64 K scales and 64 V scales: am8_stage(D) bytes. Products are fp16 mma: a code pair becomes
+ * an fp16 pair q + 1152 with one prmt (cu_q8_h2), the 1152s taken off in f32 (S: 1152 times the
+ * row's sum of Q, found once; O: 1152 times the sum of P, summed by one more mma a k-step), Q is
+ * staged in fp16, P is scaled by the V scales (times AM8_PV, undone at the end: fp16 keeps the
+ * small weights normal).
+ * Orders. A thread's 8-byte load of a K row (dims 32 sp + 8 c' .. + 7, c' = lane % 4) gives its B
+ * fragments of k-steps 2 sp and 2 sp + 1: k-step 2 sp + j, k-position 2 c' + e holds dim
+ * 32 sp + 8 c' + 4 j + e, and 8 + 2 c' + e dim .. + 2 + e; Q is staged in that order. Key
+ * order: S's column n of n-tile nt is key 16 (nt / 2) + 4 (n / 2 % 4) + 2 (nt % 2) + n % 2
+ * of the warp's, so that P·V's k-positions of a thread (2 c' + e, 8 + 2 c' + e) are the four
+ * keys of its unit (unit 4 (nt / 2) + c'), one 32-bit word of V codes a dim.
+ */
+#define AM8_PV 64.0f
+
+__host__ __device__ static constexpr size_t am8_stage(int D)
+{
+	return (size_t)2 * AM_KEYS * D + 2 * AM_KEYS * sizeof(float);
+}
+
+/* the byte offset of 32-byte span sp of K row r in a stage: the rows a half-warp reads together
+ * (r = 4 (g / 2) + g % 2 + const, g < 4) in four bank groups */
+template <int D>
+__device__ __forceinline__ int am8_kswz(int r, int sp)
+{
+	int f = D == 64 ? (r >> 2) & 1 : ((r & 1) | ((r >> 1) & 2)) & (D / 32 - 1);
+	return r * D + ((sp ^ f) << 5);
+}
+
+/* A thread's copies of the Q8 tiles (K codes and scales, V codes and scales of keys jt.., jt a
+ * unit's first; keys from j1 on: zeros), addressed once a kernel: a tile adds its first unit's
+ * offset, a pass a constant (computed per copy, the addresses were ~22 instructions a copy and
+ * the copies ~370 of a decode tile's ~1,000 a warp). */
+template <int D>
+struct am8_copy {
+	static constexpr int CPR = D / 16, RP = 128 / CPR; /* K: chunks a row, rows a pass (whole units) */
+	static constexpr int CPU = D / 4, UP = 128 / CPU;  /* V: chunks a unit, units a pass */
+	const unsigned char *kb, *vb, *k, *v, *ks, *vs;     /* the caches; the thread's sources at jt = 0 */
+	size_t unit;
+	int kr, vu;        /* the thread's first K row, first V unit */
+	unsigned kd, vd[2]; /* where they go in a stage (V: even passes, odd ones) */
+
+	__device__ __forceinline__ void init(const unsigned char *kc, const unsigned char *vc, int n_kv, int kvh)
+	{
+		int t = threadIdx.x, kch = t % CPR, vch = t % CPU;
+		unit = cu_kv8_unit(n_kv, D);
+		kb = kc, vb = vc, kr = t / CPR, vu = t / CPU;
+		k = kc + cu_kv8_code(n_kv, D, false, kr, kvh) + kch * 16;
+		v = vc + cu_kv8_code(n_kv, D, true, TOAST_KV_UNIT * vu, kvh) + vch * 16;
+		size_t sc = (size_t)t * unit + (size_t)TOAST_KV_UNIT * n_kv * D + kvh * TOAST_KV_UNIT * sizeof(float);
+		ks = kc + sc, vs = vc + sc; /* (threads < 16: unit t's) */
+		kd = am8_kswz<D>(kr, kch >> 1) + 16 * (kch & 1); /* the same for every pass: RP % 8 == 0 */
+#pragma unroll
+		for (int p = 0; p < 2; p++) {
+			int u = vu + UP * p;
+			vd[p] = AM_KEYS * D + u * 4 * D + ((vch ^ (2 * (u & 3))) << 4);
+		}
+	}
+	__device__ __forceinline__ void load_k(unsigned char *st, int jt, int j1) const
+	{
+		size_t base = (size_t)(jt / TOAST_KV_UNIT) * unit, pass = (size_t)(RP / TOAST_KV_UNIT) * unit;
+		unsigned d = cu_smem_addr(st);
+		int lim = j1 - jt - kr;
+#pragma unroll
+		for (int n = 0; n < AM_KEYS / RP; n++) {
+			bool in = RP * n < lim;
+			cu_cp16(d + kd + n * RP * D, in ? k + base + n * pass : kb, in);
+		}
+		if (threadIdx.x < AM_KEYS / TOAST_KV_UNIT) {
+			bool in = TOAST_KV_UNIT * (int)threadIdx.x < j1 - jt;
+			cu_cp16(d + 2 * AM_KEYS * D + 16 * threadIdx.x, in ? ks + base : kb, in);
+		}
+	}
+	__device__ __forceinline__ void load_v(unsigned char *st, int jt, int j1) const
+	{
+		size_t base = (size_t)(jt / TOAST_KV_UNIT) * unit, pass = (size_t)UP * unit;
+		unsigned d = cu_smem_addr(st);
+		int lim = j1 - jt - TOAST_KV_UNIT * vu;
+#pragma unroll
+		for (int n = 0; n < AM_KEYS / TOAST_KV_UNIT / UP; n++) {
+			bool in = TOAST_KV_UNIT * UP * n < lim;
+			cu_cp16(d + vd[n & 1] + (n >> 1) * 2 * UP * 4 * D, in ? v + base + n * pass : vb, in);
+		}
+		if (threadIdx.x < AM_KEYS / TOAST_KV_UNIT) {
+			bool in = TOAST_KV_UNIT * (int)threadIdx.x < j1 - jt;
+			cu_cp16(d + 2 * AM_KEYS * D + AM_KEYS * sizeof(float) + 16 * threadIdx.x, in ? vs + base : vb, in);
+		}
+	}
+};
+
 /* decode (KW > 1): the K and V tiles come through a ring of this many stages, all but one in
  * flight while the warps work on the oldest; at head_dim 256 that is one block an SM, so the
  * decode has half the splits (and the combine half the work) of two blocks with one K and one V
@@ -287,14 +430,19 @@ __host__ __device__ static constexpr int am_mrow(int D)
 	return D + 8;
 }
 
-__host__ __device__ static constexpr size_t am_smem(int D, int KW)
+__host__ __device__ static constexpr size_t am_stage(int D, bool Q8)
 {
-	return (size_t)(64 / KW + 2 * AM_KEYS * am_stages(KW)) * D * 2;
+	return Q8 ? am8_stage(D) : (size_t)2 * AM_KEYS * D * 2;
 }
 
-template <int D, int KW, bool FO>
+__host__ __device__ static constexpr size_t am_smem(int D, int KW, bool Q8)
+{
+	return (size_t)(64 / KW) * D * 2 + am_stage(D, Q8) * am_stages(KW);
+}
+
+template <int D, int KW, bool FO, bool Q8>
 __global__ void __launch_bounds__(128, 2)
-	k_attn_mma(const float *qf, const bf16 *kc, const bf16 *vc, float *part, int n_head, int n_kv, int n_split, int T,
+	k_attn_mma(const float *qf, const void *kcv, const void *vcv, float *part, int n_head, int n_kv, int n_split, int T,
 		   const int32_t *step, const float *q, bf16 *out, int gated)
 {
 	constexpr int ROWS = 64 / KW, NT = 8 / KW, KS = 4 / KW; /* rows a block; n-tiles of S and k-steps of P·V a warp */
@@ -303,9 +451,13 @@ __global__ void __launch_bounds__(128, 2)
 	constexpr int DL = D / am_dslices(D, FO);
 	static_assert(KW == 1 || KW == 4, "one row group, or four");
 	static_assert(!FO || (KW > 1 && D >= 64), "the output in the kernel: decode, 64 dims a block");
-	static_assert(KW == 1 || am_smem(D, KW) >= ((size_t)KW * 16 * am_mrow(DL) + 16 * (KW + 1)) * 4, "merge space");
+	static_assert(KW == 1 || am_smem(D, KW, Q8) >= ((size_t)KW * 16 * am_mrow(DL) + 16 * (KW + 1)) * 4, "merge space");
 	extern __shared__ __align__(16) bf16 am[];
-	bf16 *Qs = am, *Ks = Qs + ROWS * D, *Vs = Ks + AM_KEYS * D;
+	/* Q rows (Q8: fp16), then the stages (K, V) */
+	bf16 *Qs = am;
+	unsigned char *Ks = (unsigned char *)(Qs + ROWS * D);
+	const bf16 *kc = (const bf16 *)kcv, *vc = (const bf16 *)vcv;
+	const unsigned char *kc8 = (const unsigned char *)kcv, *vc8 = (const unsigned char *)vcv;
 	int rb = gridDim.x - 1 - blockIdx.x, split = FO ? 0 : blockIdx.y, kvh = blockIdx.z; /* the longest rows first */
 	int d0 = FO ? blockIdx.y * DL : 0;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = (lane & 3) * 2;
@@ -334,6 +486,8 @@ __global__ void __launch_bounds__(128, 2)
 	cu_pdl_wait();
 	int L = pos0 + min(T - 1, (r0 + ROWS - 1) / n_rep) + 1; /* keys the block's last row sees */
 	int chunk = (L + n_split - 1) / n_split;
+	if constexpr (Q8) /* splits of whole units */
+		chunk = (chunk + TOAST_KV_UNIT - 1) / TOAST_KV_UNIT * TOAST_KV_UNIT;
 	int j0 = split * chunk, j1 = min(L, j0 + chunk);
 	if (j0 >= j1) { /* no keys (decode early in a large cache): the combine skips m = -inf */
 		for (int row = threadIdx.x; row < ROWS && r0 + row < R; row += 128) {
@@ -345,19 +499,34 @@ __global__ void __launch_bounds__(128, 2)
 	}
 	/* decode: tile i (keys j0 + 64 i ..), if the split has it, into stage i % NS, a commit group
 	 * each (an empty one past the end keeps the counting simple) */
+	am8_copy<D> cp8;
+	if constexpr (Q8)
+		cp8.init(kc8, vc8, n_kv, kvh);
+	auto load_k = [&](unsigned char *st, int jt) {
+		if constexpr (Q8)
+			cp8.load_k(st, jt, j1);
+		else
+			am_load_kv<D>((bf16 *)st, kc, kvd, kvh, jt, j1);
+	};
+	auto load_v = [&](unsigned char *st, int jt) {
+		if constexpr (Q8)
+			cp8.load_v(st, jt, j1);
+		else
+			am_load_kv<D>((bf16 *)st + AM_KEYS * D, vc, kvd, kvh, jt, j1);
+	};
 	auto ring_load = [&](int i) {
 		int jt = j0 + i * AM_KEYS;
-		bf16 *st = Ks + (i % NS) * 2 * AM_KEYS * D;
+		unsigned char *st = Ks + (i % NS) * am_stage(D, Q8);
 		if (jt < j1) {
-			am_load_kv<D>(st, kc, kvd, kvh, jt, j1);
-			am_load_kv<D>(st + AM_KEYS * D, vc, kvd, kvh, jt, j1);
+			load_k(st, jt);
+			load_v(st, jt);
 		}
 		cu_cp_commit();
 	};
 	if constexpr (KW == 1) {
-		am_load_kv<D>(Ks, kc, kvd, kvh, j0, j1);
+		load_k(Ks, j0);
 		cu_cp_commit();
-		am_load_kv<D>(Vs, vc, kvd, kvh, j0, j1);
+		load_v(Ks, j0);
 		cu_cp_commit();
 	} else { /* the ring's first NS - 1 tiles */
 #pragma unroll
@@ -369,15 +538,39 @@ __global__ void __launch_bounds__(128, 2)
 		int row = i / (D / 8), ch = i % (D / 8), gr = r0 + row;
 		uint4 v = make_uint4(0, 0, 0, 0);
 		if (gr < R) {
-			const float4 *src =
-				(const float4 *)(qf + ((size_t)(gr / n_rep) * n_head + kvh * n_rep + gr % n_rep) * D + ch * 8);
-			float4 a = src[0], b = src[1];
-			v = make_uint4(cu_pack_bf16(a.x * qscale, a.y * qscale), cu_pack_bf16(a.z * qscale, a.w * qscale),
-				       cu_pack_bf16(b.x * qscale, b.y * qscale), cu_pack_bf16(b.z * qscale, b.w * qscale));
+			const float *qr = qf + ((size_t)(gr / n_rep) * n_head + kvh * n_rep + gr % n_rep) * D;
+			if constexpr (Q8) { /* k-positions 8 (ch % 2) .. of k-step ch / 2, in the K loads' order */
+				int ks = ch >> 1, b = (ks >> 1) * 32 + 4 * (ks & 1) + 2 * (ch & 1);
+				unsigned p[4];
+#pragma unroll
+				for (int k = 0; k < 4; k++) {
+					float2 f = *(const float2 *)(qr + b + 8 * k);
+					p[k] = cu_pack_f16(f.x * qscale, f.y * qscale);
+				}
+				v = make_uint4(p[0], p[1], p[2], p[3]);
+			} else {
+				const float4 *src = (const float4 *)(qr + ch * 8);
+				float4 a = src[0], b = src[1];
+				v = make_uint4(cu_pack_bf16(a.x * qscale, a.y * qscale), cu_pack_bf16(a.z * qscale, a.w * qscale),
+					       cu_pack_bf16(b.x * qscale, b.y * qscale), cu_pack_bf16(b.z * qscale, b.w * qscale));
+			}
 		}
 		*(uint4 *)(Qs + am_swz<D>(row, ch)) = v;
 	}
 	int qr0 = rg * 16 + g; /* this thread's rows: qr0 and qr0 + 8 of the block */
+	/* Q8: each row's sum of Q as the products take it (fp16), times the codes' offset; P's sums */
+	float qofs[2] = {0, 0}, psum[4] = {0, 0, 0, 0};
+	if constexpr (Q8) {
+		__syncthreads();
+		float qs[4] = {0, 0, 0, 0};
+#pragma unroll
+		for (int ks = 0; ks < D / 16; ks++) {
+			unsigned a[4];
+			cu_ldsm4<false>(a, Qs + am_swz<D>(rg * 16 + (lane & 15), 2 * ks + (lane >> 4)));
+			cu_mma_f16(qs, a, 0x3c003c00u, 0x3c003c00u);
+		}
+		qofs[0] = CU_Q8_OFS * qs[0], qofs[1] = CU_Q8_OFS * qs[2];
+	}
 	int qpos0 = pos0 + (r0 + qr0) / n_rep, qpos1 = pos0 + (r0 + qr0 + 8) / n_rep;
 	int jall = min(j1, pos0 + r0 / n_rep + 1); /* keys before this one: in the split, seen by every row */
 	float o[DL / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
@@ -385,11 +578,37 @@ __global__ void __launch_bounds__(128, 2)
 	for (int i = 0; i < DL / 8; i++)
 		o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0;
 	float s[NT][4];
-	/* S = Q·Kᵀ for the warp's keys of the tile at K */
-	auto scores = [&](const bf16 *K) {
+	/* Q8: the key of S's value i of n-tile nt (the key order above) */
+	auto key8 = [&](int nt, int i) { return kofs + 16 * (nt >> 1) + 4 * (lane & 3) + 2 * (nt & 1) + (i & 1); };
+	/* S = Q·Kᵀ for the warp's keys of the tile in stage st */
+	auto scores = [&](const unsigned char *st) {
 #pragma unroll
 		for (int i = 0; i < NT; i++)
 			s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0;
+		if constexpr (Q8) {
+#pragma unroll
+			for (int sp = 0; sp < D / 32; sp++) {
+				unsigned a0[4], a1[4];
+				cu_ldsm4<false>(a0, Qs + am_swz<D>(rg * 16 + (lane & 15), 4 * sp + (lane >> 4)));
+				cu_ldsm4<false>(a1, Qs + am_swz<D>(rg * 16 + (lane & 15), 4 * sp + 2 + (lane >> 4)));
+#pragma unroll
+				for (int nt = 0; nt < NT; nt++) {
+					int r = kofs + 16 * (nt >> 1) + 4 * (g >> 1) + 2 * (nt & 1) + (g & 1);
+					uint2 w = *(const uint2 *)(st + am8_kswz<D>(r, sp) + 8 * (lane & 3));
+					cu_mma_f16(s[nt], a0, cu_q8_h2<0>(w.x), cu_q8_h2<1>(w.x));
+					cu_mma_f16(s[nt], a1, cu_q8_h2<0>(w.y), cu_q8_h2<1>(w.y));
+				}
+			}
+			const float *ksc = (const float *)(st + 2 * AM_KEYS * D);
+#pragma unroll
+			for (int nt = 0; nt < NT; nt++) {
+				float2 k = *(const float2 *)(ksc + key8(nt, 0));
+				s[nt][0] = (s[nt][0] - qofs[0]) * k.x, s[nt][1] = (s[nt][1] - qofs[0]) * k.y;
+				s[nt][2] = (s[nt][2] - qofs[1]) * k.x, s[nt][3] = (s[nt][3] - qofs[1]) * k.y;
+			}
+			return;
+		}
+		const bf16 *K = (const bf16 *)st;
 #pragma unroll
 		for (int ks = 0; ks < D / 16; ks++) {
 			unsigned a[4];
@@ -416,7 +635,7 @@ __global__ void __launch_bounds__(128, 2)
 #pragma unroll
 			for (int i = 0; i < 4; i++) {
 				if (!whole) {
-					int key = jt + kofs + nt * 8 + c + (i & 1);
+					int key = jt + (Q8 ? key8(nt, i) : kofs + nt * 8 + c + (i & 1));
 					bool ok = key < j1 && key <= (i < 2 ? qpos0 : qpos1);
 					s[nt][i] = ok ? s[nt][i] : -INFINITY;
 				}
@@ -442,15 +661,46 @@ __global__ void __launch_bounds__(128, 2)
 			}
 		/* o rescaled only when a row's maximum moved (rarely, far into a long context: the
 		 * same bits, D / 2 multiplications a thread fewer) */
-		if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f))
+		if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
 			for (int i = 0; i < DL / 8; i++) {
 				o[i][0] *= corr[0], o[i][1] *= corr[0];
 				o[i][2] *= corr[1], o[i][3] *= corr[1];
 			}
+			psum[0] *= corr[0], psum[1] *= corr[0], psum[2] *= corr[1], psum[3] *= corr[1];
+		}
 	};
-	/* O += P·V for the warp's keys of the tile at V */
-	auto pv = [&](const bf16 *V) {
+	/* O += P·V for the warp's keys of the tile in stage st (keys jt..) */
+	auto pv = [&](const unsigned char *st, int jt) {
+		if constexpr (Q8) {
+			const unsigned char *V = st + AM_KEYS * D;
+			const float *vsc = (const float *)(st + 2 * AM_KEYS * D) + AM_KEYS;
+#pragma unroll
+			for (int kk = 0; kk < KS; kk++) {
+				int u = kofs / TOAST_KV_UNIT + 4 * kk + (lane & 3); /* the thread's unit */
+				float4 f = *(const float4 *)(vsc + TOAST_KV_UNIT * u);
+				if (jt + AM_KEYS > j1) { /* keys past the split: P is 0, the scale not one written */
+					int k0 = jt + TOAST_KV_UNIT * u;
+					f = make_float4(k0 < j1 ? f.x : 0, k0 + 1 < j1 ? f.y : 0, k0 + 2 < j1 ? f.z : 0,
+							k0 + 3 < j1 ? f.w : 0);
+				}
+				f.x *= AM8_PV, f.y *= AM8_PV, f.z *= AM8_PV, f.w *= AM8_PV;
+				unsigned pa[4] = {cu_pack_f16(s[2 * kk][0] * f.x, s[2 * kk][1] * f.y),
+						  cu_pack_f16(s[2 * kk][2] * f.x, s[2 * kk][3] * f.y),
+						  cu_pack_f16(s[2 * kk + 1][0] * f.z, s[2 * kk + 1][1] * f.w),
+						  cu_pack_f16(s[2 * kk + 1][2] * f.z, s[2 * kk + 1][3] * f.w)};
+				const unsigned char *Vu = V + u * 4 * D;
+				cu_mma_f16(psum, pa, 0x3c003c00u, 0x3c003c00u);
+#pragma unroll
+				for (int dt = 0; dt < DL / 8; dt++) {
+					int dim = d0 + 8 * dt + g;
+					unsigned w = *(const unsigned *)(Vu + 4 * (dim ^ (8 * (u & 3))));
+					cu_mma_f16(o[dt], pa, cu_q8_h2<0>(w), cu_q8_h2<1>(w));
+				}
+			}
+			return;
+		}
+		const bf16 *V = (const bf16 *)st + AM_KEYS * D;
 #pragma unroll
 		for (int kk = 0; kk < KS; kk++) {
 			unsigned pa[4] = {cu_pack_bf16(s[2 * kk][0], s[2 * kk][1]), cu_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
@@ -474,15 +724,15 @@ __global__ void __launch_bounds__(128, 2)
 			scores(Ks);
 			__syncthreads(); /* every warp is done with K: the next tile's K may land */
 			if (more)
-				am_load_kv<D>(Ks, kc, kvd, kvh, jt + AM_KEYS, j1);
+				load_k(Ks, jt + AM_KEYS);
 			cu_cp_commit(); /* (an empty group at the end keeps the counting simple) */
 			softmax(jt);
 			cu_cp_wait<1>(); /* this tile's V (the next K may still fly) */
 			__syncthreads();
-			pv(Vs);
+			pv(Ks, jt);
 			__syncthreads(); /* every warp is done with V */
 			if (more)
-				am_load_kv<D>(Vs, vc, kvd, kvh, jt + AM_KEYS, j1);
+				load_v(Ks, jt + AM_KEYS);
 			cu_cp_commit();
 		}
 	} else {
@@ -490,12 +740,18 @@ __global__ void __launch_bounds__(128, 2)
 			cu_cp_wait<NS - 2>(); /* tile i has landed (the NS - 2 after it may still fly) */
 			__syncthreads();      /* ... for every thread; and every warp is done with tile i - 1 */
 			ring_load(i + NS - 1); /* into the stage tile i - 1 left */
-			const bf16 *Kt = Ks + (i % NS) * 2 * AM_KEYS * D;
-			scores(Kt);
+			const unsigned char *st = Ks + (i % NS) * am_stage(D, Q8);
+			scores(st);
 			softmax(jt);
-			pv(Kt + AM_KEYS * D);
+			pv(st, jt);
 		}
 	}
+	if constexpr (Q8) /* the codes' offset times P's sums */
+#pragma unroll
+		for (int i = 0; i < DL / 8; i++) {
+			o[i][0] -= CU_Q8_OFS * psum[0], o[i][1] -= CU_Q8_OFS * psum[0];
+			o[i][2] -= CU_Q8_OFS * psum[2], o[i][3] -= CU_Q8_OFS * psum[2];
+		}
 	cu_pdl_trigger();
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
@@ -509,6 +765,7 @@ __global__ void __launch_bounds__(128, 2)
 		 * with a division to find its row, was ~2,000 of the ~4,150 instructions a warp issued
 		 * for a decode block at short context: docs/PERF.md.) */
 		constexpr int MR = am_mrow(DL);
+		constexpr float OS = Q8 ? 1.0f / AM8_PV : 1.0f; /* P·V's scale undone */
 		cu_cp_wait<0>();
 		__syncthreads();
 		float *mg = (float *)am, *fw = mg + KW * 16 * MR; /* [KW][16][MR], [16][KW + 1] */
@@ -517,7 +774,7 @@ __global__ void __launch_bounds__(128, 2)
 			float *dst = mg + (kw * 16 + g + 8 * h) * MR;
 #pragma unroll
 			for (int i = 0; i < DL / 8; i++)
-				*(float2 *)(dst + i * 8 + c) = make_float2(o[i][2 * h], o[i][2 * h + 1]);
+				*(float2 *)(dst + i * 8 + c) = make_float2(o[i][2 * h] * OS, o[i][2 * h + 1] * OS);
 			if ((lane & 3) == 0) {
 				dst[DL] = m[h];
 				dst[DL + 1] = l[h];
@@ -574,6 +831,7 @@ __global__ void __launch_bounds__(128, 2)
 			*(float2 *)(dst + d + 2) = make_float2(acc.z, acc.w);
 		}
 	} else {
+		constexpr float OS = Q8 ? 1.0f / AM8_PV : 1.0f;
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			int gr = r0 + qr0 + 8 * h;
@@ -582,7 +840,7 @@ __global__ void __launch_bounds__(128, 2)
 			float *dst = prow(gr);
 #pragma unroll
 			for (int i = 0; i < D / 8; i++)
-				*(float2 *)(dst + i * 8 + c) = make_float2(o[i][2 * h], o[i][2 * h + 1]);
+				*(float2 *)(dst + i * 8 + c) = make_float2(o[i][2 * h] * OS, o[i][2 * h + 1] * OS);
 			if ((lane & 3) == 0) {
 				dst[D] = m[h] * 0.6931471805599453f; /* -inf stays -inf: combine skips the split */
 				dst[D + 1] = l[h];
@@ -594,14 +852,15 @@ __global__ void __launch_bounds__(128, 2)
 /* one (token, head, hw dims of the head) a block, blockDim.x / hw groups of splits (group g
  * takes splits g, g + ng, ..): the o values a thread needs and the splits' m and l are loaded
  * together, AC_BATCH splits a thread in flight. Decode takes hw = 32 and up to AC_GROUPS groups
- * (a 66-split step: one round of loads spread over 128 blocks; a block per head that read the
- * splits a few at a time took 9.6 us of the step's critical path at 68K of context); prefill,
+ * (a 66-split step, or an 8-bit cache's 132 at two blocks an SM: one round of loads spread over
+ * 128 blocks; two rounds of 8 took 8.0 us at 132 splits, one of 9 6.6 us; a block per head that
+ * read the splits a few at a time took 9.6 us of the step's critical path at 68K); prefill,
  * with few splits and many rows, whole heads and few groups. Each warp takes the max of m and
  * the denominator itself (no barrier; with a few splits each thread does); a split without keys
  * has m = -inf and an o never written: selected away, not multiplied by 0. Shared memory: m
  * [n_split], l [n_split], the groups' sums [ng][hw]. */
 #define AC_GROUPS 16
-#define AC_BATCH 8
+#define AC_BATCH 9
 __global__ void __launch_bounds__(512)
 	k_attn_combine(const float *part, const float *q, bf16 *out, int n_head, int n_kv, int hd, int n_split, int gated,
 		       int hw)
@@ -693,60 +952,77 @@ static void attn_tile(struct cuda_backend *cb, const struct toast_attn_args *a, 
 		cu_fail_msg(cb, "attention: head_dim %d needs more shared memory than the GPU has", hd);
 		return;
 	}
-	const bf16 *kcp = (const bf16 *)a->k_cache, *vcp = (const bf16 *)a->v_cache;
-	void *args[] = {(void *)&qf, (void *)&kcp, (void *)&vcp, (void *)&part, (void *)&a->n_head, (void *)&a->n_head_kv,
-			(void *)&hd, (void *)&n_split, (void *)&qt, (void *)&T, (void *)&cb->d_step};
+	const void *kcp = a->k_cache, *vcp = a->v_cache;
+	int q8 = a->kv_type == TOAST_KV_Q8;
+	void *args[] = {(void *)&qf, (void *)&kcp, (void *)&vcp, (void *)&q8, (void *)&part, (void *)&a->n_head,
+			(void *)&a->n_head_kv, (void *)&hd, (void *)&n_split, (void *)&qt, (void *)&T, (void *)&cb->d_step};
 	cu_fail(cb, cudaLaunchKernel(fn, sg, dim3(AT_WARPS * 32), args, smem, cb->stream), "attention launch");
 	cu_launched(cb, "attention");
 }
 
-template <int D, int KW, bool FO>
+template <int D, int KW, bool FO, bool Q8>
 static void attn_mma_d(struct cuda_backend *cb, const struct toast_attn_args *a, const float *qf, float *part,
 		       int n_split)
 {
 	static size_t room;
-	size_t smem = am_smem(D, KW);
+	size_t smem = am_smem(D, KW, Q8);
 	if (!room)
-		room = cu_allow_smem(cb, (const void *)k_attn_mma<D, KW, FO>);
+		room = cu_allow_smem(cb, (const void *)k_attn_mma<D, KW, FO, Q8>);
 	if (smem > room) {
 		cu_fail_msg(cb, "attention: head_dim %d needs more shared memory than the GPU has", D);
 		return;
 	}
 	dim3 grid(cu_blocks((size_t)a->T * (a->n_head / a->n_head_kv), 64 / KW), FO ? am_dslices(D, FO) : n_split,
 		  a->n_head_kv);
-	cu_launch_ex(cb, a->T == 1, k_attn_mma<D, KW, FO>, grid, 128, smem, qf, (const bf16 *)a->k_cache,
-		     (const bf16 *)a->v_cache, part, a->n_head, a->n_head_kv, n_split, a->T, (const int32_t *)cb->d_step, a->q,
+	cu_launch_ex(cb, a->T == 1, k_attn_mma<D, KW, FO, Q8>, grid, 128, smem, qf, (const void *)a->k_cache,
+		     (const void *)a->v_cache, part, a->n_head, a->n_head_kv, n_split, a->T, (const int32_t *)cb->d_step, a->q,
 		     (bf16 *)a->out, (int)a->gated);
 	cu_launched(cb, "attention (tensor cores)");
 }
 
 /* decode in one split (one) writes the output itself (64 dims a block; part is NULL), with more
  * splits partials for the combine; prefill partials */
+template <int D, bool Q8>
+static void attn_mma_q(struct cuda_backend *cb, const struct toast_attn_args *a, const float *qf, float *part,
+		       int n_split, bool one)
+{
+	if (one)
+		attn_mma_d<D, 4, true, Q8>(cb, a, qf, part, n_split);
+	else if (a->T == 1)
+		attn_mma_d<D, 4, false, Q8>(cb, a, qf, part, n_split);
+	else
+		attn_mma_d<D, 1, false, Q8>(cb, a, qf, part, n_split);
+}
+
 template <int D>
 static void attn_mma_kw(struct cuda_backend *cb, const struct toast_attn_args *a, const float *qf, float *part,
 			int n_split, bool one)
 {
-	if (one)
-		attn_mma_d<D, 4, true>(cb, a, qf, part, n_split);
-	else if (a->T == 1)
-		attn_mma_d<D, 4, false>(cb, a, qf, part, n_split);
+	if (a->kv_type == TOAST_KV_Q8)
+		attn_mma_q<D, true>(cb, a, qf, part, n_split, one);
 	else
-		attn_mma_d<D, 1, false>(cb, a, qf, part, n_split);
+		attn_mma_q<D, false>(cb, a, qf, part, n_split, one);
 }
 
 /* blocks of the decode kernel an SM (its ring of tiles takes most of the shared memory at
  * head_dim 256) */
-template <int D>
-static int attn_mma_per_sm(struct cuda_backend *cb)
+template <int D, bool Q8>
+static int attn_mma_per_sm_q(struct cuda_backend *cb)
 {
 	static int per_sm;
 	if (!per_sm) {
-		cu_allow_smem(cb, (const void *)k_attn_mma<D, 4, false>);
-		per_sm = cu_per_sm((const void *)k_attn_mma<D, 4, false>, 128, am_smem(D, 4));
+		cu_allow_smem(cb, (const void *)k_attn_mma<D, 4, false, Q8>);
+		per_sm = cu_per_sm((const void *)k_attn_mma<D, 4, false, Q8>, 128, am_smem(D, 4, Q8));
 		if (per_sm < 1)
 			per_sm = 1;
 	}
 	return per_sm;
+}
+
+template <int D>
+static int attn_mma_per_sm(struct cuda_backend *cb, const struct toast_attn_args *a)
+{
+	return a->kv_type == TOAST_KV_Q8 ? attn_mma_per_sm_q<D, true>(cb) : attn_mma_per_sm_q<D, false>(cb);
 }
 
 /* head_dim 64, 128 or 256 goes to the tensor cores (decode: up to 16 query heads a KV head) */
@@ -772,8 +1048,10 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	int n_split = 1;
 	if (T == 1) {
 		n_split = (a->span > 0 ? a->span : a->n_ctx) / 256;
-		int per_sm = !attn_mma_fits(a) ? 2 : hd == 64 ? attn_mma_per_sm<64>(cb) : hd == 128 ? attn_mma_per_sm<128>(cb)
-											      : attn_mma_per_sm<256>(cb);
+		int per_sm = !attn_mma_fits(a) ? 2
+			     : hd == 64	       ? attn_mma_per_sm<64>(cb, a)
+			     : hd == 128       ? attn_mma_per_sm<128>(cb, a)
+					       : attn_mma_per_sm<256>(cb, a);
 		int cap = (per_sm * cb->n_sm + a->n_head_kv - 1) / a->n_head_kv;
 		n_split = n_split < 1 ? 1 : n_split > cap ? cap : n_split;
 	} else if (attn_mma_fits(a)) {
@@ -795,7 +1073,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	cu_launch_ex(cb, T == 1, k_attn_prep, pg, threads, hd * sizeof(float), a->q, a->k, a->v,
 		  a->q_norm ? (const float *)a->q_norm->dev : NULL, a->k_norm ? (const float *)a->k_norm->dev : NULL,
 		  a->norm_plus_one, a->eps, a->n_head, a->n_head_kv, hd, a->n_rot, a->rope_theta, a->rope_freq_type, a->gated,
-		  (bf16 *)a->k_cache, (bf16 *)a->v_cache, qf, cb->d_step);
+		  a->k_cache, a->v_cache, (int)(a->kv_type == TOAST_KV_Q8), qf, cb->d_step);
 	cu_launched(cb, "attention prep");
 	if (!attn_mma_fits(a))
 		attn_tile(cb, a, qf, part, n_split);
