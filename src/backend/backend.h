@@ -132,8 +132,8 @@ struct toast_mm_out {
  *       token; K: [token][kvd], token-major; V: [kvd][token], each value's 4 tokens side by side),
  *       then the scales [n_head_kv][TOAST_KV_UNIT] f32. A code is the byte q + 128 of
  *       q = rint(x * 127 / amax) (|q| <= 127, amax the head's largest |x|; all 0 when amax is 0),
- *       the scale amax / 127: x ~ q * scale. Half the bytes of bf16 (decode at long context reads
- *       them all), at ~0.2% of amax error a value.
+ *       the scale amax / 127: x ~ q * scale, within amax / 254. Half the bytes of bf16 (decode at
+ *       long context reads them all).
  * The bytes of tokens [0, n) are a prefix of each buffer: toast_kv_bytes(n) of them (a state
  * image copies that much; Q8 rounds n up to whole units, whose tokens past n are never read).
  */

@@ -320,7 +320,7 @@ __device__ __forceinline__ void am_load_kv(bf16 *dst, const bf16 *src, int kvd, 
  * an fp16 pair q + 1152 with one prmt (cu_q8_h2), the 1152s taken off in f32 (S: 1152 times the
  * row's sum of Q, found once; O: 1152 times the sum of P, summed by one more mma a k-step), Q is
  * staged in fp16, P is scaled by the V scales (times AM8_PV, undone at the end: fp16 keeps the
- * small weights normal).
+ * small weights normal; a V scale past 65504 / AM8_PV, |V| past ~130,000, would overflow).
  * Orders. A thread's 8-byte load of a K row (dims 32 sp + 8 c' .. + 7, c' = lane % 4) gives its B
  * fragments of k-steps 2 sp and 2 sp + 1: k-step 2 sp + j, k-position 2 c' + e holds dim
  * 32 sp + 8 c' + 4 j + e, and 8 + 2 c' + e dim .. + 2 + e; Q is staged in that order. Key
