@@ -216,12 +216,20 @@ void toast_kv_q8_put(void *buf, int n_head_kv, int head_dim, bool is_v, int64_t 
 	memcpy(b + sc, &scale, sizeof(scale));
 }
 
+const unsigned char *toast_kv_q8_codes(const void *buf, int n_head_kv, int head_dim, bool is_v, int64_t t, int h,
+				       size_t *step, float *scale)
+{
+	size_t sc, at = kv_q8_code(n_head_kv, head_dim, is_v, t, h, step, &sc);
+	const unsigned char *b = buf;
+	memcpy(scale, b + sc, sizeof(*scale));
+	return b + at;
+}
+
 void toast_kv_q8_get(const void *buf, int n_head_kv, int head_dim, bool is_v, int64_t t, int h, float *x)
 {
-	size_t step, sc, at = kv_q8_code(n_head_kv, head_dim, is_v, t, h, &step, &sc);
-	const unsigned char *b = buf;
+	size_t step;
 	float scale;
-	memcpy(&scale, b + sc, sizeof(scale));
+	const unsigned char *c = toast_kv_q8_codes(buf, n_head_kv, head_dim, is_v, t, h, &step, &scale);
 	for (int i = 0; i < head_dim; i++)
-		x[i] = (float)((int)b[at + (size_t)i * step] - 128) * scale;
+		x[i] = (float)((int)c[(size_t)i * step] - 128) * scale;
 }

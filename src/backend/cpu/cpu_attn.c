@@ -29,6 +29,27 @@ static void attn_rope(float *x, int n_rot, int pos, float theta, enum toast_dtyp
 	}
 }
 
+/* the 8-bit cache (backend.h) read in place: q · key j of KV head h, and o += w * value j */
+static float attn_q8_dot(const struct toast_attn_args *a, const float *q, int j, int h)
+{
+	size_t step;
+	float s, acc = 0;
+	const unsigned char *c = toast_kv_q8_codes(a->k_cache, a->n_head_kv, a->head_dim, false, j, h, &step, &s);
+	for (int d = 0; d < a->head_dim; d++)
+		acc += q[d] * (float)((int)c[d] - 128);
+	return acc * s;
+}
+
+static void attn_q8_axpy(const struct toast_attn_args *a, float w, int j, int h, float *o)
+{
+	size_t step;
+	float s;
+	const unsigned char *c = toast_kv_q8_codes(a->v_cache, a->n_head_kv, a->head_dim, true, j, h, &step, &s);
+	w *= s;
+	for (int d = 0; d < a->head_dim; d++)
+		o[d] += w * (float)((int)c[(size_t)d * TOAST_KV_UNIT] - 128);
+}
+
 struct attn_ctx {
 	struct cpu_backend *cb;
 	const struct toast_attn_args *a;
@@ -47,15 +68,11 @@ static void attn_task(void *p, int task, int tid)
 	const float *kc = (const float *)a->k_cache + kvh * hd;
 	const float *vc = (const float *)a->v_cache + kvh * hd;
 	bool q8 = a->kv_type == TOAST_KV_Q8;
-	float *sc = c->cb->scratch[tid], *row = sc + n_keys; /* Q8: a key's or a value's row, dequantised */
+	float *sc = c->cb->scratch[tid];
 	float scale = 1.0f / sqrtf((float)hd), mx = -INFINITY;
 	for (int j = 0; j < n_keys; j++) {
-		const float *kr = kc + (size_t)j * kv_dim;
-		if (q8) {
-			toast_kv_q8_get(a->k_cache, a->n_head_kv, hd, false, j, kvh, row);
-			kr = row;
-		}
-		sc[j] = cpu_dot(q, kr, hd) * scale;
+		sc[j] = q8 ? attn_q8_dot(a, q, j, kvh) : cpu_dot(q, kc + (size_t)j * kv_dim, hd);
+		sc[j] *= scale;
 		mx = sc[j] > mx ? sc[j] : mx;
 	}
 	float sum = 0;
@@ -68,11 +85,11 @@ static void attn_task(void *p, int task, int tid)
 		o[d] = 0;
 	for (int j = 0; j < n_keys; j++) {
 		float w = sc[j] / sum;
-		const float *vr = vc + (size_t)j * kv_dim;
 		if (q8) {
-			toast_kv_q8_get(a->v_cache, a->n_head_kv, hd, true, j, kvh, row);
-			vr = row;
+			attn_q8_axpy(a, w, j, kvh, o);
+			continue;
 		}
+		const float *vr = vc + (size_t)j * kv_dim;
 		for (int d = 0; d < hd; d++)
 			o[d] += w * vr[d];
 	}
@@ -90,10 +107,10 @@ void cpu_attention(struct toast_backend *be, const struct toast_attn_args *a)
 	int qstride = a->gated ? 2 * hd : hd;
 	bool q8 = a->kv_type == TOAST_KV_Q8;
 	/* the normed queries, then a token's new K and V rows (Q8: quantised from there); a
-	 * thread's scratch: its scores, then (Q8) a key's or value's row */
+	 * thread's scratch: its scores (at least head_dim: the norm's weights) */
 	size_t nq = (size_t)a->T * a->n_head * hd;
 	float *qn = cpu_shared(cb, nq + 2 * (size_t)kv_dim);
-	if (!qn || !cpu_scratch(cb, (size_t)(a->pos + a->T) + (size_t)hd))
+	if (!qn || !cpu_scratch(cb, (size_t)(a->pos + a->T) > (size_t)hd ? (size_t)(a->pos + a->T) : (size_t)hd))
 		return;
 	float *kvrow = qn + nq;
 	float *wtmp = cb->scratch[0];
