@@ -141,13 +141,19 @@ enum toast_kv_type { TOAST_KV_ACT, TOAST_KV_Q8 };
 #define TOAST_KV_UNIT 4
 size_t toast_kv_unit_bytes(int n_head_kv, int head_dim);
 size_t toast_kv_bytes(enum toast_kv_type t, int n_head_kv, int head_dim, size_t act_size, int64_t n);
-/* the Q8 code of x for a head whose largest |value| is amax, and the scale stored with them */
-static inline int toast_kv_q8_code(float x, float amax)
+/* the Q8 code of x for a head whose largest |value| is amax, and the scale stored with them
+ * (on the host and, compiled by nvcc, on the device: one definition of the rounding) */
+#ifdef __CUDACC__
+#define TOAST_HOST_DEVICE __host__ __device__
+#else
+#define TOAST_HOST_DEVICE
+#endif
+static inline TOAST_HOST_DEVICE int toast_kv_q8_code(float x, float amax)
 {
 	float v = amax > 0 ? rintf(x * (127.0f / amax)) : 0.0f;
 	return (int)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v) + 128;
 }
-static inline float toast_kv_q8_scale(float amax)
+static inline TOAST_HOST_DEVICE float toast_kv_q8_scale(float amax)
 {
 	return amax / 127.0f;
 }

@@ -32,12 +32,6 @@ __device__ __forceinline__ float *cu_kv8_scale(unsigned char *b, int n_kv, int h
 	size_t u = (size_t)(t / TOAST_KV_UNIT) * cu_kv8_unit(n_kv, hd);
 	return (float *)(b + u + (size_t)TOAST_KV_UNIT * n_kv * hd) + h * TOAST_KV_UNIT + t % TOAST_KV_UNIT;
 }
-/* toast_kv_q8_code() on the device */
-__device__ __forceinline__ unsigned char cu_kv8_q(float x, float amax)
-{
-	float v = amax > 0 ? rintf(x * (127.0f / amax)) : 0.0f;
-	return (unsigned char)((int)fminf(fmaxf(v, -127.0f), 127.0f) + 128);
-}
 /* value d of head h of token t, dequantised */
 __device__ __forceinline__ float cu_kv8_at(const void *buf, int n_kv, int hd, bool is_v, int t, int h, int d)
 {
@@ -98,11 +92,11 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 		((bf16 *)vc)[(size_t)pos * kvd + kvh * hd + d] = __float2bfloat16(vx);
 	} else {
 		unsigned char *k8 = (unsigned char *)kc, *v8 = (unsigned char *)vc;
-		k8[cu_kv8_code(n_kv, hd, false, pos, kvh) + d] = cu_kv8_q(x, ka);
-		v8[cu_kv8_code(n_kv, hd, true, pos, kvh) + (size_t)d * TOAST_KV_UNIT] = cu_kv8_q(vx, va);
+		k8[cu_kv8_code(n_kv, hd, false, pos, kvh) + d] = (unsigned char)toast_kv_q8_code(x, ka);
+		v8[cu_kv8_code(n_kv, hd, true, pos, kvh) + (size_t)d * TOAST_KV_UNIT] = (unsigned char)toast_kv_q8_code(vx, va);
 		if (d == 0) {
-			*cu_kv8_scale(k8, n_kv, hd, pos, kvh) = ka / 127.0f;
-			*cu_kv8_scale(v8, n_kv, hd, pos, kvh) = va / 127.0f;
+			*cu_kv8_scale(k8, n_kv, hd, pos, kvh) = toast_kv_q8_scale(ka);
+			*cu_kv8_scale(v8, n_kv, hd, pos, kvh) = toast_kv_q8_scale(va);
 		}
 	}
 }
