@@ -1125,6 +1125,10 @@ static void test_backend(struct ctx *c)
 	test_attention(c, 4, 2, 64, 64, true, true, 701, 19, 0, TOAST_KV_Q8);
 	test_attention(c, 2, 1, 256, 64, true, true, 261, 1, 0, TOAST_KV_Q8);
 	test_attention(c, 4, 2, 64, 64, true, true, 603, 1, 2048, TOAST_KV_Q8);
+	/* splits of a length that is not whole units, rounded up to them: decode, 8 splits of 73
+	 * keys; prefill after a history, 5 splits of 145 */
+	test_attention(c, 4, 2, 64, 64, true, true, 583, 1, 2048, TOAST_KV_Q8);
+	test_attention(c, 4, 2, 64, 64, true, true, 703, 19, 0, TOAST_KV_Q8);
 	test_attention(c, 16, 2, 256, 64, true, true, 5, 1, 2048, TOAST_KV_Q8);
 	test_attention(c, 6, 2, 128, 32, false, false, 199, 1, 0, TOAST_KV_Q8);
 	test_attention(c, 16, 1, 128, 128, true, true, 302, 1, 1024, TOAST_KV_Q8);
