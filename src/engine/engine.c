@@ -145,15 +145,9 @@ enum toast_status toast_engine_open(const char *path, const struct toast_engine_
 	in->weight_bytes = e->model.weight_bytes;
 	in->quantized = e->model.quantized;
 	in->decode_bytes = e->model.decode_bytes;
-	in->kv_bytes_per_tok = (size_t)in->n_layer_attn * 2 *
-			       toast_kv_bytes(e->model.kv_type, hp->n_head_kv, hp->head_dim, e->be->act_size, TOAST_KV_UNIT) /
-			       TOAST_KV_UNIT;
+	in->kv_bytes_per_tok = toast_model_kv_bytes(&e->model, TOAST_KV_UNIT) / TOAST_KV_UNIT;
 	in->kv_cache = e->model.kv_type == TOAST_KV_Q8 ? "q8" : e->be->act_type == TOAST_DT_BF16 ? "bf16" : "f32";
-	in->state_bytes_fixed =
-		(size_t)(hp->n_layer - in->n_layer_attn) *
-		(2 * (size_t)(hp->ssm_conv_k - 1) * (2 * hp->ssm_n_k_head * hp->ssm_d_k + hp->ssm_n_v_head * hp->ssm_d_v) *
-			 sizeof(float) +
-		 (size_t)hp->ssm_n_v_head * hp->ssm_d_v * hp->ssm_d_k * sizeof(float));
+	in->state_bytes_fixed = toast_model_rec_bytes(&e->model);
 	/* the chunked delta rule per token and value head: S0 read by W and Q, the state update
 	 * (3 dk x dv products), and the chunk's own K·Kᵀ, Q·Kᵀ, P·V' rows (chunks of 64) */
 	double gdn = 2.0 * hp->ssm_n_v_head * (3.0 * hp->ssm_d_k * hp->ssm_d_v + 64.0 * (2 * hp->ssm_d_k + hp->ssm_d_v));

@@ -117,7 +117,6 @@ struct toast_state {
 	void **k_cache, **v_cache; /* [n_layer] n_ctx tokens as m->kv_type lays them out (backend.h), NULL for GDN layers */
 	float **conv;              /* [n_layer] f32 [2][conv_k-1][conv_dim], NULL for attention layers */
 	float **ssm;               /* [n_layer] f32 [n_v_head][d_v][d_k], NULL for attention layers */
-	size_t kv_bytes_per_tok, fixed_bytes;
 };
 
 /* Activation buffers for forward passes of up to max_T tokens. */

@@ -656,19 +656,15 @@ enum toast_status toast_model_state_new(const struct toast_model *m, int n_ctx, 
 	s->conv = calloc((size_t)L, sizeof(void *));
 	s->ssm = calloc((size_t)L, sizeof(float *));
 	bool ok = s->k_cache && s->v_cache && s->conv && s->ssm;
-	size_t kvb = 0;
 	for (int il = 0; il < L && ok; il++) {
 		if (m->layers[il].is_attn) {
 			size_t n = state_kv_bytes(m, n_ctx);
 			ok = (s->k_cache[il] = be->ops->alloc(be, n)) && (s->v_cache[il] = be->ops->alloc(be, n));
-			kvb += 2 * state_kv_bytes(m, TOAST_KV_UNIT) / TOAST_KV_UNIT;
 		} else {
 			ok = (s->conv[il] = be->ops->alloc(be, state_conv_bytes(m))) &&
 			     (s->ssm[il] = be->ops->alloc(be, state_ssm_bytes(m)));
-			s->fixed_bytes += state_conv_bytes(m) + state_ssm_bytes(m);
 		}
 	}
-	s->kv_bytes_per_tok = kvb;
 	if (!ok) {
 		toast_model_state_free(m, s);
 		return toast_err_set(err, TOAST_ERR_NOMEM, "cannot allocate the state for %d tokens of context", n_ctx);
