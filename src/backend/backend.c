@@ -181,11 +181,6 @@ int toast_top_host(const float *x, int n, int m, int32_t *ids, float *vals)
 	return k;
 }
 
-size_t toast_kv_unit_bytes(int n_head_kv, int head_dim)
-{
-	return (size_t)TOAST_KV_UNIT * ((size_t)n_head_kv * (size_t)head_dim + (size_t)n_head_kv * sizeof(float));
-}
-
 size_t toast_kv_bytes(enum toast_kv_type t, int n_head_kv, int head_dim, size_t act_size, int64_t n)
 {
 	if (t == TOAST_KV_Q8)
@@ -193,19 +188,9 @@ size_t toast_kv_bytes(enum toast_kv_type t, int n_head_kv, int head_dim, size_t 
 	return (size_t)n * (size_t)n_head_kv * (size_t)head_dim * act_size;
 }
 
-/* where head h of token t starts in a unit's codes (value i of it at + i * step), and its scale */
-static size_t kv_q8_code(int n_head_kv, int head_dim, bool is_v, int64_t t, int h, size_t *step, size_t *scale)
-{
-	size_t kvd = (size_t)n_head_kv * (size_t)head_dim, unit = (size_t)(t / TOAST_KV_UNIT) * toast_kv_unit_bytes(n_head_kv, head_dim);
-	size_t s = (size_t)(t % TOAST_KV_UNIT);
-	*scale = unit + TOAST_KV_UNIT * kvd + ((size_t)h * TOAST_KV_UNIT + s) * sizeof(float);
-	*step = is_v ? TOAST_KV_UNIT : 1;
-	return is_v ? unit + (size_t)h * head_dim * TOAST_KV_UNIT + s : unit + s * kvd + (size_t)h * head_dim;
-}
-
 void toast_kv_q8_put(void *buf, int n_head_kv, int head_dim, bool is_v, int64_t t, int h, const float *x)
 {
-	size_t step, sc, at = kv_q8_code(n_head_kv, head_dim, is_v, t, h, &step, &sc);
+	size_t step = is_v ? TOAST_KV_UNIT : 1, at = toast_kv_q8_code_at(n_head_kv, head_dim, is_v, t, h);
 	unsigned char *b = buf;
 	float amax = 0;
 	for (int i = 0; i < head_dim; i++)
@@ -213,16 +198,16 @@ void toast_kv_q8_put(void *buf, int n_head_kv, int head_dim, bool is_v, int64_t 
 	for (int i = 0; i < head_dim; i++)
 		b[at + (size_t)i * step] = (unsigned char)toast_kv_q8_code(x[i], amax);
 	float scale = toast_kv_q8_scale(amax);
-	memcpy(b + sc, &scale, sizeof(scale));
+	memcpy(b + toast_kv_q8_scale_at(n_head_kv, head_dim, t, h), &scale, sizeof(scale));
 }
 
 const unsigned char *toast_kv_q8_codes(const void *buf, int n_head_kv, int head_dim, bool is_v, int64_t t, int h,
 				       size_t *step, float *scale)
 {
-	size_t sc, at = kv_q8_code(n_head_kv, head_dim, is_v, t, h, step, &sc);
 	const unsigned char *b = buf;
-	memcpy(scale, b + sc, sizeof(*scale));
-	return b + at;
+	*step = is_v ? TOAST_KV_UNIT : 1;
+	memcpy(scale, b + toast_kv_q8_scale_at(n_head_kv, head_dim, t, h), sizeof(*scale));
+	return b + toast_kv_q8_code_at(n_head_kv, head_dim, is_v, t, h);
 }
 
 void toast_kv_q8_get(const void *buf, int n_head_kv, int head_dim, bool is_v, int64_t t, int h, float *x)

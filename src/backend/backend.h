@@ -139,15 +139,34 @@ struct toast_mm_out {
  */
 enum toast_kv_type { TOAST_KV_ACT, TOAST_KV_Q8 };
 #define TOAST_KV_UNIT 4
-size_t toast_kv_unit_bytes(int n_head_kv, int head_dim);
 size_t toast_kv_bytes(enum toast_kv_type t, int n_head_kv, int head_dim, size_t act_size, int64_t n);
-/* the Q8 code of x for a head whose largest |value| is amax, and the scale stored with them
- * (on the host and, compiled by nvcc, on the device: one definition of the rounding) */
+/* The Q8 layout and rounding below are defined once, for the host and (compiled by nvcc) the
+ * device. */
 #ifdef __CUDACC__
 #define TOAST_HOST_DEVICE __host__ __device__
 #else
 #define TOAST_HOST_DEVICE
 #endif
+/* bytes of a Q8 unit */
+static inline TOAST_HOST_DEVICE size_t toast_kv_unit_bytes(int n_head_kv, int head_dim)
+{
+	return (size_t)TOAST_KV_UNIT * ((size_t)n_head_kv * (size_t)head_dim + (size_t)n_head_kv * sizeof(float));
+}
+/* where head h of token t's codes start in a Q8 buffer (value i at + i, or + i * TOAST_KV_UNIT
+ * in V), and where its scale is */
+static inline TOAST_HOST_DEVICE size_t toast_kv_q8_code_at(int n_head_kv, int head_dim, bool is_v, int64_t t, int h)
+{
+	size_t unit = (size_t)(t / TOAST_KV_UNIT) * toast_kv_unit_bytes(n_head_kv, head_dim), s = (size_t)(t % TOAST_KV_UNIT);
+	return is_v ? unit + (size_t)h * head_dim * TOAST_KV_UNIT + s
+		    : unit + s * (size_t)n_head_kv * head_dim + (size_t)h * head_dim;
+}
+static inline TOAST_HOST_DEVICE size_t toast_kv_q8_scale_at(int n_head_kv, int head_dim, int64_t t, int h)
+{
+	size_t unit = (size_t)(t / TOAST_KV_UNIT) * toast_kv_unit_bytes(n_head_kv, head_dim);
+	return unit + (size_t)TOAST_KV_UNIT * n_head_kv * head_dim +
+	       ((size_t)h * TOAST_KV_UNIT + (size_t)(t % TOAST_KV_UNIT)) * sizeof(float);
+}
+/* the Q8 code of x for a head whose largest |value| is amax, and the scale stored with them */
 static inline TOAST_HOST_DEVICE int toast_kv_q8_code(float x, float amax)
 {
 	float v = amax > 0 ? rintf(x * (127.0f / amax)) : 0.0f;

@@ -17,27 +17,12 @@
 
 /* ---- the 8-bit cache (TOAST_KV_Q8, backend.h): units of TOAST_KV_UNIT tokens ---- */
 
-/* bytes of a unit; where head h of token t's codes start (value d of it: + d * step) and its scale */
-__device__ __forceinline__ size_t cu_kv8_unit(int n_kv, int hd)
-{
-	return (size_t)TOAST_KV_UNIT * ((size_t)n_kv * hd + n_kv * sizeof(float));
-}
-__device__ __forceinline__ size_t cu_kv8_code(int n_kv, int hd, bool is_v, int t, int h)
-{
-	size_t u = (size_t)(t / TOAST_KV_UNIT) * cu_kv8_unit(n_kv, hd), s = t % TOAST_KV_UNIT;
-	return is_v ? u + (size_t)h * hd * TOAST_KV_UNIT + s : u + s * n_kv * hd + (size_t)h * hd;
-}
-__device__ __forceinline__ float *cu_kv8_scale(unsigned char *b, int n_kv, int hd, int t, int h)
-{
-	size_t u = (size_t)(t / TOAST_KV_UNIT) * cu_kv8_unit(n_kv, hd);
-	return (float *)(b + u + (size_t)TOAST_KV_UNIT * n_kv * hd) + h * TOAST_KV_UNIT + t % TOAST_KV_UNIT;
-}
 /* value d of head h of token t, dequantised */
 __device__ __forceinline__ float cu_kv8_at(const void *buf, int n_kv, int hd, bool is_v, int t, int h, int d)
 {
 	const unsigned char *b = (const unsigned char *)buf;
-	int code = b[cu_kv8_code(n_kv, hd, is_v, t, h) + (size_t)d * (is_v ? TOAST_KV_UNIT : 1)];
-	return (float)(code - 128) * *cu_kv8_scale((unsigned char *)b, n_kv, hd, t, h);
+	int code = b[toast_kv_q8_code_at(n_kv, hd, is_v, t, h) + (size_t)d * (is_v ? TOAST_KV_UNIT : 1)];
+	return (float)(code - 128) * *(const float *)(b + toast_kv_q8_scale_at(n_kv, hd, t, h));
 }
 
 __global__ void k_attn_prep(const float *q, const float *k, const float *v, const float *qn, const float *kn,
@@ -92,11 +77,13 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 		((bf16 *)vc)[(size_t)pos * kvd + kvh * hd + d] = __float2bfloat16(vx);
 	} else {
 		unsigned char *k8 = (unsigned char *)kc, *v8 = (unsigned char *)vc;
-		k8[cu_kv8_code(n_kv, hd, false, pos, kvh) + d] = (unsigned char)toast_kv_q8_code(x, ka);
-		v8[cu_kv8_code(n_kv, hd, true, pos, kvh) + (size_t)d * TOAST_KV_UNIT] = (unsigned char)toast_kv_q8_code(vx, va);
+		k8[toast_kv_q8_code_at(n_kv, hd, false, pos, kvh) + d] = (unsigned char)toast_kv_q8_code(x, ka);
+		v8[toast_kv_q8_code_at(n_kv, hd, true, pos, kvh) + (size_t)d * TOAST_KV_UNIT] =
+			(unsigned char)toast_kv_q8_code(vx, va);
 		if (d == 0) {
-			*cu_kv8_scale(k8, n_kv, hd, pos, kvh) = toast_kv_q8_scale(ka);
-			*cu_kv8_scale(v8, n_kv, hd, pos, kvh) = toast_kv_q8_scale(va);
+			size_t sc = toast_kv_q8_scale_at(n_kv, hd, pos, kvh);
+			*(float *)(k8 + sc) = toast_kv_q8_scale(ka);
+			*(float *)(v8 + sc) = toast_kv_q8_scale(va);
 		}
 	}
 }
@@ -354,11 +341,11 @@ struct am8_copy {
 	__device__ __forceinline__ void init(const unsigned char *kc, const unsigned char *vc, int n_kv, int kvh)
 	{
 		int t = threadIdx.x, kch = t % CPR, vch = t % CPU;
-		unit = cu_kv8_unit(n_kv, D);
+		unit = toast_kv_unit_bytes(n_kv, D);
 		kb = kc, vb = vc, kr = t / CPR, vu = t / CPU;
-		k = kc + cu_kv8_code(n_kv, D, false, kr, kvh) + kch * 16;
-		v = vc + cu_kv8_code(n_kv, D, true, TOAST_KV_UNIT * vu, kvh) + vch * 16;
-		size_t sc = (size_t)t * unit + (size_t)TOAST_KV_UNIT * n_kv * D + kvh * TOAST_KV_UNIT * sizeof(float);
+		k = kc + toast_kv_q8_code_at(n_kv, D, false, kr, kvh) + kch * 16;
+		v = vc + toast_kv_q8_code_at(n_kv, D, true, TOAST_KV_UNIT * vu, kvh) + vch * 16;
+		size_t sc = toast_kv_q8_scale_at(n_kv, D, TOAST_KV_UNIT * t, kvh);
 		ks = kc + sc, vs = vc + sc; /* (threads < 16: unit t's) */
 		kd = am8_kswz<D>(kr, kch >> 1) + 16 * (kch & 1); /* the same for every pass: RP % 8 == 0 */
 #pragma unroll
