@@ -125,27 +125,26 @@ if [ "$MODE" = ab ]; then
 		timeout 240 $B/test_ops --perf >"$OUT/ops-perf.log" 2>&1
 		grep -hE "^(gemv|moe) " "$OUT/ops-perf.log"
 	fi
+	# the runs of a round, "BINARY [ENV]|BENCH-ARGS" each
+	IFS=, read -ra envs <<<"${AB_ENVS:-}"
+	IFS=, read -ra models <<<"${AB_MODELS:---type q4_k,--type mlx4,--layers 12}"
+	IFS=, read -ra new_models <<<"${AB_NEW_MODELS:-}"
+	runs=()
+	for v in "${olds[@]}" toasted "${envs[@]/#/toasted }"; do
+		for t in "${models[@]}"; do runs+=("$v|$t"); done
+	done
+	for t in "${new_models[@]}"; do runs+=("toasted|$t"); done
 	for r in $(seq ${AB_ROUNDS:-2}); do
-		IFS=, read -ra envs <<<"${AB_ENVS:-}"
-		for v in "${olds[@]}" toasted "${envs[@]/#/toasted }"; do
-			IFS=, read -ra models <<<"${AB_MODELS:---type q4_k,--type mlx4,--layers 12}"
+		for x in "${runs[@]}"; do
+			v=${x%%|*} t=${x#*|}
 			read -r bin ev <<<"$v"
-			for t in "${models[@]}"; do
-				timeout 200 env $ev $B/$bin bench --synthetic qwen3-next-80b-a3b $t --backend cuda --prompt 1 --ctx 0,68000 \
-					--decode 64 >"$OUT/ab.tmp" 2>&1
-				summary+=("round $r $v $t: $(awk '/^[0-9]+ +[0-9.]+ +[0-9.]+/ {printf "ctx%s %s tok/s (%sx floor)  ", $1, $2, $6}' "$OUT/ab.tmp")")
-			done
-		done
-		IFS=, read -ra models <<<"${AB_NEW_MODELS:-}"
-		for t in "${models[@]}"; do
-			timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b $t --backend cuda --prompt 1 --ctx 0,68000 \
+			timeout 200 env $ev $B/$bin bench --synthetic qwen3-next-80b-a3b $t --backend cuda --prompt 1 --ctx 0,68000 \
 				--decode 64 >"$OUT/ab.tmp" 2>&1
-			summary+=("round $r toasted $t: $(awk '/^[0-9]+ +[0-9.]+ +[0-9.]+/ {printf "ctx%s %s tok/s (%sx floor)  ", $1, $2, $6}' "$OUT/ab.tmp")")
+			summary+=("round $r $v $t: $(awk '/^[0-9]+ +[0-9.]+ +[0-9.]+/ {printf "ctx%s %s tok/s (%sx floor)  ", $1, $2, $6}' "$OUT/ab.tmp")")
 		done
 	done
 	rm -f "$OUT/ab.tmp"
-	[ "${AB_TRACE:-1}" = 1 ] || olds=() # AB_TRACE=0: no traces
-	for v in "${olds[@]}" $([ "${AB_TRACE:-1}" = 1 ] && echo toasted); do
+	[ "${AB_TRACE:-1}" = 1 ] && for v in "${olds[@]}" toasted; do
 		BIN=$B/$v timeout 300 bash bench/trace-decode.sh --type ${AB_TRACE_TYPE:-q4_k} --ctx ${AB_TRACE_CTX:-0} >"$OUT/trace-$v.log" 2>&1
 		mv "$OUT/trace-positions.txt" "$OUT/trace-positions-$v.txt"
 		rm -f "$OUT/trace.csv.xz"
