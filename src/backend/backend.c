@@ -202,19 +202,18 @@ void toast_kv_q8_put(void *buf, int n_head_kv, int head_dim, bool is_v, int64_t 
 }
 
 const unsigned char *toast_kv_q8_codes(const void *buf, int n_head_kv, int head_dim, bool is_v, int64_t t, int h,
-				       size_t *step, float *scale)
+				       float *scale)
 {
 	const unsigned char *b = buf;
-	*step = is_v ? TOAST_KV_UNIT : 1;
 	memcpy(scale, b + toast_kv_q8_scale_at(n_head_kv, head_dim, t, h), sizeof(*scale));
 	return b + toast_kv_q8_code_at(n_head_kv, head_dim, is_v, t, h);
 }
 
 void toast_kv_q8_get(const void *buf, int n_head_kv, int head_dim, bool is_v, int64_t t, int h, float *x)
 {
-	size_t step;
+	size_t step = is_v ? TOAST_KV_UNIT : 1;
 	float scale;
-	const unsigned char *c = toast_kv_q8_codes(buf, n_head_kv, head_dim, is_v, t, h, &step, &scale);
+	const unsigned char *c = toast_kv_q8_codes(buf, n_head_kv, head_dim, is_v, t, h, &scale);
 	for (int i = 0; i < head_dim; i++)
 		x[i] = (float)((int)c[(size_t)i * step] - 128) * scale;
 }

@@ -180,9 +180,10 @@ static inline TOAST_HOST_DEVICE float toast_kv_q8_scale(float amax)
  * the K (is_v false) or V buffer buf, or read it back dequantised */
 void toast_kv_q8_put(void *buf, int n_head_kv, int head_dim, bool is_v, int64_t t, int h, const float *x);
 void toast_kv_q8_get(const void *buf, int n_head_kv, int head_dim, bool is_v, int64_t t, int h, float *x);
-/* head h of token t in place: its codes (value i at [i * *step]) and its scale */
+/* head h of token t in place: its codes (value i at [i], in V at [i * TOAST_KV_UNIT]) and its
+ * scale */
 const unsigned char *toast_kv_q8_codes(const void *buf, int n_head_kv, int head_dim, bool is_v, int64_t t, int h,
-				       size_t *step, float *scale);
+				       float *scale);
 
 /*
  * Gated attention with a KV cache, for T new tokens at positions pos..pos+T-1. In one op:

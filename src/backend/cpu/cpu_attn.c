@@ -32,9 +32,8 @@ static void attn_rope(float *x, int n_rot, int pos, float theta, enum toast_dtyp
 /* the 8-bit cache (backend.h) read in place: q · key j of KV head h, and o += w * value j */
 static float attn_q8_dot(const struct toast_attn_args *a, const float *q, int j, int h)
 {
-	size_t step;
 	float s, acc = 0;
-	const unsigned char *c = toast_kv_q8_codes(a->k_cache, a->n_head_kv, a->head_dim, false, j, h, &step, &s);
+	const unsigned char *c = toast_kv_q8_codes(a->k_cache, a->n_head_kv, a->head_dim, false, j, h, &s);
 	for (int d = 0; d < a->head_dim; d++)
 		acc += q[d] * (float)((int)c[d] - 128);
 	return acc * s;
@@ -42,9 +41,8 @@ static float attn_q8_dot(const struct toast_attn_args *a, const float *q, int j,
 
 static void attn_q8_axpy(const struct toast_attn_args *a, float w, int j, int h, float *o)
 {
-	size_t step;
 	float s;
-	const unsigned char *c = toast_kv_q8_codes(a->v_cache, a->n_head_kv, a->head_dim, true, j, h, &step, &s);
+	const unsigned char *c = toast_kv_q8_codes(a->v_cache, a->n_head_kv, a->head_dim, true, j, h, &s);
 	w *= s;
 	for (int d = 0; d < a->head_dim; d++)
 		o[d] += w * (float)((int)c[(size_t)d * TOAST_KV_UNIT] - 128);
