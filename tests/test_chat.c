@@ -156,6 +156,17 @@ static void test_limits(void)
 	out = render("a\n\n{{ x + }}", "{}", &err);
 	CHECK(!out && strstr(err.msg, "line 3"), "syntax error line: %s", err.msg);
 	free(out);
+	/* an allocation that fails past the limit fails the render, wherever it was asked for: here
+	 * |list of an 8M-character string stopped short at 4M items and printed that */
+	out = render("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(19) %}{% set ns.s = ns.s + ns.s %}"
+		     "{% endfor %}{{ ns.s|length }} {{ ns.s|list|length }}",
+		     "{}", &err);
+	CHECK(!out && strstr(err.msg, "memory"), "a list cut short by the memory limit: %s", out ? out : err.msg);
+	free(out);
+	/* filters on empty strings (indent stepped from a NULL buffer: UBSan, found by fuzzing) */
+	out = render("[{{ '' | indent(2) }}][{{ x | indent(2, true, true) }}]", "{\"x\": \"\"}", &err);
+	CHECK(out && strcmp(out, "[][  ]") == 0, "indent of empty strings: %s", out ? out : err.msg);
+	free(out);
 	/* strftime_now gives today's date */
 	char want[64];
 	time_t now = time(NULL);

@@ -29,8 +29,10 @@ struct jarena {
 	struct jchunk *head;
 	size_t used; /* bytes handed out, for the limit */
 	size_t limit;
+	bool failed; /* an allocation (or a jbuf's growth) failed: the render fails, whatever the
+		      * code that asked made of it (a list short of an item is not a result) */
 };
-void *jarena_alloc(struct jarena *a, size_t n); /* zeroed; NULL when out of memory or over the limit */
+void *jarena_alloc(struct jarena *a, size_t n); /* zeroed; NULL (and failed) when out of memory or over the limit */
 void jarena_free(struct jarena *a);
 
 /* ---- values ---- */

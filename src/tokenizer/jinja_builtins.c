@@ -428,7 +428,8 @@ static bool do_indent(struct jctx *c, const struct jcall *a, struct jv v, struct
 			jbuf_puts(&b, "\n");
 		if ((first_line ? jv_truthy(first) : true) && (!empty || jv_truthy(blank)))
 			jbuf_put(&b, pad.p, pad.n);
-		jbuf_put(&b, sb.p + start, i - start);
+		if (!empty) /* (sb.p is NULL for an empty string) */
+			jbuf_put(&b, sb.p + start, i - start);
 		start = i + 1;
 		first_line = false;
 	}
@@ -525,9 +526,13 @@ bool jinja_filter(struct jctx *c, struct jstr name, struct jv v, const struct jc
 			*out = want_int ? jv_int((int64_t)trunc(d)) : jv_float(d);
 		return true;
 	}
-	if (is(name, "join"))
-		return do_join(c, line, v.k == JV_LIST ? v : (struct jv){.k = JV_LIST, .l = seq_of(c, v)},
-			       arg(a, 0, "d", jv_strv(JSTR(""))), arg(a, 1, "attribute", jv_none), false, out);
+	if (is(name, "join")) {
+		struct jlist *l = v.k == JV_LIST ? v.l : seq_of(c, v);
+		if (!l)
+			return jctx_fail(c, line, "out of memory");
+		return do_join(c, line, (struct jv){.k = JV_LIST, .l = l}, arg(a, 0, "d", jv_strv(JSTR(""))),
+			       arg(a, 1, "attribute", jv_none), false, out);
+	}
 	if (is(name, "first") || is(name, "last")) {
 		struct jlist *l = seq_of(c, v);
 		*out = l && l->n ? l->v[is(name, "first") ? 0 : l->n - 1] : jv_undef;

@@ -206,6 +206,8 @@ static bool get_slice(struct jctx *c, const struct jnode *n, struct jv obj, stru
 			stop = hi;
 	}
 	struct jlist *l = obj.k == JV_LIST ? jlist_new(c->ar, 0) : NULL;
+	if (obj.k == JV_LIST && !l)
+		return nomem(c, n->line);
 	struct jbuf sb = {.ar = c->ar};
 	for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
 		if (l && !jlist_push(c->ar, l, obj.l->v[i]))
@@ -791,14 +793,17 @@ enum toast_status jinja_render(const struct jinja_template *t, json_t *ctx, char
 	if (!ok)
 		nomem(&c, 0);
 	ok = ok && exec_body(&c, t->root->body, t->root->n_body);
+	if (ok && buf.failed) {
+		free(buf.p);
+		jarena_free(&ar);
+		return toast_err_set(err, TOAST_ERR_NOMEM, "chat template output is too large");
+	}
+	if (ok && ar.failed) /* an allocation failed that the code asking for it got past */
+		ok = nomem(&c, 0);
 	jarena_free(&ar);
 	if (!ok) {
 		free(buf.p);
 		return err ? err->code : TOAST_ERR_INVALID;
-	}
-	if (buf.failed) {
-		free(buf.p);
-		return toast_err_set(err, TOAST_ERR_NOMEM, "chat template output is too large");
 	}
 	*out = buf.p ? buf.p : calloc(1, 1);
 	*len = buf.n;

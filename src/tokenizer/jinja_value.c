@@ -27,14 +27,18 @@ struct jchunk {
 void *jarena_alloc(struct jarena *a, size_t n)
 {
 	n = (n + 15) & ~(size_t)15;
-	if (a->limit && a->used + n > a->limit)
+	if (a->limit && a->used + n > a->limit) {
+		a->failed = true;
 		return NULL;
+	}
 	struct jchunk *c = a->head;
 	if (!c || c->cap - c->used < n) {
 		size_t cap = n > 65536 ? n : 65536;
 		c = malloc(sizeof(*c) + cap);
-		if (!c)
+		if (!c) {
+			a->failed = true;
 			return NULL;
+		}
 		c->used = 0;
 		c->cap = cap;
 		c->next = a->head;
@@ -66,13 +70,13 @@ void jbuf_put(struct jbuf *b, const void *s, size_t n)
 		if (cap < 256)
 			cap = 256;
 		/* buffers are heap memory but count against the arena's limit */
-		if (b->ar && b->ar->limit && b->ar->used + (cap - b->cap) > b->ar->limit) {
-			b->failed = true;
-			return;
-		}
-		char *p = realloc(b->p, cap);
+		char *p = NULL;
+		if (!b->ar || !b->ar->limit || b->ar->used + (cap - b->cap) <= b->ar->limit)
+			p = realloc(b->p, cap);
 		if (!p) {
 			b->failed = true;
+			if (b->ar)
+				b->ar->failed = true;
 			return;
 		}
 		if (b->ar)
