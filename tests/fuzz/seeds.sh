@@ -1,11 +1,28 @@
 #!/bin/sh
 # Seed corpora for the fuzz harnesses, into build-fuzz/seeds-*: the chat templates of
-# tests/data/tokenizer/jinja-cases.json, the test tokenizers, and the headers (metadata and
-# tensor directory, no data) of the tiny test models converted to GGUF by build/toasted.
+# tests/data/tokenizer/jinja-cases.json, the test tokenizers, the headers (metadata and tensor
+# directory, no data) of the tiny test models converted to GGUF by build/toasted, their
+# config.json and safetensors headers, and a few requests and events of docs/protocol.md.
 set -eu
 cd "$(dirname "$0")/../.."
 S=build-fuzz
-mkdir -p $S/seeds-jinja $S/seeds-tok $S/seeds-gguf
+mkdir -p $S/seeds-jinja $S/seeds-tok $S/seeds-gguf $S/seeds-proto $S/seeds-model
+# fz_model: 0 and a config.json, 1 and a safetensors header (its length and JSON, no data)
+for d in build/testdata/models/*/; do
+	m=$(basename "$d")
+	{ printf '\000'; cat "$d/config.json"; } >$S/seeds-model/config-$m
+	[ -f "$d/model.safetensors" ] || continue
+	n=$(od -An -tu8 -N8 "$d/model.safetensors" | tr -d ' ')
+	{ printf '\001'; head -c $((8 + n)) "$d/model.safetensors"; } >$S/seeds-model/st-$m
+done
+# fz_proto: the first byte picks the reader (0 HTTP head, 1 request line, 2 event line)
+printf '\000POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nContent-Type: application/json\r\nContent-Length: 42\r\nExpect: 100-continue\r\n\r\n' >$S/seeds-proto/http-post
+printf '\000GET /v1/models HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n' >$S/seeds-proto/http-get
+printf '\001{"v":1,"id":"r1","type":"chat","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":5,"temperature":0.7,"top_p":0.8,"top_k":20,"seed":1,"stop":["x","y"],"stream":true}' >$S/seeds-proto/req-chat
+printf '\001{"v":1,"id":"r2","type":"tokenize","text":"abc"}' >$S/seeds-proto/req-tokenize
+printf '\002{"id":"r1","delta":"Hel"}' >$S/seeds-proto/ev-delta
+printf '\002{"id":"r1","done":{"finish_reason":"stop","usage":{"prompt_tokens":12,"completion_tokens":3,"cached_tokens":0}}}' >$S/seeds-proto/ev-done
+printf '\002{"id":"r2","error":{"code":"bad_request","message":"m"}}' >$S/seeds-proto/ev-error
 python3 - tests/data/tokenizer/jinja-cases.json $S/seeds-jinja <<'PY'
 import json, sys
 for i, c in enumerate(json.load(open(sys.argv[1]))):
