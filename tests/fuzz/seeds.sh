@@ -1,5 +1,5 @@
 #!/bin/sh
-# Seed corpora for the fuzz harnesses, into build-fuzz/seeds-*: the chat templates of
+# Seed corpora for the fuzz harnesses (after `make`), into build-fuzz/seeds-*: the chat templates of
 # tests/data/tokenizer/jinja-cases.json, the test tokenizers, the headers (metadata and tensor
 # directory, no data) of the tiny test models converted to GGUF by build/toasted, their
 # config.json and safetensors headers, and a few requests and events of docs/protocol.md.
