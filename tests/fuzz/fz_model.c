@@ -1,7 +1,7 @@
 /*
  * libFuzzer harness: what a Hugging Face model directory holds. The first byte picks the reader
- * of the rest: even, a config.json (the hyperparameters); odd, a .safetensors file's header
- * (padded with 4 MiB of zeros, as fz_gguf's). Build: `make fuzz`; run: build-fuzz/fz_model
+ * of the rest: 0, a config.json (the hyperparameters); 1, a .safetensors file's header (padded
+ * with 4 MiB of zeros, as fz_gguf's); 2, the SHA256SUMS that `toasted pull` takes from a source. Build: `make fuzz`; run: build-fuzz/fz_model
  * -max_total_time=600 -max_len=65536 DIR build-fuzz/seeds-model.
  */
 #include <fcntl.h>
@@ -14,6 +14,7 @@
 #include "format/safetensors.h"
 #include "format/tensordir.h"
 #include "models/model.h"
+#include "pull/manifest.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -22,7 +23,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	struct toast_error err = {0};
-	if (data[0] % 2 == 0) {
+	if (data[0] % 3 == 2) {
+		struct toast_manifest m;
+		memset(&m, 0, sizeof(m));
+		if (toast_manifest_parse(&m, (const char *)data + 1, size - 1, "SHA256SUMS", &err) == TOAST_OK)
+			toast_manifest_free(&m);
+		return 0;
+	}
+	if (data[0] % 3 == 0) {
 		char *text = malloc(size);
 		if (!text)
 			return 0;

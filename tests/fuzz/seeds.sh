@@ -7,7 +7,9 @@ set -eu
 cd "$(dirname "$0")/../.."
 S=build-fuzz
 mkdir -p $S/seeds-jinja $S/seeds-tok $S/seeds-gguf $S/seeds-proto $S/seeds-model
-# fz_model: 0 and a config.json, 1 and a safetensors header (its length and JSON, no data)
+# fz_model: 0 and a config.json, 1 and a safetensors header (its length and JSON, no data),
+# 2 and a SHA256SUMS
+printf '\002%064d  config.json\n%064d  model-00001-of-00002.safetensors\n%064d *sub/tokenizer.json\n' 0 1 2 >$S/seeds-model/sums
 for d in build/testdata/models/*/; do
 	m=$(basename "$d")
 	{ printf '\000'; cat "$d/config.json"; } >$S/seeds-model/config-$m
