@@ -2,11 +2,24 @@
 # Seed corpora for the fuzz harnesses (after `make`), into build-fuzz/seeds-*: the chat templates of
 # tests/data/tokenizer/jinja-cases.json, the test tokenizers, the headers (metadata and tensor
 # directory, no data) of the tiny test models converted to GGUF by build/toasted, their
-# config.json and safetensors headers, and a few requests and events of docs/protocol.md.
+# config.json and safetensors headers, a few requests and events of docs/protocol.md, and
+# conversations for the real chat template.
 set -eu
 cd "$(dirname "$0")/../.."
 S=build-fuzz
-mkdir -p $S/seeds-jinja $S/seeds-tok $S/seeds-gguf $S/seeds-proto $S/seeds-model
+mkdir -p $S/seeds-jinja $S/seeds-tok $S/seeds-gguf $S/seeds-proto $S/seeds-model $S/seeds-chat
+# fz_chat: the conversations of the real-vocabulary test model, with tools and a reply in parts
+python3 - build/testdata/models/qwen3next-vocab/chat-cases.json $S/seeds-chat <<'PY'
+import json, sys
+for i, c in enumerate(json.load(open(sys.argv[1]))):
+    ctx = dict(c["template_kwargs"], messages=c["messages"], add_generation_prompt=True)
+    open(f"{sys.argv[2]}/case{i}", "w").write(json.dumps(ctx))
+tool = {"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}
+msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "x"}]},
+        {"role": "assistant", "content": "<think>\nr\n</think>\n\nok", "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
+        {"role": "tool", "content": "42"}, {"role": "user", "content": "y"}]
+open(f"{sys.argv[2]}/tools", "w").write(json.dumps({"messages": msgs, "tools": [tool], "add_generation_prompt": True, "enable_thinking": False}))
+PY
 # fz_model: 0 and a config.json, 1 and a safetensors header (its length and JSON, no data),
 # 2 and a SHA256SUMS
 printf '\002%064d  config.json\n%064d  model-00001-of-00002.safetensors\n%064d *sub/tokenizer.json\n' 0 1 2 >$S/seeds-model/sums
