@@ -2,12 +2,18 @@
 # Seed corpora for the fuzz harnesses (after `make`), into build-fuzz/seeds-*: the chat templates of
 # tests/data/tokenizer/jinja-cases.json, the test tokenizers, the headers (metadata and tensor
 # directory, no data) of the tiny test models converted to GGUF by build/toasted, their
-# config.json and safetensors headers, a few requests and events of docs/protocol.md, and
-# conversations for the real chat template.
+# config.json and safetensors headers, a few requests and events of docs/protocol.md,
+# conversations for the real chat template, and texts for the real tokenizer.
 set -eu
 cd "$(dirname "$0")/../.."
 S=build-fuzz
-mkdir -p $S/seeds-jinja $S/seeds-tok $S/seeds-gguf $S/seeds-proto $S/seeds-model $S/seeds-chat
+mkdir -p $S/seeds-jinja $S/seeds-tok $S/seeds-gguf $S/seeds-proto $S/seeds-model $S/seeds-chat $S/seeds-encode
+# fz_encode: the texts of the Qwen3 tokenizer cases
+python3 - tests/data/tokenizer/qwen3-cases.jsonl $S/seeds-encode <<'PY'
+import json, sys
+for i, line in enumerate(open(sys.argv[1])):
+    open(f"{sys.argv[2]}/case{i}", "w").write(json.loads(line)["text"])
+PY
 # fz_chat: the conversations of the real-vocabulary test model, with tools and a reply in parts
 python3 - build/testdata/models/qwen3next-vocab/chat-cases.json $S/seeds-chat <<'PY'
 import json, sys
