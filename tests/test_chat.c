@@ -163,6 +163,18 @@ static void test_limits(void)
 		     "{}", &err);
 	CHECK(!out && strstr(err.msg, "memory"), "a list cut short by the memory limit: %s", out ? out : err.msg);
 	free(out);
+	/* |int: an integer's digits exactly (through a double 2^53 + 1 was 2^53), NaN the default as
+	 * in Python, beyond 64 bits an error (a fuzzed template's 4.4e37 was undefined behaviour) */
+	out = render("{{ '9007199254740993'|int }} {{ ' -12 '|int }} {{ '4.5'|int }} {{ 'nan'|float|int }} {{ 'x'|int(7) }}",
+		     "{}", &err);
+	CHECK(out && strcmp(out, "9007199254740993 -12 4 0 7") == 0, "|int: %s", out ? out : err.msg);
+	free(out);
+	out = render("{{ (1e300)|int }}", "{}", &err);
+	CHECK(!out && strstr(err.msg, "64-bit"), "|int of 1e300: %s", out ? out : err.msg);
+	free(out);
+	out = render("{{ '44444444444444444444444444444444444'|int }}", "{}", &err);
+	CHECK(!out && strstr(err.msg, "64-bit"), "|int of 35 digits: %s", out ? out : err.msg);
+	free(out);
 	/* filters on empty strings (indent stepped from a NULL buffer: UBSan, found by fuzzing) */
 	out = render("[{{ '' | indent(2) }}][{{ x | indent(2, true, true) }}]", "{\"x\": \"\"}", &err);
 	CHECK(out && strcmp(out, "[][  ]") == 0, "indent of empty strings: %s", out ? out : err.msg);

@@ -7,6 +7,7 @@
  * unknown name is an error naming it, never a silent empty result. Lists and dicts are
  * immutable, as in transformers' ImmutableSandboxedEnvironment.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -512,16 +513,27 @@ bool jinja_filter(struct jctx *c, struct jstr name, struct jv v, const struct jc
 			memcpy(tmp, v.s.p, n);
 			tmp[n] = 0;
 			char *end;
+			errno = 0;
+			long long i = strtoll(tmp, &end, 10); /* an integer's digits exactly, not through a double */
+			bool whole = end != tmp && errno == 0;
+			while (whole && (*end == ' ' || *end == '\t' || *end == '\n'))
+				end++;
+			if (want_int && whole && *end == 0 && n == v.s.n) {
+				*out = jv_int(i);
+				return true;
+			}
 			d = strtod(tmp, &end);
 			while (*end == ' ' || *end == '\t' || *end == '\n')
 				end++;
 			ok = end != tmp && *end == 0 && n == v.s.n;
 		} else
 			ok = false;
-		if (!ok)
+		if (!ok || (want_int && isnan(d))) /* (Python's int() refuses NaN: the default) */
 			*out = def;
 		else if (want_int && v.k == JV_INT)
 			*out = v;
+		else if (want_int && !(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+			return jctx_fail(c, line, "int: %g is beyond 64-bit integers", d);
 		else
 			*out = want_int ? jv_int((int64_t)trunc(d)) : jv_float(d);
 		return true;
