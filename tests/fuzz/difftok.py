@@ -3,9 +3,10 @@
 random texts (mixed scripts, spaces, digits, emoji, special tokens, random assigned code points)
 encoded by both; every difference is printed unless a code point whose normalisation differs
 between the two explains it (utf8proc's tables are newer than upstream's: README, "Known
-differences"). Needs `make` first. Exit 1 on an unexplained difference.
+differences"). With `all` for N: every assigned code point (by Python's tables) in seven
+contexts instead. Needs `make` first. Exit 1 on an unexplained difference.
 
-    python3 tests/fuzz/difftok.py MODEL_DIR [N] [SEED]
+    python3 tests/fuzz/difftok.py MODEL_DIR [N|all] [SEED]
 """
 import json
 import random
@@ -15,7 +16,10 @@ import unicodedata
 
 import tokenizers
 
-model, n, seed = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 20000, int(sys.argv[3]) if len(sys.argv) > 3 else 1
+model = sys.argv[1]
+every = len(sys.argv) > 2 and sys.argv[2] == "all"
+n = 0 if every else int(sys.argv[2]) if len(sys.argv) > 2 else 20000
+seed = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 hf = tokenizers.Tokenizer.from_file(f"{model}/tokenizer.json")
 form = {"NFC": "NFC", "NFKC": "NFKC", "NFD": "NFD", "NFKD": "NFKD"}
 norm = json.load(open(f"{model}/tokenizer.json")).get("normalizer") or {}
@@ -37,6 +41,12 @@ def assigned():
 
 texts = ["".join(rng.choice(pieces) if rng.random() < 0.6 else assigned() for _ in range(rng.randint(1, 12)))
          for _ in range(n)]
+if every:
+    for cp in range(0x80, 0x30000):
+        c = chr(cp)
+        if not 0xD800 <= cp <= 0xDFFF and unicodedata.category(c) not in ("Cn", "Cs", "Co"):
+            texts += [c, "a" + c, c + "1", " " + c, "1" + c, c + "'s", c + c]
+    n = len(texts)
 r = subprocess.run(["build/toasted", "tokenize", model, "--jsonl"], capture_output=True, check=True,
                    input="".join(json.dumps({"text": t}) + "\n" for t in texts).encode())
 ours = [json.loads(line)["ids"] for line in r.stdout.decode().splitlines()]
