@@ -154,9 +154,9 @@ test-asan:
 	TOASTED_SAN=1 $(DEBUG_MAKE) test
 
 # libFuzzer harnesses (tests/fuzz/fz_*.c, clang) in build-fuzz/: chat templates, tokenizer.json,
-# text through a real tokenizer, GGUF and safetensors headers, config.json, protocol lines, HTTP heads; tests/fuzz/seeds.sh
-# makes their seed corpora (after `make`). Not run by `make test`: what they found is in the
-# unit tests.
+# text through a real tokenizer, GGUF and safetensors headers, config.json, protocol lines, HTTP
+# heads; tests/fuzz/seeds.sh makes their seed corpora (after `make`). Not run by `make test`:
+# what they found is in the unit tests.
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/fz_*.c))
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 CUDA=0 \

@@ -407,6 +407,16 @@ static bool do_map(struct jctx *c, const struct jcall *a, struct jv v, struct jv
 	return ret_list(c, a->line, l, out);
 }
 
+/* a number was read from s up to end, and only spaces, tabs and newlines follow it */
+static bool number_whole(const char *s, const char *end)
+{
+	if (end == s)
+		return false;
+	while (*end == ' ' || *end == '\t' || *end == '\n')
+		end++;
+	return *end == 0;
+}
+
 static bool do_indent(struct jctx *c, const struct jcall *a, struct jv v, struct jv *out)
 {
 	struct jv w = arg(a, 0, "width", jv_int(4)), first = arg(a, 1, "first", jv_bool(false)),
@@ -515,17 +525,12 @@ bool jinja_filter(struct jctx *c, struct jstr name, struct jv v, const struct jc
 			char *end;
 			errno = 0;
 			long long i = strtoll(tmp, &end, 10); /* an integer's digits exactly, not through a double */
-			bool whole = end != tmp && errno == 0;
-			while (whole && (*end == ' ' || *end == '\t' || *end == '\n'))
-				end++;
-			if (want_int && whole && *end == 0 && n == v.s.n) {
+			if (want_int && errno == 0 && number_whole(tmp, end) && n == v.s.n) {
 				*out = jv_int(i);
 				return true;
 			}
 			d = strtod(tmp, &end);
-			while (*end == ' ' || *end == '\t' || *end == '\n')
-				end++;
-			ok = end != tmp && *end == 0 && n == v.s.n;
+			ok = number_whole(tmp, end) && n == v.s.n;
 		} else
 			ok = false;
 		if (!ok || (want_int && isnan(d))) /* (Python's int() refuses NaN: the default) */
