@@ -589,12 +589,10 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 	float *conv = be->ops->alloc(be, 2 * (size_t)(K - 1) * conv_dim * sizeof(float));
 	float *ssm = be->ops->alloc(be, (size_t)nv * dv * dk * 4);
 	float *out = malloc((size_t)T * vdim * sizeof(float));
-	/* the output projection after it, as the model has it: added to the residual stream, Q4_K
-	 * where the width allows (the CUDA backend's tensor-core GEMV, which at one token takes the
-	 * output by tagged words as it is stored: a stale word would be another step's output), held
-	 * to the bf16 rounding of its input (1e-3 for bf16 weights: at prefill sizes the CUDA backend
-	 * takes the output as fp16 scaled by its largest |value|) of the product of the output the
-	 * backend gave */
+	/* the output projection right after it, as the model has it: added to the residual stream,
+	 * in Q4_K where the width allows (on a GPU the tensor-core GEMV, its f32 input rounded to
+	 * bf16: 4e-3; 1e-3 for bf16 weights, whose prefill products take the output as fp16 scaled
+	 * by its largest |value|) of the product of the output the backend gave */
 	enum { NP = 40 };
 	bool pq = vdim % 256 == 0;
 	struct hw pw = mkw(pq ? TOAST_DT_Q4_K : TOAST_DT_BF16, NP, vdim, 0.5, 0);
@@ -735,66 +733,6 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 	      c->name, nk, nv, dk, dv, pdesc, e);
 	be->ops->release(be, conv), be->ops->release(be, ssm);
 	free(st), free(sref), free(xin), free(z), free(b), free(av), free(out), free(S), free(ref), free(cv), free(o);
-	freew(&cw), freew(&Al), freew(&dt), freew(&nw), freew(&pw);
-}
-
-/* Two DeltaNet layers, each with its output projection right after it (Q4_K, added to the
- * residual stream), in one-token steps, as a model runs them; the positions go back once, as a
- * session restore moves them. Each projection is held to the product of its own layer's output
- * of that step: the CUDA backend hands that output over by tagged words as it is stored (a tag
- * of the other layer or of the step before would show here). Qwen3-Next's widths. */
-static void test_gdn_layers(struct ctx *c)
-{
-	struct toast_backend *be = c->be;
-	enum { L = 2, NP = 40 };
-	const int nk = 16, nv = 32, dk = 128, dv = 128, K = 4, key_dim = nk * dk, vdim = nv * dv;
-	const int conv_dim = 2 * key_dim + vdim, pos[] = {0, 1, 2, 1, 2};
-	struct hw cw = mkw(TOAST_DT_BF16, conv_dim, K, 0.5, 0), Al = mkw(TOAST_DT_F32, 1, nv, 0.5, 0);
-	struct hw dt = mkw(TOAST_DT_BF16, 1, nv, 0.5, 0), nw = mkw(TOAST_DT_BF16, 1, dv, 0.3, 1);
-	struct hw pw = mkw(TOAST_DT_Q4_K, NP, vdim, 0.5, 0);
-	prep(be, &cw), prep(be, &Al), prep(be, &dt), prep(be, &nw), prep(be, &pw);
-	float *conv[L], *ssm[L], *dqkv[L], *dz[L], *db[L], *da[L], *dout[L], *dp[L], *resid[L];
-	double e = 0;
-	for (int l = 0; l < L; l++) {
-		conv[l] = be->ops->alloc(be, 2 * (size_t)(K - 1) * conv_dim * sizeof(float));
-		ssm[l] = be->ops->alloc(be, (size_t)nv * dv * dk * 4);
-		dout[l] = be->ops->alloc(be, (size_t)vdim * sizeof(float));
-	}
-	for (size_t st = 0; st < sizeof(pos) / sizeof(pos[0]); st++) {
-		for (int l = 0; l < L; l++) {
-			float *x = rand_vec(conv_dim, 1), *z = rand_vec(vdim, 2), *b = rand_vec(nv, 2), *a = rand_vec(nv, 2);
-			resid[l] = rand_vec(NP, 1);
-			dqkv[l] = put(be, x, conv_dim, false), dz[l] = put(be, z, vdim, false);
-			db[l] = put(be, b, nv, false), da[l] = put(be, a, nv, false), dp[l] = put(be, resid[l], NP, false);
-			free(x), free(z), free(b), free(a);
-		}
-		int32_t id = 0;
-		be->ops->begin_step(be, &id, 1, pos[st]);
-		for (int l = 0; l < L; l++) {
-			struct toast_gdn_args a = {dqkv[l], dz[l], db[l], da[l], false, false, &cw.w, &Al.w, false, &dt.w, &nw.w,
-						   nk, nv, dk, dv, K, 1e-6f, conv[l], ssm[l], pos[st], 1, dout[l], true};
-			be->ops->gdn(be, &a);
-			struct toast_mm_in pin = {.xf = dout[l]};
-			struct toast_mm_out po = {.out = dp[l], .mode = TOAST_MM_ADD, .W = &pw.w};
-			be->ops->matmul(be, &pin, &po, 1, 1);
-		}
-		for (int l = 0; l < L; l++) {
-			float *o = get(be, dout[l], vdim, false), *pr = get(be, dp[l], NP, false);
-			double ref[NP];
-			for (int i = 0; i < NP; i++) {
-				ref[i] = resid[l][i];
-				for (int j = 0; j < vdim; j++)
-					ref[i] += (double)o[j] * pw.f[(size_t)i * vdim + j];
-			}
-			e = fmax(e, relerr(pr, ref, NP));
-			free(o), free(pr), free(resid[l]);
-			be->ops->release(be, dqkv[l]), be->ops->release(be, dz[l]), be->ops->release(be, db[l]);
-			be->ops->release(be, da[l]), be->ops->release(be, dp[l]);
-		}
-	}
-	CHECK(e < 4e-3, "%s two DeltaNet layers a step, each output projected (Q4_K): error %.3g", c->name, e);
-	for (int l = 0; l < L; l++)
-		be->ops->release(be, conv[l]), be->ops->release(be, ssm[l]), be->ops->release(be, dout[l]);
 	freew(&cw), freew(&Al), freew(&dt), freew(&nw), freew(&pw);
 }
 
@@ -1224,7 +1162,6 @@ static void test_backend(struct ctx *c)
 	test_gdn(c, fast2, p6, 3);
 	test_gdn(c, fast_flat, p7, 3);
 	test_gdn(c, slow128, p8, 2);
-	test_gdn_layers(c);
 	test_moe(c, 1, 32, 8, 2, 16, 0, false, false);
 	test_moe(c, 5, 48, 16, 4, 24, 20, true, true);
 	test_moe(c, 13, 33, 7, 3, 17, 9, true, false);

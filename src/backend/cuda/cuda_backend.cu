@@ -148,16 +148,6 @@ void *cu_scratch3(struct cuda_backend *cb, size_t n)
 	return cu_grow(cb, &cb->scratch3, &cb->scratch3_bytes, n);
 }
 
-unsigned long long *cu_tagged(struct cuda_backend *cb, size_t n)
-{
-	size_t had = cb->ll_bytes;
-	void *p = cu_grow(cb, (void **)&cb->ll, &cb->ll_bytes, n * 8);
-	/* a new buffer holds no tag that a step could take for its own (the serial starts at 1) */
-	if (p && cb->ll_bytes != had)
-		cu_fail(cb, cudaMemsetAsync(p, 0, cb->ll_bytes, cb->stream), "tagged words");
-	return (unsigned long long *)p;
-}
-
 /* ---- memory ---- */
 
 static void *cuda_alloc(struct toast_backend *be, size_t n)
@@ -450,24 +440,17 @@ static void cuda_begin_step(struct toast_backend *be, const int32_t *ids, int T,
 		cb->d_step = NULL;
 		cb->step_cap = 0;
 		int cap = T < 64 ? 64 : T;
-		if (cu_fail(cb, cudaMallocHost(&cb->h_step, (size_t)(cap + CU_STEP_IDS) * 4), "step buffer") ||
-		    cu_fail(cb, cudaMalloc(&cb->d_step, (size_t)(cap + CU_STEP_IDS) * 4), "step buffer"))
+		if (cu_fail(cb, cudaMallocHost(&cb->h_step, (size_t)(cap + 2) * 4), "step buffer") ||
+		    cu_fail(cb, cudaMalloc(&cb->d_step, (size_t)(cap + 2) * 4), "step buffer"))
 			return;
 		cb->step_cap = cap;
 	}
 	/* the previous step's copy may still read h_step */
 	cu_fail(cb, cudaEventSynchronize(cb->step_copied), "step event");
-	/* the serial counts one-token steps (those that hand DeltaNet's output over by tags), so the
-	 * tagged words are of the step before at the oldest; 2^24 steps wrap it (cu_tag) */
-	if (T == 1 && ++cb->serial > 0xffffffu)
-		cb->serial = 1;
-	cb->ll_seq = 0;
-	cb->h_step[CU_STEP_POS] = pos;
-	cb->h_step[CU_STEP_T] = T;
-	cb->h_step[CU_STEP_SERIAL] = (int32_t)cb->serial;
-	memcpy(cb->h_step + CU_STEP_IDS, ids, (size_t)T * 4);
-	cu_fail(cb, cudaMemcpyAsync(cb->d_step, cb->h_step, (size_t)(T + CU_STEP_IDS) * 4, cudaMemcpyHostToDevice,
-				    cb->stream),
+	cb->h_step[0] = pos;
+	cb->h_step[1] = T;
+	memcpy(cb->h_step + 2, ids, (size_t)T * 4);
+	cu_fail(cb, cudaMemcpyAsync(cb->d_step, cb->h_step, (size_t)(T + 2) * 4, cudaMemcpyHostToDevice, cb->stream),
 		"step upload");
 	cu_fail(cb, cudaEventRecord(cb->step_copied, cb->stream), "step event");
 	cb->step_T = T;
@@ -650,7 +633,6 @@ static void cuda_free(struct toast_backend *be)
 	cudaFree(cb->scratch);
 	cudaFree(cb->scratch2);
 	cudaFree(cb->scratch3);
-	cudaFree(cb->ll);
 	cudaFree(cb->d_step);
 	cudaFreeHost(cb->h_step);
 	cudaFree(cb->cublas_ws);

@@ -46,19 +46,11 @@ struct cuda_backend {
 	bool debug_sync;
 	bool failed;
 	char fail_msg[384];
-	/* the current step: pinned host copy and device copy of {pos, T, serial, ids[T]} (CU_STEP_*) */
+	/* the current step: pinned host copy and device copy of {pos, T, ids[T]} */
 	int32_t *h_step, *d_step;
 	int step_cap;
 	cudaEvent_t step_copied;
 	int step_T, step_pos;
-	/* the DeltaNet output's hand-over to the projection after it (k_gdn.cu, cu_tag): ll holds
-	 * the last decode step's output as tagged words; ll_out is that step's plain output while
-	 * the next launch may read it by the tags (any launch clears it); serial numbers the
-	 * one-token steps, ll_seq the DeltaNet steps within one */
-	unsigned long long *ll;
-	size_t ll_bytes;
-	const float *ll_out;
-	unsigned serial, ll_seq;
 	/* device scratch for ops, grown outside graph capture; scratch2 for buffers sized later in an
 	 * op than the first (growing one must not move the other); scratch3 for an op around another
 	 * (a dense MLP's gate and up products around the matmul that makes them) */
@@ -97,9 +89,6 @@ struct cuda_backend {
 #endif
 };
 
-/* the step buffer's words: position, tokens, serial (one-token steps, from 1), then the ids */
-enum { CU_STEP_POS, CU_STEP_T, CU_STEP_SERIAL, CU_STEP_IDS };
-
 static inline struct cuda_backend *cu_of(struct toast_backend *be)
 {
 	return (struct cuda_backend *)be;
@@ -120,8 +109,6 @@ size_t cu_allow_smem(struct cuda_backend *cb, const void *func);
 void *cu_scratch(struct cuda_backend *cb, size_t n);
 void *cu_scratch2(struct cuda_backend *cb, size_t n);
 void *cu_scratch3(struct cuda_backend *cb, size_t n);
-/* the tagged words of a hand-over (cuda_backend.ll), at least n, zeroed when new; NULL on failure */
-unsigned long long *cu_tagged(struct cuda_backend *cb, size_t n);
 
 static inline unsigned cu_blocks(size_t n, unsigned per)
 {
@@ -172,7 +159,6 @@ template <typename... KArgs, typename... Args>
 static inline void cu_launch_ex(struct cuda_backend *cb, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
 				size_t smem, Args &&...args)
 {
-	cb->ll_out = NULL; /* a tagged hand-over is to the very next kernel only */
 	cu_launch_on(cb->stream, pdl, kernel, grid, block, smem, static_cast<Args &&>(args)...); /* cu_launched checks */
 }
 
@@ -295,46 +281,6 @@ __device__ __forceinline__ void cu_pdl_wait()
 __device__ __forceinline__ void cu_pdl_trigger()
 {
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
-/* ---- a tagged hand-over ----
- * A kernel may hand its output to the next one as 64-bit words, each a value and a tag, so that
- * the next kernel need not call cu_pdl_wait(): it polls the words until every tag is the one
- * expected and reads each value as soon as it is stored, not once the whole grid has drained
- * (with its other stores: the DeltaNet step's state). A 64-bit store is seen whole or not at all.
- * The tag must differ from every tag the words held before: cu_tag() makes it from the step's
- * serial and the producer's sequence number within the step (cuda_backend.ll). A consumer that
- * skips cu_pdl_wait() still calls it before it ends, so that its completion, which the kernel
- * after it waits for, implies its producer's. */
-__device__ __forceinline__ unsigned cu_tag(const int32_t *step, unsigned seq)
-{
-	return (unsigned)__ldcg(step + CU_STEP_SERIAL) << 8 | (seq & 255);
-}
-
-__device__ __forceinline__ void cu_st_tagged(unsigned long long *p, float v, unsigned tag)
-{
-	unsigned long long w = (unsigned long long)tag << 32 | __float_as_uint(v);
-	asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
-}
-
-__device__ __forceinline__ unsigned long long cu_ld_tagged(const unsigned long long *p)
-{
-	unsigned long long w;
-	asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
-	return w;
-}
-
-/* two words, 16-byte aligned (each read whole) */
-__device__ __forceinline__ ulonglong2 cu_ld_tagged2(const unsigned long long *p)
-{
-	ulonglong2 w;
-	asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(w.x), "=l"(w.y) : "l"(p) : "memory");
-	return w;
-}
-
-__device__ __forceinline__ bool cu_tagged_as(unsigned long long w, unsigned tag)
-{
-	return (unsigned)(w >> 32) == tag;
 }
 
 /* ---- device helpers ---- */

@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 	int ntok = min(qt, T - t0), R = ntok * n_rep;
 	float *Ks = sm, *Vs = Ks + AT_TK * hdp, *Qs = Vs + AT_TK * hd;
 	const bf16 *kc = (const bf16 *)kcv, *vc = (const bf16 *)vcv;
-	int pos0 = step[CU_STEP_POS];
+	int pos0 = step[0];
 	int L = pos0 + t0 + ntok; /* keys the last query of the block sees */
 	int chunk = (L + n_split - 1) / n_split;
 	int j0 = split * chunk, j1 = min(L, j0 + chunk);

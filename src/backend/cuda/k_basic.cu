@@ -8,7 +8,7 @@
 __global__ void k_embed(float *x, const void *W, int type, int64_t n, const int32_t *step)
 {
 	int t = blockIdx.y;
-	int64_t row = step[CU_STEP_IDS + t];
+	int64_t row = step[2 + t];
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
 		x[t * n + i] = cu_ldw(W, type, row * n + i);
 }
@@ -17,7 +17,7 @@ __global__ void k_embed(float *x, const void *W, int type, int64_t n, const int3
 __global__ void k_embed_q(float *x, cu_wd W, int64_t n, const int32_t *step)
 {
 	int t = blockIdx.y;
-	int64_t row = step[CU_STEP_IDS + t], i = 8 * (blockIdx.x * (int64_t)blockDim.x + threadIdx.x);
+	int64_t row = step[2 + t], i = 8 * (blockIdx.x * (int64_t)blockDim.x + threadIdx.x);
 	if (i < n)
 		cu_dq8(W, 0, row, i, x + t * n + i);
 }

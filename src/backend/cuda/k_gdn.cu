@@ -156,7 +156,7 @@ template <int DPL, int RPW>
 __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	k_gdn_decode(gdn_dims g, const float *qkv, const float *z, const float *b, const float *a, const void *cw, int cwt,
 		     float *conv_state, const int32_t *step, const float *A, int a_neg_exp, const float *dtb,
-		     const float *nw, float eps, float *S, float *out, unsigned long long *ll, unsigned ll_seq)
+		     const float *nw, float eps, float *S, float *out)
 {
 	extern __shared__ float sm[];
 	__shared__ float red[32];
@@ -192,8 +192,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		dtbv = dtb[h];
 		An = a_neg_exp ? A[h] : -expf(A[h]);
 	}
-	int pos = __ldcg(step + CU_STEP_POS); /* uploaded before the step's first kernel; the conv state's slot */
-	unsigned tag = ll ? cu_tag(step, ll_seq) : 0;
+	int pos = __ldcg(step); /* uploaded before the step's first kernel; the conv state's slot */
 	size_t slot = (size_t)(K - 1) * g.conv_dim;
 	const float *st = conv_state + (pos & 1) * slot;
 	float *sn = conv_state + ((pos + 1) & 1) * slot;
@@ -315,8 +314,13 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		for (int i = 0; i < RPW; i++) {
 			int j = warp * RPW + i;
 			o[i] = cu_warp_sum(o[i]);
-			if (j < dv && lane == 0)
-				os[j] = o[i];
+			if (j < dv) {
+#pragma unroll
+				for (int k = 0; k < DPL; k++)
+					S[((size_t)h * dv + j) * dk + lane + 32 * k] = Sr[i][k];
+				if (lane == 0)
+					os[j] = o[i];
+			}
 		}
 	} else {
 		for (int j = warp; j < dv; j += nwarp) {
@@ -345,21 +349,9 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	cu_tl_mark(3); /* the output's norm */
 	float rr = rsqrtf(ss / dv + eps);
 	for (int j = tid; j < dv; j += blockDim.x) {
-		float zv = j == tid ? zpre : zval(j), v = os[j] * rr * (j == tid ? nwv : nw[j]) * cu_silu(zv);
-		if (ll)
-			cu_st_tagged(ll + (size_t)h * dv + j, v, tag);
-		out[(size_t)h * dv + j] = v;
+		float zv = j == tid ? zpre : zval(j);
+		out[(size_t)h * dv + j] = os[j] * rr * (j == tid ? nwv : nw[j]) * cu_silu(zv);
 	}
-	/* the state in registers last: the output's stores do not queue behind its 64 KB */
-	if (DPL > 0)
-#pragma unroll
-		for (int i = 0; i < RPW; i++) {
-			int j = warp * RPW + i;
-			if (j < dv)
-#pragma unroll
-				for (int k = 0; k < DPL; k++)
-					S[((size_t)h * dv + j) * dk + lane + 32 * k] = Sr[i][k];
-		}
 }
 
 /*
@@ -925,11 +917,6 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 			cu_fail_msg(cb, "gdn: head dims %d/%d are too large", g.dk, g.dv);
 			return;
 		}
-		/* the output also as tagged words, for the projection after it (cu_matmul) */
-		unsigned long long *ll = cu_tagged(cb, (size_t)g.vdim);
-		if (!ll)
-			return;
-		unsigned seq = ++cb->ll_seq;
 		const int warps = GDN_DEC_THREADS / 32;
 		bool regs = g.dv <= warps * 8 && (g.dk == 32 || g.dk == 64 || g.dk == 128 || g.dk == 256);
 		int rpw = (g.dv + warps - 1) / warps;
@@ -937,7 +924,7 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 	cu_launch_pdl(cb, k_gdn_decode<D, R>, g.nv, GDN_DEC_THREADS, smem,                                               \
 		g, a->qkv, a->z, a->b, a->a, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, cb->d_step,          \
 		(const float *)a->A_log->dev, a->a_is_neg_exp, (const float *)a->dt_bias->dev,                        \
-		(const float *)a->norm_w->dev, a->eps, a->ssm_state, a->out, ll, seq)
+		(const float *)a->norm_w->dev, a->eps, a->ssm_state, a->out)
 		if (!regs)
 			GDN_DEC(0, 1);
 		else if (g.dk == 128 && rpw <= 8)
@@ -950,7 +937,6 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 			GDN_DEC(8, 8);
 #undef GDN_DEC
 		cu_launched(cb, "gdn decode");
-		cb->ll_out = a->out;
 		return;
 	}
 	size_t n_conv = (size_t)g.T * g.conv_dim, n_h = (size_t)g.T * g.nv, n_o = (size_t)g.T * g.vdim;

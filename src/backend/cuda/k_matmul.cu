@@ -39,11 +39,6 @@ struct gemv_args {
 	float eps;
 	int plus_one;
 	bf16 *norm_out;        /* written by block 0 when set */
-	/* xf handed over as tagged words (k_gemv_k4, T = 1): the kernel polls them instead of
-	 * waiting for the kernel before it (cu_tag(step, ll_seq); cuda_common.cuh) */
-	const unsigned long long *ll;
-	const int32_t *step;
-	unsigned ll_seq;
 };
 
 /* a dense MLP's act value from its gate and up products (as cu_swiglu rounds it) */
@@ -52,17 +47,14 @@ __device__ __forceinline__ void gemv_store_glu(void *out, int64_t n_out, int t, 
 	((bf16 *)out)[t * n_out + r] = cu_swiglu1(g, u);
 }
 
-/* (l2: what is added to is read from L2, not from an L1 that a kernel without cu_pdl_wait()
- * may have older lines of) */
-__device__ __forceinline__ void gemv_store(void *out, int mode, int64_t n_out, int t, int64_t r, float v,
-					   bool l2 = false)
+__device__ __forceinline__ void gemv_store(void *out, int mode, int64_t n_out, int t, int64_t r, float v)
 {
-	if (mode == TOAST_MM_ACT) {
+	if (mode == TOAST_MM_ACT)
 		((bf16 *)out)[t * n_out + r] = __float2bfloat16(v);
-	} else {
-		float *o = (float *)out + t * n_out + r;
-		*o = mode == TOAST_MM_F32 ? v : (l2 ? __ldcg(o) : *o) + v;
-	}
+	else if (mode == TOAST_MM_F32)
+		((float *)out)[t * n_out + r] = v;
+	else
+		((float *)out)[t * n_out + r] += v;
 }
 
 /* stage the T input rows in shared memory as f32: xs[t][n_in], element i at cu_qpos<TYPE>(i) */
@@ -263,16 +255,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 		L[0] = load();
 	if (units > 1)
 		L[1] = load();
-	unsigned tag = a.ll ? cu_tag(a.step, a.ll_seq) : 0;
-	if (a.ll) { /* the input's tags, one word in 64, by one warp; then each thread's own words */
-		if (warp == 0)
-			for (int i = lane; i < (int)(n_in / 64); i += 32)
-				while (!cu_tagged_as(cu_ld_tagged(a.ll + 64 * i + 63), tag))
-					;
-		__syncthreads();
-	} else {
-		cu_pdl_wait();
-	}
+	cu_pdl_wait();
 	/* the input rows: RMSNorm(norm_x), act or xf, in bf16, 8 elements a thread */
 	float p1 = a.plus_one ? 1.0f : 0.0f;
 	int n8 = (int)(n_in / 8), tot = T * n8;
@@ -283,22 +266,6 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 			return;
 		if (a.act) {
 			cu_bf16x8(((const uint4 *)(a.act + c * n_in))[q], v);
-			return;
-		}
-		if (a.ll) {
-			const unsigned long long *p = a.ll + c * n_in + 8 * q;
-			ulonglong2 w[4];
-			for (bool all = false; !all;) {
-				all = true;
-#pragma unroll
-				for (int k = 0; k < 4; k++) {
-					w[k] = cu_ld_tagged2(p + 2 * k);
-					all = all && cu_tagged_as(w[k].x, tag) && cu_tagged_as(w[k].y, tag);
-				}
-			}
-#pragma unroll
-			for (int k = 0; k < 4; k++)
-				v[2 * k] = __uint_as_float((unsigned)w[k].x), v[2 * k + 1] = __uint_as_float((unsigned)w[k].y);
 			return;
 		}
 		if (a.xf) {
@@ -420,11 +387,9 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 			if constexpr (GLU)
 				gemv_store_glu(jb.out, jb.n_out, c, row, v[0], v[1]);
 			else
-				gemv_store(jb.out, jb.mode, jb.n_out, c, row, v[0], a.ll != NULL);
+				gemv_store(jb.out, jb.mode, jb.n_out, c, row, v[0]);
 		}
 	}
-	if (a.ll) /* (cu_pdl_wait without the timeline's note: the input came by the tags) */
-		asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
 /* any shape and weight type: one warp per (row, token), input from global (act bf16 or f32);
@@ -921,8 +886,6 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 	bool done[TOAST_MM_MAX_OUT] = {};
 	int left = n_outs;
 	gemv_args a = gemv_input(in, T, n_in);
-	if (T == 1 && in->xf && in->xf == cb->ll_out) /* DeltaNet's output, also as tagged words */
-		a.ll = cb->ll, a.step = cb->d_step, a.ll_seq = cb->ll_seq;
 	for (int k = 0; k < n_outs; k++) {
 		if (done[k] || !gemv_fits(cb, outs[k].W, T))
 			continue;
@@ -936,7 +899,6 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 			}
 		gemv_launch_any(cb, type, a);
 		a.norm_out = NULL; /* written once */
-		a.ll = NULL;       /* the next launch follows this one, not the producer */
 	}
 	if (!left)
 		return;
