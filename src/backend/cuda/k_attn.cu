@@ -464,13 +464,13 @@ __global__ void __launch_bounds__(128, 2)
 	/* the position, uploaded before the step's first kernel, is read before the wait: after it, its
 	 * round trip came before the keys' loads, which need it */
 	int pos0 = __ldcg(step);
-	cu_pdl_wait();
 	int L = pos0 + min(T - 1, (r0 + ROWS - 1) / n_rep) + 1; /* keys the block's last row sees */
 	int chunk = (L + n_split - 1) / n_split;
 	if constexpr (Q8) /* splits of whole units */
 		chunk = (chunk + TOAST_KV_UNIT - 1) / TOAST_KV_UNIT * TOAST_KV_UNIT;
 	int j0 = split * chunk, j1 = min(L, j0 + chunk);
 	if (j0 >= j1) { /* no keys (decode early in a large cache): the combine skips m = -inf */
+		cu_pdl_wait();
 		for (int row = threadIdx.x; row < ROWS && r0 + row < R; row += 128) {
 			float *dst = prow(r0 + row);
 			dst[D] = -INFINITY;
@@ -504,14 +504,24 @@ __global__ void __launch_bounds__(128, 2)
 		}
 		cu_cp_commit();
 	};
+	/* decode: the ring's first tiles whose keys all lie before the step's own (which the prep
+	 * kernel before this one writes; earlier keys only earlier steps wrote) are asked for before
+	 * the wait, so their DRAM latency hides behind that kernel's end */
+	int pre = 0;
+	if constexpr (KW > 1) {
+		while (pre < NS - 1 && min(j0 + (pre + 1) * AM_KEYS, j1) <= pos0)
+			pre++;
+		for (int i = 0; i < pre; i++)
+			ring_load(i);
+	}
+	cu_pdl_wait();
 	if constexpr (KW == 1) {
 		load_k(Ks, j0);
 		cu_cp_commit();
 		load_v(Ks, j0);
 		cu_cp_commit();
-	} else { /* the ring's first NS - 1 tiles */
-#pragma unroll
-		for (int i = 0; i < NS - 1; i++)
+	} else { /* the rest of the ring's first NS - 1 tiles */
+		for (int i = pre; i < NS - 1; i++)
 			ring_load(i);
 	}
 	const float qscale = rsqrtf((float)D) * 1.4426950408889634f;
