@@ -111,6 +111,11 @@ struct toast_mm_in {
 	float eps;
 	bool plus_one;
 	void *norm_out;                    /* NULL, or act [T][n_in] that receives y */
+	/* optional: backend memory the op after this one reads that no op before it wrote this step
+	 * (the DeltaNet state), which a backend may start fetching while this op streams its weights
+	 * (CUDA: into L2), or NULL */
+	const void *prefetch;
+	size_t prefetch_bytes;
 };
 
 /* One output of a matmul: out [T][W.n_out] (per mode) = input · Wᵀ. */

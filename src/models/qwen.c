@@ -924,6 +924,8 @@ static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, st
 	const struct toast_hparams *hp = &m->hp;
 	struct toast_backend *be = m->be;
 	struct toast_mm_in in = fwd_normed(m, w->x, &l->attn_norm);
+	in.prefetch = s->ssm[il]; /* the step reads it first, before its input is ready */
+	in.prefetch_bytes = (size_t)hp->ssm_n_v_head * hp->ssm_d_v * hp->ssm_d_k * sizeof(float);
 	struct toast_mm_out outs[4];
 	int n = 0;
 	outs[n++] = (struct toast_mm_out){.out = w->qkv, .mode = TOAST_MM_F32, .W = &l->ssm_qkv};

@@ -285,6 +285,13 @@ __device__ __forceinline__ void cu_pdl_trigger()
 
 /* ---- device helpers ---- */
 
+/* ask L2 for n bytes at p (16-byte aligned, n a multiple of 16; a hint: nothing waits for it) */
+__device__ __forceinline__ void cu_prefetch_l2(const void *p, unsigned n)
+{
+	if (n)
+		asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
+}
+
 __device__ __forceinline__ float cu_warp_sum(float v)
 {
 #pragma unroll

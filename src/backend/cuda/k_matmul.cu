@@ -39,6 +39,8 @@ struct gemv_args {
 	float eps;
 	int plus_one;
 	bf16 *norm_out;        /* written by block 0 when set */
+	const char *pf;        /* toast_mm_in.prefetch: k_gemv_k4's blocks ask L2 for a share each */
+	size_t pf_bytes;
 };
 
 /* a dense MLP's act value from its gate and up products (as cu_swiglu rounds it) */
@@ -255,6 +257,11 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 		L[0] = load();
 	if (units > 1)
 		L[1] = load();
+	if (a.pf && threadIdx.x == 0) { /* the block's share of what the next kernel reads first */
+		size_t per = (a.pf_bytes / gridDim.x + 255) & ~(size_t)255, off = blockIdx.x * per;
+		if (off < a.pf_bytes)
+			cu_prefetch_l2(a.pf + off, (unsigned)(min(per, a.pf_bytes - off) & ~(size_t)15));
+	}
 	cu_pdl_wait();
 	/* the input rows: RMSNorm(norm_x), act or xf, in bf16, 8 elements a thread */
 	float p1 = a.plus_one ? 1.0f : 0.0f;
@@ -855,6 +862,7 @@ static gemv_args gemv_input(const struct toast_mm_in *in, int T, int64_t n_in)
 	a.nt = T, a.n_in = n_in, a.act = (const bf16 *)in->act, a.xf = in->xf, a.norm_x = in->norm_x;
 	a.norm_w = in->act || in->xf ? NULL : (const float *)in->norm_w->dev;
 	a.eps = in->eps, a.plus_one = in->plus_one, a.norm_out = (bf16 *)in->norm_out;
+	a.pf = (const char *)in->prefetch, a.pf_bytes = in->prefetch ? in->prefetch_bytes : 0;
 	return a;
 }
 
@@ -899,6 +907,7 @@ void cu_matmul(struct cuda_backend *cb, const struct toast_mm_in *in, const stru
 			}
 		gemv_launch_any(cb, type, a);
 		a.norm_out = NULL; /* written once */
+		a.pf = NULL;
 	}
 	if (!left)
 		return;
