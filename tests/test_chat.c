@@ -175,6 +175,29 @@ static void test_limits(void)
 	out = render("{{ '44444444444444444444444444444444444'|int }}", "{}", &err);
 	CHECK(!out && strstr(err.msg, "64-bit"), "|int of 35 digits: %s", out ? out : err.msg);
 	free(out);
+	/* integer powers by squaring (a base of 0, 1 or -1 looped once per unit of the exponent:
+	 * a fuzzed template's 1066...6 never ended), empty sequences repeated without end, a range
+	 * whose next step lies past 64 bits */
+	out = render("{{ 1 ** 9000000000000000000 }} {{ (-1) ** 9000000000000000001 }} {{ 0 ** 9000000000000000000 }} "
+		     "{{ 0 ** 0 }} {{ 3 ** 39 }} {{ (-2) ** 63 }} {{ 7 ** 1 }}",
+		     "{}", &err);
+	CHECK(out && strcmp(out, "1 -1 0 1 4052555153018976267 -9223372036854775808 7") == 0, "powers: %s",
+	      out ? out : err.msg);
+	free(out);
+	out = render("{{ 2 ** 63 }}", "{}", &err);
+	CHECK(!out && strstr(err.msg, "overflow"), "2 ** 63: %s", out ? out : err.msg);
+	free(out);
+	out = render("{{ 3 ** 9000000000000000000 }}", "{}", &err);
+	CHECK(!out && strstr(err.msg, "overflow"), "3 ** 9e18: %s", out ? out : err.msg);
+	free(out);
+	out = render("[{{ '' * 9000000000000000000 }}][{{ ([] * 9000000000000000000)|length }}][{{ 'ab' * 2 }}]", "{}",
+		     &err);
+	CHECK(out && strcmp(out, "[][0][abab]") == 0, "empty sequences repeated: %s", out ? out : err.msg);
+	free(out);
+	out = render("{{ range(9223372036854775800, 9223372036854775807, 5)|list }}", "{}", &err);
+	CHECK(out && strcmp(out, "[9223372036854775800, 9223372036854775805]") == 0, "range at 64 bits: %s",
+	      out ? out : err.msg);
+	free(out);
 	/* filters on empty strings (indent stepped from a NULL buffer: UBSan, found by fuzzing) */
 	out = render("[{{ '' | indent(2) }}][{{ x | indent(2, true, true) }}]", "{\"x\": \"\"}", &err);
 	CHECK(out && strcmp(out, "[][  ]") == 0, "indent of empty strings: %s", out ? out : err.msg);

@@ -771,11 +771,13 @@ bool jinja_call_global(struct jctx *c, int func, const struct jcall *a, struct j
 		if (v[2] == 0)
 			return jctx_fail(c, a->line, "range step cannot be zero");
 		struct jlist *l = jlist_new(ar, 0);
-		for (int64_t i = v[0], k = 0; l && (v[2] > 0 ? i < v[1] : i > v[1]); i += v[2], k++) {
+		for (int64_t i = v[0], k = 0; l && (v[2] > 0 ? i < v[1] : i > v[1]); k++) {
 			if (k >= 1000000)
 				return jctx_fail(c, a->line, "range over a million items");
 			if (!jlist_push(ar, l, jv_int(i)))
 				l = NULL;
+			if (__builtin_add_overflow(i, v[2], &i)) /* past the 64-bit range: past stop too */
+				break;
 		}
 		return ret_list(c, a->line, l, out);
 	}

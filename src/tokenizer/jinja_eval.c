@@ -253,8 +253,8 @@ static bool concat_str(struct jctx *c, int line, struct jv a, struct jv b, struc
 
 static bool repeat(struct jctx *c, int line, struct jv seq, int64_t k, struct jv *out)
 {
-	if (k < 0)
-		k = 0;
+	if (k < 0 || (seq.k == JV_STR ? seq.s.n == 0 : seq.l->n == 0))
+		k = 0; /* (an empty sequence repeated 2^63 times looped that often) */
 	if (seq.k == JV_STR) {
 		if (seq.s.n && (uint64_t)k > JINJA_MAX_BYTES / seq.s.n)
 			return nomem(c, line);
@@ -398,10 +398,16 @@ static bool binop(struct jctx *c, int line, int op, struct jv a, struct jv b, st
 		return true;
 	case JOP_POW:
 		if (ints && ib >= 0) {
-			int64_t r2 = 1;
-			for (int64_t k = 0; k < ib; k++)
-				if (__builtin_mul_overflow(r2, ia, &r2))
+			/* by squaring: a multiplication per exponent bit (one per unit of the exponent took
+			 * 2^63 steps for a base of 0, 1 or -1; found by fuzzing). A square that overflows
+			 * means the result does: some later bit multiplies it (or a higher power) in. */
+			int64_t r2 = 1, b = ia;
+			for (int64_t e = ib; e > 0; e >>= 1) {
+				if ((e & 1) && __builtin_mul_overflow(r2, b, &r2))
 					return jctx_fail(c, line, "integer overflow");
+				if (e > 1 && __builtin_mul_overflow(b, b, &b))
+					return jctx_fail(c, line, "integer overflow");
+			}
 			*out = jv_int(r2);
 		} else {
 			*out = jv_float(pow(x, y));
