@@ -27,6 +27,15 @@ __device__ __forceinline__ float cu_kv8_at(const void *buf, int n_kv, int hd, bo
 
 #define AT_PF_KEYS 128 /* the decode attention ring's first two tiles (AM_KEYS each) */
 
+/* the keys [x, y) of split sp of n_split over L keys, each split's share rounded up to whole
+ * units of `unit` keys: one geometry for the attention kernels and the prep kernel's prefetch */
+__device__ __forceinline__ int2 at_split_keys(int L, int n_split, int sp, int unit)
+{
+	int chunk = (L + n_split - 1) / n_split;
+	chunk = (chunk + unit - 1) / unit * unit;
+	return make_int2(sp * chunk, min(L, sp * chunk + chunk));
+}
+
 __global__ void k_attn_prep(const float *q, const float *k, const float *v, const float *qn, const float *kn,
 			    int plus_one, float eps, int n_head, int n_kv, int hd, int n_rot, float theta, int freq_type,
 			    int gated, void *kc, void *vc, int q8, float *qout, const int32_t *step, int pf_split)
@@ -40,10 +49,10 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 	/* decode in pf_split splits of a bf16 cache: the keys each split's blocks ask for first (before
 	 * this step's own), asked of L2 now, while the projection before this kernel still streams */
 	if (pf_split > 1 && threadIdx.x == 0) {
-		int chunk = (pos + pf_split) / pf_split; /* (pos + 1 keys) */
 		for (int sp = blockIdx.y; sp < pf_split; sp += gridDim.y) {
-			int j0 = sp * chunk, n = min(AT_PF_KEYS, min(pos, j0 + chunk) - j0);
-			size_t row = (size_t)kvd * sizeof(bf16), off = (size_t)j0 * row, bytes = n > 0 ? n * row & ~(size_t)15 : 0;
+			int2 j = at_split_keys(pos + 1, pf_split, sp, 1);
+			int n = min(AT_PF_KEYS, min(pos, j.y) - j.x);
+			size_t row = (size_t)kvd * sizeof(bf16), off = (size_t)j.x * row, bytes = n > 0 ? n * row & ~(size_t)15 : 0;
 			cu_prefetch_l2((const char *)kc + off, (unsigned)bytes);
 			cu_prefetch_l2((const char *)vc + off, (unsigned)bytes);
 		}
@@ -141,8 +150,8 @@ __global__ void __launch_bounds__(AT_WARPS * 32)
 	const bf16 *kc = (const bf16 *)kcv, *vc = (const bf16 *)vcv;
 	int pos0 = step[0];
 	int L = pos0 + t0 + ntok; /* keys the last query of the block sees */
-	int chunk = (L + n_split - 1) / n_split;
-	int j0 = split * chunk, j1 = min(L, j0 + chunk);
+	int2 jr = at_split_keys(L, n_split, split, 1);
+	int j0 = jr.x, j1 = jr.y;
 	float scale = rsqrtf((float)hd);
 	for (int x = threadIdx.x; x < R * hd; x += blockDim.x) {
 		int row = x / hd, d = x % hd;
@@ -478,10 +487,8 @@ __global__ void __launch_bounds__(128, 2)
 	 * round trip came before the keys' loads, which need it */
 	int pos0 = __ldcg(step);
 	int L = pos0 + min(T - 1, (r0 + ROWS - 1) / n_rep) + 1; /* keys the block's last row sees */
-	int chunk = (L + n_split - 1) / n_split;
-	if constexpr (Q8) /* splits of whole units */
-		chunk = (chunk + TOAST_KV_UNIT - 1) / TOAST_KV_UNIT * TOAST_KV_UNIT;
-	int j0 = split * chunk, j1 = min(L, j0 + chunk);
+	int2 jr = at_split_keys(L, n_split, split, Q8 ? TOAST_KV_UNIT : 1); /* Q8: splits of whole units */
+	int j0 = jr.x, j1 = jr.y;
 	if (j0 >= j1) { /* no keys (decode early in a large cache): the combine skips m = -inf */
 		cu_pdl_wait();
 		for (int row = threadIdx.x; row < ROWS && r0 + row < R; row += 128) {
