@@ -120,11 +120,14 @@ bench: $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 # what a chain of dependent GEMVs costs on a GPU, by way of running it (bench/decode_probe.cu)
 # and when each kernel of a recorded step runs (bench/cupti_trace.c, bench/trace-decode.sh)
 ifeq ($(CUDA),1)
-bench: $(BUILD)/bench/decode_probe $(BUILD)/bench/k4_probe $(BUILD)/bench/libcupti_trace.so
+bench: $(BUILD)/bench/decode_probe $(BUILD)/bench/k4_probe $(BUILD)/bench/read_probe $(BUILD)/bench/libcupti_trace.so
 $(BUILD)/bench/decode_probe: bench/decode_probe.cu bench/probe.cuh src/backend/cuda/cuda_common.cuh
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -o $@ $<
 $(BUILD)/bench/k4_probe: bench/k4_probe.cu bench/probe.cuh src/backend/cuda/cu_quant.cuh src/backend/cuda/cuda_common.cuh
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -o $@ $<
+$(BUILD)/bench/read_probe: bench/read_probe.cu bench/probe.cuh
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -o $@ $<
 $(BUILD)/bench/libcupti_trace.so: bench/cupti_trace.c

@@ -11,7 +11,8 @@
 #   dab: ab for dense models (test_ops, the dense fixtures on CUDA, decode of the Qwen3-8B and
 #   SmolLM2 shapes in bench/*.json by every binary of carry/gpu/ab and toasted)
 #   probe: bench/decode_probe.cu, what a chain of dependent GEMVs costs by way of running it, and
-#   bench/k4_probe.cu, what bounds a Q4_K GEMV's byte rate (the reads, the work, the layout)
+#   bench/k4_probe.cu, what bounds a Q4_K GEMV's byte rate (the reads, the work, the layout), and
+#   bench/read_probe.cu, the DRAM read rate by the shape of the grid (decode attention's ring)
 #   quant: quantised weights (issue 7): test_ops (every op, every weight type, against the
 #   reference), the op timings with 4-bit weights, and the whole Qwen3-Next-80B-A3B (48 layers)
 #   at Q4_K, Q4_K_M (a converted file's mix) and MLX 4-bit: prefill 128/4096/17408, decode at 0
@@ -35,6 +36,9 @@ if [ "$MODE" = probe ]; then
 	done
 	for args in "151936 2048" "12352 2048"; do # a Q4_K GEMV's byte rate by layout (lm_head, qkvz)
 		timeout 60 $B/k4_probe $args | tee -a "$OUT/probe.log"
+	done
+	for mb in 139 1600; do # DRAM read rate by grid shape: decode attention's at 68K, and a long stream
+		timeout 60 $B/read_probe $mb | tee -a "$OUT/probe.log"
 	done
 	exit 0
 fi

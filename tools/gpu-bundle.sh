@@ -12,10 +12,10 @@ cd "$(dirname "$0")/.."
 G=build-gpu
 make -j2 CUDA=1 BUILD=$G CUDA_ARCH=-gencode=arch=compute_90a,code=sm_90a \
 	$G/toasted $G/toast $G/tests/test_ops $G/tests/test_cache $G/tests/test_smollm $G/bench/decode_probe \
-	$G/bench/k4_probe $G/bench/libcupti_trace.so >/dev/null
+	$G/bench/k4_probe $G/bench/read_probe $G/bench/libcupti_trace.so >/dev/null
 rm -rf carry/gpu/bin carry/gpu/lib
 mkdir -p carry/gpu/lib carry/gpu/bin
-for b in ${BINS:-toasted toast test_ops test_cache test_smollm decode_probe k4_probe}; do
+for b in ${BINS:-toasted toast test_ops test_cache test_smollm decode_probe k4_probe read_probe}; do
 	for d in $G $G/tests $G/bench; do
 		[ -f $d/$b ] && cp $d/$b carry/gpu/bin/ && break
 	done

@@ -25,10 +25,8 @@ __device__ __forceinline__ float cu_kv8_at(const void *buf, int n_kv, int hd, bo
 	return (float)(code - 128) * *(const float *)(b + toast_kv_q8_scale_at(n_kv, hd, t, h));
 }
 
-#define AT_PF_KEYS 128 /* the decode attention ring's first two tiles (AM_KEYS each) */
-
 /* the keys [x, y) of split sp of n_split over L keys, each split's share rounded up to whole
- * units of `unit` keys: one geometry for the attention kernels and the prep kernel's prefetch */
+ * units of `unit` keys: one geometry for the attention kernels */
 __device__ __forceinline__ int2 at_split_keys(int L, int n_split, int sp, int unit)
 {
 	int chunk = (L + n_split - 1) / n_split;
@@ -38,7 +36,7 @@ __device__ __forceinline__ int2 at_split_keys(int L, int n_split, int sp, int un
 
 __global__ void k_attn_prep(const float *q, const float *k, const float *v, const float *qn, const float *kn,
 			    int plus_one, float eps, int n_head, int n_kv, int hd, int n_rot, float theta, int freq_type,
-			    int gated, void *kc, void *vc, int q8, float *qout, const int32_t *step, int pf_split)
+			    int gated, void *kc, void *vc, int q8, float *qout, const int32_t *step)
 {
 	__shared__ float red[32];
 	extern __shared__ float sh[];
@@ -46,17 +44,6 @@ __global__ void k_attn_prep(const float *q, const float *k, const float *v, cons
 	int pos = __ldcg(step) + t; /* uploaded before the step's first kernel */
 	bool isq = hh < n_head;
 	int kvh = hh - n_head, kvd = n_kv * hd, qs = gated ? 2 * hd : hd;
-	/* decode in pf_split splits of a bf16 cache: the keys each split's blocks ask for first (before
-	 * this step's own), asked of L2 now, while the projection before this kernel still streams */
-	if (pf_split > 1 && threadIdx.x == 0) {
-		for (int sp = blockIdx.y; sp < pf_split; sp += gridDim.y) {
-			int2 j = at_split_keys(pos + 1, pf_split, sp, 1);
-			int n = min(AT_PF_KEYS, min(pos, j.y) - j.x);
-			size_t row = (size_t)kvd * sizeof(bf16), off = (size_t)j.x * row, bytes = n > 0 ? n * row & ~(size_t)15 : 0;
-			cu_prefetch_l2((const char *)kc + off, (unsigned)bytes);
-			cu_prefetch_l2((const char *)vc + off, (unsigned)bytes);
-		}
-	}
 	/* before the wait, what depends on no kernel: the norm's weight and the rotation at pos */
 	const float *nw = isq ? qn : kn;
 	float w = nw && d < hd ? (plus_one ? 1.0f + nw[d] : nw[d]) : 0.0f, c = 1.0f, s = 0.0f;
@@ -1084,8 +1071,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	cu_launch_ex(cb, T == 1, k_attn_prep, pg, threads, hd * sizeof(float), a->q, a->k, a->v,
 		  a->q_norm ? (const float *)a->q_norm->dev : NULL, a->k_norm ? (const float *)a->k_norm->dev : NULL,
 		  a->norm_plus_one, a->eps, a->n_head, a->n_head_kv, hd, a->n_rot, a->rope_theta, a->rope_freq_type, a->gated,
-		  a->k_cache, a->v_cache, (int)(a->kv_type == TOAST_KV_Q8), qf, cb->d_step,
-		  T == 1 && !one && a->kv_type != TOAST_KV_Q8 && attn_mma_fits(a) ? n_split : 0);
+		  a->k_cache, a->v_cache, (int)(a->kv_type == TOAST_KV_Q8), qf, cb->d_step);
 	cu_launched(cb, "attention prep");
 	if (!attn_mma_fits(a))
 		attn_tile(cb, a, qf, part, n_split);
