@@ -1120,6 +1120,11 @@ static void test_backend(struct ctx *c)
 	test_attention(c, 16, 1, 128, 128, true, true, 100, 1, 0, TOAST_KV_ACT);
 	/* the same heads in four splits (partials and the combine) */
 	test_attention(c, 16, 1, 128, 128, true, true, 300, 1, 1024, TOAST_KV_ACT);
+	/* decode in many splits: 32 of 7 keys; as many as are resident (66 on an H200), most
+	 * without keys; 8 KV heads of 128 dims in 16 */
+	test_attention(c, 16, 2, 256, 64, true, true, 200, 1, 8192, TOAST_KV_ACT);
+	test_attention(c, 16, 2, 256, 64, true, true, 5, 1, 32768, TOAST_KV_ACT);
+	test_attention(c, 32, 8, 128, 128, true, false, 150, 1, 4096, TOAST_KV_ACT);
 	/* the 8-bit cache: prefill and decode at each head_dim, in one split and in several, a
 	 * split's last unit partly past its keys, odd positions (units of 4 split across calls) */
 	test_attention(c, 4, 2, 64, 16, true, true, 5, 1, 0, TOAST_KV_Q8);
@@ -1138,6 +1143,8 @@ static void test_backend(struct ctx *c)
 	test_attention(c, 6, 2, 128, 32, false, false, 199, 1, 0, TOAST_KV_Q8);
 	test_attention(c, 16, 1, 128, 128, true, true, 302, 1, 1024, TOAST_KV_Q8);
 	test_attention(c, 32, 1, 128, 128, true, true, 77, 1, 0, TOAST_KV_Q8);
+	test_attention(c, 16, 2, 256, 64, true, true, 201, 1, 8192, TOAST_KV_Q8);
+	test_attention(c, 16, 2, 256, 64, true, true, 203, 1, 32768, TOAST_KV_Q8);
 	struct gdn_shape flat = {2, 4, 32, 48, 4, false, false}, grouped = {2, 4, 32, 48, 4, true, false};
 	struct gdn_shape odd = {3, 3, 7, 5, 3, false, false}, big = {2, 6, 128, 128, 4, true, false};
 	int p1[] = {1, 1, 1}, p2[] = {12}, p3[] = {5, 1, 70}, p4[] = {64, 64, 1, 3}, p5[] = {131};
