@@ -16,8 +16,8 @@
  *              into a ring of S stages; one block an SM (2/SM: two, twice the splits; 2xS:
  *              twice the splits at one an SM, two waves)
  *
- * Every variant folds what it reads into one word a thread (XOR) so that no load is dead; all
- * must give the same fold of the buffer (checked). The rate is bytes read / time, best of 10.
+ * Every variant folds what it reads into one word a thread (XOR) so that no load is dead; the
+ * wide, split and bulk rows must give the same fold, and the ring rows theirs (checked). The rate is bytes read / time, best of 10.
  *
  * Usage: read_probe [MB]   (default 139: one attention layer's K and V at 68K keys)
  */
@@ -236,7 +236,7 @@ int main(int argc, char **argv)
 		int st = b[0], ch = b[1] * 1024;
 		run(name, [&] { k_bulk<<<n_sm, 128, (size_t)st * ch, s>>>(p, n, out, st, ch); });
 	}
-	/* the same bytes as attention's K and V caches (a fold of its own: each half once) */
+	/* the same bytes as attention's K and V caches (the ring rows checked against each other) */
 	int L = (int)(bytes / 2048);
 	const uint4 *kc = p, *vc = p + (size_t)L * 64;
 	ref = 0;
