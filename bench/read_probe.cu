@@ -17,7 +17,8 @@
  *              twice the splits at one an SM, two waves)
  *
  * Every variant folds what it reads into one word a thread (XOR) so that no load is dead; the
- * wide, split and bulk rows must give the same fold, and the ring rows theirs (checked). The rate is bytes read / time, best of 10.
+ * wide, split and bulk rows must give the same fold, and the ring rows theirs (checked). The
+ * rate is bytes read / time, best of 10.
  *
  * Usage: read_probe [MB]   (default 139: one attention layer's K and V at 68K keys)
  */
