@@ -6,7 +6,7 @@
  *
  *   wide       4 blocks an SM of 256 threads, grid-stride, 8 loads of 16 bytes in flight a thread
  *   split F    one block an SM of 128 threads, each block a contiguous share, F loads of 16
- *              bytes in flight a thread (F x 2 KB a block)
+ *              bytes in flight a thread (F x 2 KB a block); x2: two blocks an SM
  *   bulk S K   one block an SM of 128 threads, its share by bulk copies (cp.async.bulk, the
  *              TMA) of K KB into a ring of S stages in shared memory, each stage read by the
  *              block once it lands
