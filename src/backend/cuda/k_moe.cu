@@ -325,7 +325,7 @@ __device__ __forceinline__ void moe_stage_rows(float *as, const float *act, cons
  * blockDim floats of sgw loaded before the wait: as one warp's loop of loads after the norm it
  * ended 2.4 us after every router row and set the kernel's end (docs/PERF.md). */
 #define MOE_SG_PER 8
-template <int TYPE, int CPL>
+template <int TYPE, int CPL, bool DEC>
 __global__ void __launch_bounds__(MOE_WARPS * 32)
 	k_moe_route(moe_dims d, const float *x, const float *nw, float eps, int plus_one, cu_wd R, const float *sgw,
 		    float *h, float *logits, int32_t *sel, float *wt, float *sgate, unsigned *counter)
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	extern __shared__ float hs[];
 	__shared__ float red[32];
 	__shared__ unsigned ticket;
-	int E = d.E;
+	int E = d.E, T = DEC ? 1 : d.T;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int e = blockIdx.x * MOE_WARPS + warp;
 	bool sgb = sgw && blockIdx.x == gridDim.x - 1; /* the shared gate's block (no router rows) */
@@ -352,17 +352,17 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		}
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* one wave of blocks: the next kernel may take the other SMs now */
-	for (int t = 0; t < d.T; t++)
+	for (int t = 0; t < T; t++)
 		cu_stage_norm<TYPE>(x + (size_t)t * E, nw, E, eps, plus_one, hs + t * E, red,
 				    blockIdx.x == 0 ? h + (size_t)t * E : NULL, NULL);
 	__syncthreads();
 	cu_tl_mark(0); /* the norm staged */
 	/* one router row per warp */
 	if (e < d.ne) {
-		float acc[CU_GEMV_MAX_T] = {0};
+		float acc[DEC ? 1 : CU_GEMV_MAX_T] = {0};
 #pragma unroll
-		for (int t = 0; t < CU_GEMV_MAX_T; t++) {
-			if (t >= d.T)
+		for (int t = 0; t < (DEC ? 1 : CU_GEMV_MAX_T); t++) {
+			if (t >= T)
 				break;
 			if (CPL > 0) {
 #pragma unroll
@@ -376,7 +376,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 				logits[(size_t)t * d.ne + e] = v;
 		}
 	} else if (sgb) {
-		for (int t = 0; t < d.T; t++) {
+		for (int t = 0; t < T; t++) {
 			const float *ht = hs + t * E;
 			float v = 0;
 #pragma unroll
@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 		}
 	}
 	cu_tl_mark(1); /* warp 0's logit */
-	if (d.pick)
+	if (DEC || d.pick)
 		return;
 	/* the last block to finish chooses the experts */
 	__threadfence();
@@ -1407,17 +1407,25 @@ struct moe_route_args {
 	unsigned *counter;
 };
 
+template <int TYPE, int CPL, bool DEC>
+static void moe_route_launch(struct cuda_backend *cb, const moe_route_args &r, unsigned nb, size_t smem)
+{
+	cu_launch_pdl(cb, k_moe_route<TYPE, CPL, DEC>, nb, MOE_WARPS * 32, smem, r.d, r.x, r.nw, r.eps, r.plus_one, r.R,
+		      r.sgw, r.h, r.logits, r.sel, r.wt, r.sgate, r.counter);
+}
+
+/* a decode step's router (one token, the experts picked by gate/up) has an instance of its own:
+ * no token loop nor top-k tail in its code, which a 3 us kernel fetches as it runs */
 template <int TYPE>
 static void moe_route(struct cuda_backend *cb, const moe_route_args &r, unsigned nb, size_t smem)
 {
 	const int CPL = moe_cpl<TYPE>(2048);
 	if constexpr (CPL > 0) {
 		if (r.d.E == 2048)
-			return cu_launch_pdl(cb, k_moe_route<TYPE, CPL>, nb, MOE_WARPS * 32, smem, r.d, r.x, r.nw, r.eps, r.plus_one,
-					 r.R, r.sgw, r.h, r.logits, r.sel, r.wt, r.sgate, r.counter);
+			return r.d.T == 1 && r.d.pick ? moe_route_launch<TYPE, CPL, true>(cb, r, nb, smem)
+						      : moe_route_launch<TYPE, CPL, false>(cb, r, nb, smem);
 	}
-	cu_launch_pdl(cb, k_moe_route<TYPE, 0>, nb, MOE_WARPS * 32, smem, r.d, r.x, r.nw, r.eps, r.plus_one, r.R, r.sgw, r.h,
-		  r.logits, r.sel, r.wt, r.sgate, r.counter);
+	moe_route_launch<TYPE, 0, false>(cb, r, nb, smem);
 }
 
 struct moe_ff_args {
