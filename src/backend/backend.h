@@ -358,6 +358,9 @@ struct toast_backend {
 	const char *name;
 	enum toast_dtype act_type;
 	size_t act_size;
+	/* a forward pass returns once its ops are queued (the host may work while they run): a
+	 * generation loop then feeds a token before it streams the token's text */
+	bool async_steps;
 	void *impl;
 };
 

@@ -176,6 +176,7 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	res->t_prefill = t_prefilled - t0;
 	struct toast_detok dt;
 	toast_detok_init(&dt);
+	bool async = s->e->be->async_steps;
 	for (;;) {
 		int32_t id;
 		rc = gen_sample(s, sp, &id, err);
@@ -197,6 +198,11 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 			last = true;
 			finish = TOAST_FINISH_CTX;
 		}
+		/* the token is fed whatever follows; where that only queues the step, it runs while
+		 * the text is found and streamed (a write to a pipe a token, else on its path) */
+		enum toast_status fed = TOAST_ERR_INVALID;
+		if (async)
+			fed = toast_session_feed(s, &id, 1, NULL, err);
 		size_t n_piece = tok && !eog ? toast_detok_push(&dt, tok, id, piece, t.cap_out) : 0;
 		if (!gen_hold(&t, piece, n_piece)) {
 			rc = toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
@@ -215,7 +221,7 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 			n_out = gen_take(&t, gen_safe_prefix(&t, opts));
 		}
 		int cancel = cb ? cb(ud, id, t.out, n_out) : 0;
-		rc = toast_session_feed(s, &id, 1, NULL, err);
+		rc = async ? fed : toast_session_feed(s, &id, 1, NULL, err);
 		if (rc != TOAST_OK)
 			goto out;
 		if (cancel || last) {

@@ -635,6 +635,7 @@ static void cuda_free(struct toast_backend *be)
 	cudaFree(cb->scratch3);
 	cudaFree(cb->d_step);
 	cudaFreeHost(cb->h_step);
+	cudaFreeHost(cb->h_top);
 	cudaFree(cb->cublas_ws);
 	cudaFree(cb->counters);
 	cudaFree(cb->f16_slots);
@@ -710,6 +711,7 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 	bool ok = cudaSetDevice(cb->dev) == cudaSuccess && cudaGetDeviceProperties(&prop, cb->dev) == cudaSuccess &&
 		  cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) == cudaSuccess &&
 		  cudaEventCreateWithFlags(&cb->step_copied, cudaEventDisableTiming) == cudaSuccess &&
+		  cudaMallocHost(&cb->h_top, TOAST_TOP_MAX * sizeof(*cb->h_top)) == cudaSuccess &&
 		  cublasCreate(&cb->cublas) == CUBLAS_STATUS_SUCCESS &&
 		  cublasSetStream(cb->cublas, cb->stream) == CUBLAS_STATUS_SUCCESS &&
 		  cudaMalloc(&cb->cublas_ws, 32u << 20) == cudaSuccess &&
@@ -740,6 +742,7 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 	cb->base.name = "cuda";
 	cb->base.act_type = TOAST_DT_BF16;
 	cb->base.act_size = 2;
+	cb->base.async_steps = true;
 	cb->base.impl = cb;
 	*out = &cb->base;
 	return TOAST_OK;

@@ -51,6 +51,9 @@ struct cuda_backend {
 	int step_cap;
 	cudaEvent_t step_copied;
 	int step_T, step_pos;
+	/* pinned host landing of cu_top's keys: a copy into pageable memory goes through a staging
+	 * buffer and waits for it, on every generated token's path */
+	unsigned long long *h_top;
 	/* device scratch for ops, grown outside graph capture; scratch2 for buffers sized later in an
 	 * op than the first (growing one must not move the other); scratch3 for an op around another
 	 * (a dense MLP's gate and up products around the matmul that makes them) */

@@ -107,7 +107,7 @@ int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, 
 {
 	if (m < 1 || m > TOAST_TOP_MAX || n < 1)
 		return 0;
-	unsigned long long keys[TOAST_TOP_MAX];
+	unsigned long long *keys = cb->h_top;
 	const unsigned long long *res; /* device: the keys in order, best first */
 	if (m == 1) {
 		unsigned long long *one = (unsigned long long *)cu_scratch(cb, sizeof(unsigned long long));
