@@ -869,17 +869,20 @@ static void test_moe_types(struct ctx *c, int T, int E, int ne, int k, int F, in
 }
 
 /* top(): exactly toast_top_host's answer (ties, -0, NaN, -inf; sizes around the GPU's
- * 2048-key blocks and the real vocabulary) */
+ * 2048-key blocks, the real vocabulary, and more blocks' bests than one block merges at once;
+ * m around the 32-key runs) */
 static void test_top(struct ctx *c)
 {
-	int sizes[] = {1, 5, 2047, 2048, 2049, 12289, 151936};
-	int ms[] = {1, 7, 20, 256};
-	for (int si = 0; si < 7; si++) {
+	int sizes[] = {1, 5, 2047, 2048, 2049, 12289, 151936, 65537, 1000003};
+	int ms[] = {1, 7, 20, 32, 33, 256};
+	for (int si = 0; si < 9; si++) {
 		int n = sizes[si];
 		float *x = malloc((size_t)n * sizeof(float));
 		for (int i = 0; i < n; i++) {
 			double u = rnd();
 			x[i] = si % 2 ? (float)(int)(u * 40) * 0.125f : (float)(u * 30); /* odd sizes: many ties */
+			if (n == 65537)
+				x[i] = (float)(i % 4096); /* the best tied across every block: the lowest index wins */
 			if (i % 997 == 3)
 				x[i] = NAN;
 			else if (i % 991 == 5)
@@ -890,7 +893,7 @@ static void test_top(struct ctx *c)
 		if (n == 2049)
 			x[2048] = 1e30f; /* the best in the last, nearly empty block */
 		void *d = put(c->be, x, (size_t)n, false);
-		for (int mi = 0; mi < 4; mi++) {
+		for (int mi = 0; mi < 6; mi++) {
 			int32_t ids[256], rid[256];
 			float vals[256], rval[256];
 			struct toast_error err = {0};

@@ -20,6 +20,7 @@ struct bench_opts {
 	int prompts[BENCH_MAX_LIST], n_prompts;
 	int ctxs[BENCH_MAX_LIST], n_ctxs;
 	int n_decode;
+	int top;                             /* --top M: the candidates each decode step picks from */
 	bool cache;                          /* --cache: the session cache instead */
 	int history[BENCH_MAX_LIST], n_history;
 	int n_new;
@@ -135,7 +136,7 @@ static int bench_cache(struct toast_engine *e, const struct bench_opts *o, const
 
 int cli_bench(int argc, char **argv)
 {
-	struct bench_opts o = {.prompts = {512}, .n_prompts = 1, .ctxs = {0}, .n_ctxs = 1, .n_decode = 32,
+	struct bench_opts o = {.prompts = {512}, .n_prompts = 1, .ctxs = {0}, .n_ctxs = 1, .n_decode = 32, .top = 1,
 			       .history = {1000, 8000, 20000}, .n_history = 3, .n_new = 64};
 	toast_engine_opts_init(&o.eo);
 	for (int i = 1; i < argc; i++) {
@@ -173,6 +174,10 @@ int cli_bench(int argc, char **argv)
 			if (!cli_int("--decode", v, 1, 1 << 20, &n))
 				return 2;
 			o.n_decode = (int)n;
+		} else if ((v = cli_optval(argc, argv, &i, "--top"))) {
+			if (!cli_int("--top", v, 1, TOAST_SAMPLER_TOP_MAX, &n))
+				return 2;
+			o.top = (int)n;
 		} else if (argv[i][0] == '-' || o.model) {
 			fprintf(stderr, "toasted bench: unexpected argument %s\n", argv[i]);
 			return 2;
@@ -184,7 +189,7 @@ int cli_bench(int argc, char **argv)
 		fprintf(stderr, "usage: toasted bench (MODEL_DIR | --synthetic qwen3-next-80b-a3b|CONFIG.json [--layers N]\n"
 				"                      [--type bf16|q4_k|q8_0|mlx4|..|q4_k_m|q5_k_m]) [--backend cpu|cuda] [--threads N] [--chunk N]\n"
 				"                     [--kv-cache default|q8]\n"
-				"                     [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N]\n"
+				"                     [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N] [--top M]\n"
 				"                     | --cache [--history H1,H2,..] [--new N]\n");
 		return 2;
 	}
@@ -258,13 +263,14 @@ int cli_bench(int argc, char **argv)
 		toast_session_bench_seek(s, o.ctxs[i]);
 		st = toast_session_feed(s, ids, 1, NULL, &err); /* warm-up (and CUDA graph capture) */
 		double t = toast_now();
-		/* a step as generation runs it: feed one token, then pick the next (greedy: only the
-		 * winner's id and logit leave the device) */
+		/* a step as generation runs it: feed one token, then pick the next from the largest
+		 * --top logits (1, greedy; the default sampler's top_k is 20): only those candidates'
+		 * ids and logits leave the device */
 		for (int k = 0; st == TOAST_OK && k < o.n_decode; k++) {
 			st = toast_session_feed(s, ids + 1 + k, 1, NULL, &err);
-			int32_t best;
-			float v;
-			if (st == TOAST_OK && toast_session_top(s, 1, &best, &v, &err) < 0)
+			int32_t best[TOAST_SAMPLER_TOP_MAX];
+			float v[TOAST_SAMPLER_TOP_MAX];
+			if (st == TOAST_OK && toast_session_top(s, o.top, best, v, &err) < 0)
 				st = TOAST_ERR_BACKEND;
 		}
 		t = (toast_now() - t) / o.n_decode;

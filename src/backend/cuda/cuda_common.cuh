@@ -36,6 +36,9 @@ struct cu_graph {
  * alpha, 0 and 1 (its betas), an f32 input's largest |value|, then the kept weights' */
 enum { CU_F16_SX, CU_F16_WMAX, CU_F16_ALPHA, CU_F16_ZERO, CU_F16_ONE, CU_F16_XMAX, CU_F16_KEPT0 };
 
+/* cuda_backend.counters: the router's ticket (when it picks the experts itself), top's */
+enum { CU_CTR_ROUTE, CU_CTR_TOP };
+
 struct cuda_backend {
 	struct toast_backend base;
 	int dev, n_sm;
@@ -59,7 +62,7 @@ struct cuda_backend {
 	 * (a dense MLP's gate and up products around the matmul that makes them) */
 	void *scratch, *scratch2, *scratch3;
 	size_t scratch_bytes, scratch2_bytes, scratch3_bytes;
-	unsigned *counters; /* zeroed device counters for "last block" patterns; each user resets its own */
+	unsigned *counters; /* zeroed device counters for "last block" patterns; each user resets its own (CU_CTR_*) */
 	/* the fp16 products of f32 and normed inputs on cuBLAS (k_matmul.cu): device slots (CU_F16_*;
 	 * the largest |value| of the weight whose dev is f16_keys[i] at CU_F16_KEPT0 + i);
 	 * gemm_bf16 (TOASTED_CUDA_BF16_GEMM=1) takes bf16 products instead */

@@ -1575,7 +1575,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a)
 	    (rtype == TOAST_DT_BF16 || (toast_dtype_is_quant((enum toast_dtype)rtype) && d.E % 8 == 0))) {
 		d.pick = d.ne <= 32 * MOE_WARP_TOPK;
 		moe_route_args ra = {d, a->x, (const float *)a->norm_w->dev, a->eps, a->plus_one, cu_wd_weight(a->router), sgw,
-				     h, logits, sel, wt, sgate, cb->counters};
+				     h, logits, sel, wt, sgate, cb->counters + CU_CTR_ROUTE};
 		unsigned nb = cu_blocks((size_t)d.ne, MOE_WARPS) + (sgw ? 1 : 0); /* (+ the shared gate's block) */
 		if (rtype == TOAST_DT_BF16)
 			moe_route<TOAST_DT_BF16>(cb, ra, nb, route_smem);
