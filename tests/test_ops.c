@@ -905,9 +905,38 @@ static void test_top(struct ctx *c)
 			CHECK(!bad, "%s: top %d of %d: %d entries (%d expected)%s %s", c->name, ms[mi], n, got, want,
 			      bad ? ", wrong ids or values" : "", err.msg);
 		}
+		if (c->be->ops->pick) { /* the device's greedy pick: top 1's id (0 when all are NaN) */
+			int32_t rid[1];
+			float rval[1];
+			int32_t want = toast_top_host(x, n, 1, rid, rval) ? rid[0] : 0;
+			struct toast_error err = {0};
+			c->be->ops->pick(c->be, d, n);
+			c->be->ops->pick(c->be, d, n > 1 ? n - 1 : n); /* two pending: read in order */
+			int32_t got = c->be->ops->pick_read(c->be, &err), got2 = c->be->ops->pick_read(c->be, &err);
+			int32_t want2 = n > 1 ? (toast_top_host(x, n - 1, 1, rid, rval) ? rid[0] : 0) : want;
+			CHECK(got == want && got2 == want2, "%s: pick of %d: %d and %d (%d and %d expected) %s", c->name, n, got, got2,
+			      want, want2, err.msg);
+		}
 		c->be->ops->release(c->be, d);
 		free(x);
 	}
+	/* nothing but NaN: no entries, and a pick of token 0 (what the sampler makes of that) */
+	float nan[3000];
+	for (int i = 0; i < 3000; i++)
+		nan[i] = NAN;
+	void *d = put(c->be, nan, 3000, false);
+	int32_t ids[20];
+	float vals[20];
+	struct toast_error err = {0};
+	int n1 = c->be->ops->top(c->be, d, 3000, 1, ids, vals, &err);
+	int n20 = c->be->ops->top(c->be, d, 3000, 20, ids, vals, &err);
+	CHECK(n1 == 0 && n20 == 0, "%s: the top of NaNs is empty (%d, %d) %s", c->name, n1, n20, err.msg);
+	if (c->be->ops->pick) {
+		c->be->ops->pick(c->be, d, 3000);
+		int32_t got = c->be->ops->pick_read(c->be, &err);
+		CHECK(got == 0, "%s: a pick of NaNs is token 0, not %d %s", c->name, got, err.msg);
+	}
+	c->be->ops->release(c->be, d);
 }
 
 static void test_moe(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, bool norm_topk, bool sh_gate)

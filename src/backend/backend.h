@@ -347,6 +347,17 @@ struct toast_backend_ops {
 	/* Optional (NULL: use sync): the failures recorded so far, without waiting for the ops in
 	 * flight (a replayed decode step returns at once; its errors show at the next read). */
 	enum toast_status (*status)(struct toast_backend *be, struct toast_error *err);
+	/*
+	 * Optional (NULL: the host picks): greedy decoding without a round trip to the host between
+	 * steps. pick(x, n) queues the pick of the largest of x[0..n) (backend memory; top()'s
+	 * order: the lower index among equals, NaN never, id 0 when all are NaN); at most two are
+	 * pending. begin_step_pick(pos) is begin_step for one token at pos that is the last pick
+	 * queued, read on the device. pick_read() waits for the oldest pending pick and returns its
+	 * token (-1 on a backend failure, err set).
+	 */
+	void (*pick)(struct toast_backend *be, const float *x, int n);
+	void (*begin_step_pick)(struct toast_backend *be, int pos);
+	int32_t (*pick_read)(struct toast_backend *be, struct toast_error *err);
 };
 
 #define TOAST_TOP_MAX 256

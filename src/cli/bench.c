@@ -262,18 +262,18 @@ int cli_bench(int argc, char **argv)
 		toast_session_reset(s);
 		toast_session_bench_seek(s, o.ctxs[i]);
 		st = toast_session_feed(s, ids, 1, NULL, &err); /* warm-up (and CUDA graph capture) */
-		double t = toast_now();
-		/* a step as generation runs it: feed one token, then pick the next from the largest
-		 * --top logits (1, greedy; the default sampler's top_k is 20): only those candidates'
-		 * ids and logits leave the device */
-		for (int k = 0; st == TOAST_OK && k < o.n_decode; k++) {
-			st = toast_session_feed(s, ids + 1 + k, 1, NULL, &err);
-			int32_t best[TOAST_SAMPLER_TOP_MAX];
-			float v[TOAST_SAMPLER_TOP_MAX];
-			if (st == TOAST_OK && toast_session_top(s, o.top, best, v, &err) < 0)
-				st = TOAST_ERR_BACKEND;
-		}
-		t = (toast_now() - t) / o.n_decode;
+		/* steps as generation runs them (toast_generate, no end-of-text): greedy (--top 1), or a
+		 * draw from the --top largest logits (the default sampler's top_k is 20); timed from the
+		 * first token on, n_decode steps */
+		struct toast_gen_opts go = {.max_tokens = o.n_decode + 1, .ignore_eos = true};
+		toast_sampling_init(&go.sampling);
+		go.sampling.temperature = o.top == 1 ? 0.0f : 1.0f;
+		go.sampling.top_k = o.top;
+		go.sampling.top_p = 1.0f;
+		struct toast_gen_result res = {0};
+		if (st == TOAST_OK)
+			st = toast_generate(s, NULL, NULL, 0, &go, NULL, NULL, &res, &err);
+		double t = res.t_decode / o.n_decode;
 		/* bytes a step must read: weights, recurrent state read and written, KV rows read */
 		double bytes = (double)in->decode_bytes + 2.0 * in->state_bytes_fixed +
 			       (double)in->kv_bytes_per_tok * (o.ctxs[i] + 1);

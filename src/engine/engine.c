@@ -363,6 +363,57 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 	return TOAST_OK;
 }
 
+/* the backend's next pick of the logits in work.logits, queued (a chain's last pick, never
+ * read, is dropped first) */
+static bool session_pick(struct toast_engine *e, struct toast_error *err)
+{
+	const struct toast_backend_ops *o = e->be->ops;
+	for (; e->picks_pending > 0; e->picks_pending--)
+		if (o->pick_read(e->be, err) < 0)
+			return false;
+	o->pick(e->be, e->work.logits, e->model.hp.n_vocab);
+	e->picks_pending = 1;
+	return true;
+}
+
+bool toast_session_greedy_begin(struct toast_session *s)
+{
+	struct toast_engine *e = s->e;
+	struct toast_error err;
+	return e->be->ops->pick && s->have_logits && s->logits_dev && e->logits_owner == s && session_pick(e, &err);
+}
+
+int32_t toast_session_greedy_step(struct toast_session *s, struct toast_error *err)
+{
+	struct toast_engine *e = s->e;
+	if (s->n_past >= s->state.n_ctx) {
+		toast_err_set(err, TOAST_ERR_CTX_FULL, "no room to feed a token: %d of %d context tokens used", s->n_past,
+			      s->state.n_ctx);
+		return -1;
+	}
+	if (e->picks_pending != 1 || e->logits_owner != s) {
+		toast_err_set(err, TOAST_ERR_INVALID, "greedy step: no pick of this session's logits is queued");
+		return -1;
+	}
+	int32_t id = -1;
+	/* the step reads the pick on the device; then the pick of its logits is queued behind it
+	 * before the host waits for the first (two pending) */
+	enum toast_status rc =
+		toast_model_forward(&e->model, &s->state, &e->work, NULL, 1, s->n_past, false, NULL, NULL, err);
+	if (rc == TOAST_OK) {
+		e->be->ops->pick(e->be, e->work.logits, e->model.hp.n_vocab);
+		e->picks_pending = 2;
+		id = e->be->ops->pick_read(e->be, err);
+		e->picks_pending = 1;
+	}
+	if (id < 0) {
+		toast_session_reset(s);
+		return -1;
+	}
+	s->tokens[s->n_past++] = id;
+	return id;
+}
+
 enum toast_status toast_session_feed(struct toast_session *s, const int32_t *ids, int n, float *all_logits,
 				     struct toast_error *err)
 {

@@ -18,6 +18,7 @@ struct toast_engine {
 	/* the session whose last logits are still only in work.logits (row 0), if any: its next
 	 * competitor for work.logits first copies them to the session's host buffer */
 	struct toast_session *logits_owner;
+	int picks_pending; /* queued on the backend (toast_backend_ops.pick), not yet read */
 };
 
 struct toast_session {
@@ -32,5 +33,17 @@ struct toast_session {
 
 /* The host copy of the session's logits has just been written (a cache restore): it is the truth. */
 void toast_session_logits_on_host(struct toast_session *s);
+
+/*
+ * Greedy decoding with the picks made on the backend, each step queued before its token is
+ * known (toast_backend_ops.pick), so the host streams a token while the step that feeds it runs.
+ * greedy_begin queues the pick of the session's last logits: false when the backend cannot
+ * pick or the logits are not on it (the caller picks on the host). Each greedy_step then feeds
+ * that pick as a token, queues the pick of the logits it makes and returns the fed token once
+ * known, as toast_session_top(1) then toast_session_feed would; -1 on failure (err set, the
+ * session reset).
+ */
+bool toast_session_greedy_begin(struct toast_session *s);
+int32_t toast_session_greedy_step(struct toast_session *s, struct toast_error *err);
 
 #endif

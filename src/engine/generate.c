@@ -176,12 +176,20 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	res->t_prefill = t_prefilled - t0;
 	struct toast_detok dt;
 	toast_detok_init(&dt);
-	bool async = s->e->be->async_steps;
+	/* greedy on a backend that picks: each token is fed as it is picked, before the host knows
+	 * it (engine.h), and the host streams it while the next step runs */
+	bool chain = opts->sampling.temperature <= 0 && toast_sampler_top_need(sp) == 1 && toast_session_greedy_begin(s);
+	bool async = s->e->be->async_steps && !chain;
 	for (;;) {
 		int32_t id;
-		rc = gen_sample(s, sp, &id, err);
-		if (rc != TOAST_OK)
+		if (chain) {
+			if ((id = toast_session_greedy_step(s, err)) < 0) {
+				rc = err ? err->code : TOAST_ERR_BACKEND;
+				goto out;
+			}
+		} else if ((rc = gen_sample(s, sp, &id, err)) != TOAST_OK) {
 			goto out;
+		}
 		toast_sampler_accept(sp, id);
 		if (res->n_generated++ == 0) {
 			t_first = toast_now();
@@ -194,7 +202,7 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 			last = true;
 			finish = TOAST_FINISH_LENGTH;
 		}
-		if (!last && toast_session_n_past(s) + 1 >= n_ctx) {
+		if (!last && toast_session_n_past(s) + (chain ? 0 : 1) >= n_ctx) { /* (chain: id is fed) */
 			last = true;
 			finish = TOAST_FINISH_CTX;
 		}
@@ -221,7 +229,7 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 			n_out = gen_take(&t, gen_safe_prefix(&t, opts));
 		}
 		int cancel = cb ? cb(ud, id, t.out, n_out) : 0;
-		rc = async ? fed : toast_session_feed(s, &id, 1, NULL, err);
+		rc = chain ? TOAST_OK : async ? fed : toast_session_feed(s, &id, 1, NULL, err);
 		if (rc != TOAST_OK)
 			goto out;
 		if (cancel || last) {

@@ -204,7 +204,8 @@ void toast_model_work_free(const struct toast_model *m, struct toast_work *w);
 /*
  * Run T <= w->max_T tokens at positions pos.. through the model, updating s. Leaves the last
  * token's logits in w->logits (backend memory), and all T rows in w->logits_all when all_logits
- * (or a hook).
+ * (or a hook). ids NULL: one token, the backend's last queued pick (toast_backend_ops.pick; the
+ * caller checks that the backend has them).
  * hook may be NULL.
  */
 enum toast_status toast_model_forward(const struct toast_model *m, struct toast_state *s, struct toast_work *w,

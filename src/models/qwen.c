@@ -986,7 +986,10 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 	if (T <= 0 || T > w->max_T || pos < 0 || pos + T > s->n_ctx)
 		return toast_err_set(err, TOAST_ERR_INVALID, "forward: %d tokens at %d (max %d, context %d)", T, pos,
 				     w->max_T, s->n_ctx);
-	for (int t = 0; t < T; t++)
+	if (!ids && (T != 1 || !be->ops->begin_step_pick))
+		return toast_err_set(err, TOAST_ERR_INVALID, "forward: a step from the device's pick is one token, on a backend "
+							    "that picks");
+	for (int t = 0; ids && t < T; t++)
 		if (ids[t] < 0 || ids[t] >= hp->n_vocab)
 			return toast_err_set(err, TOAST_ERR_INVALID, "token id %d outside the vocabulary (%d)", ids[t],
 					     hp->n_vocab);
@@ -996,7 +999,10 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 	    !(w->logits_all = be->ops->alloc(be, (size_t)w->max_T * hp->n_vocab * sizeof(float))))
 		return toast_err_set(err, TOAST_ERR_NOMEM, "cannot allocate the logits of %d tokens", w->max_T);
 	enum toast_status rc = TOAST_OK;
-	be->ops->begin_step(be, ids, T, pos);
+	if (ids)
+		be->ops->begin_step(be, ids, T, pos);
+	else
+		be->ops->begin_step_pick(be, pos);
 	/* a decode step can be replayed from a recording: same state, same buffers, T == 1 */
 	bool record = T == 1 && !all_logits && !hook && be->ops->graph_begin;
 	uint64_t key = (uint64_t)s->id << 32 | (uint32_t)fwd_span(s, pos + T);

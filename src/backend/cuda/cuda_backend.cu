@@ -457,6 +457,53 @@ static void cuda_begin_step(struct toast_backend *be, const int32_t *ids, int T,
 	cb->step_pos = pos;
 }
 
+/* greedy picks on the device (toast_backend_ops.pick): slot pick_next is written next, the
+ * oldest pending is pick_pending slots before it */
+static void cuda_pick(struct toast_backend *be, const float *x, int n)
+{
+	struct cuda_backend *cb = cu_of(be);
+	if (cb->failed)
+		return;
+	if (cb->pick_pending == 2) {
+		cu_fail_msg(cb, "pick: two picks are pending already");
+		return;
+	}
+	int sl = cb->pick_next;
+	cu_pick(cb, x, n, cb->d_pick + sl);
+	cu_fail(cb, cudaMemcpyAsync(cb->h_pick + sl, cb->d_pick + sl, sizeof(*cb->h_pick), cudaMemcpyDeviceToHost,
+				    cb->stream), "pick read");
+	cu_fail(cb, cudaEventRecord(cb->pick_copied[sl], cb->stream), "pick event");
+	cb->pick_next = sl ^ 1;
+	cb->pick_pending++;
+}
+
+static void cuda_begin_step_pick(struct toast_backend *be, int pos)
+{
+	struct cuda_backend *cb = cu_of(be);
+	const int32_t none = 0; /* (the pick's token replaces it on the device) */
+	if (!cb->failed && cb->pick_pending == 0)
+		cu_fail_msg(cb, "begin_step_pick: no pick queued");
+	cuda_begin_step(be, &none, 1, pos);
+	if (!cb->failed)
+		cu_pick_step(cb, cb->d_pick + (cb->pick_next ^ 1));
+}
+
+static int32_t cuda_pick_read(struct toast_backend *be, struct toast_error *err)
+{
+	struct cuda_backend *cb = cu_of(be);
+	int sl = (cb->pick_next + cb->pick_pending) & 1; /* the oldest: pick_next - pending, mod 2 */
+	if (!cb->failed && cb->pick_pending == 0)
+		cu_fail_msg(cb, "pick_read: no pick pending");
+	if (!cb->failed)
+		cu_fail(cb, cudaEventSynchronize(cb->pick_copied[sl]), "pick read");
+	if (cb->failed) {
+		toast_err_set(err, TOAST_ERR_BACKEND, "%s", cb->fail_msg);
+		return -1;
+	}
+	cb->pick_pending--;
+	return cu_key_id(cb->h_pick[sl]);
+}
+
 #ifdef TOAST_TIMELINE
 #define CU_TL_CAP ((size_t)CU_TL_GRIDS * CU_TL_BLOCKS)
 extern "C" {
@@ -636,12 +683,16 @@ static void cuda_free(struct toast_backend *be)
 	cudaFree(cb->d_step);
 	cudaFreeHost(cb->h_step);
 	cudaFreeHost(cb->h_top);
+	cudaFreeHost(cb->h_pick);
+	cudaFree(cb->d_pick);
 	cudaFree(cb->cublas_ws);
 	cudaFree(cb->counters);
 	cudaFree(cb->f16_slots);
 	if (cb->cublas)
 		cublasDestroy(cb->cublas);
 	cudaEventDestroy(cb->step_copied);
+	for (int i = 0; i < 2; i++)
+		cudaEventDestroy(cb->pick_copied[i]);
 	cudaStreamDestroy(cb->stream);
 	free(cb);
 }
@@ -676,6 +727,9 @@ static const struct toast_backend_ops cuda_ops = {
 	cuda_top,
 	cuda_gemm_rate,
 	cuda_status,
+	cuda_pick,
+	cuda_begin_step_pick,
+	cuda_pick_read,
 };
 
 extern "C" bool toast_backend_cuda_available(void)
@@ -712,6 +766,10 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 		  cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) == cudaSuccess &&
 		  cudaEventCreateWithFlags(&cb->step_copied, cudaEventDisableTiming) == cudaSuccess &&
 		  cudaMallocHost(&cb->h_top, TOAST_TOP_MAX * sizeof(*cb->h_top)) == cudaSuccess &&
+		  cudaMallocHost(&cb->h_pick, 2 * sizeof(*cb->h_pick)) == cudaSuccess &&
+		  cudaMalloc(&cb->d_pick, 2 * sizeof(*cb->d_pick)) == cudaSuccess &&
+		  cudaEventCreateWithFlags(&cb->pick_copied[0], cudaEventDisableTiming) == cudaSuccess &&
+		  cudaEventCreateWithFlags(&cb->pick_copied[1], cudaEventDisableTiming) == cudaSuccess &&
 		  cublasCreate(&cb->cublas) == CUBLAS_STATUS_SUCCESS &&
 		  cublasSetStream(cb->cublas, cb->stream) == CUBLAS_STATUS_SUCCESS &&
 		  cudaMalloc(&cb->cublas_ws, 32u << 20) == cudaSuccess &&

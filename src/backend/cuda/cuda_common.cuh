@@ -57,6 +57,11 @@ struct cuda_backend {
 	/* pinned host landing of cu_top's keys: a copy into pageable memory goes through a staging
 	 * buffer and waits for it, on every generated token's path */
 	unsigned long long *h_top;
+	/* greedy picks queued on the device (toast_backend_ops.pick): a ring of two, each a key on
+	 * the device, its pinned host landing and an event after its copy */
+	unsigned long long *d_pick, *h_pick;
+	cudaEvent_t pick_copied[2];
+	int pick_next, pick_pending;
 	/* device scratch for ops, grown outside graph capture; scratch2 for buffers sized later in an
 	 * op than the first (growing one must not move the other); scratch3 for an op around another
 	 * (a dense MLP's gate and up products around the matmul that makes them) */
@@ -598,5 +603,14 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a);
 
 /* k_top.cu: toast_backend_ops.top (waits for the stream); -1 when the backend has failed */
 int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals);
+/* the largest key of x[0, n) into *key (device), queued; the step's token (d_step[2]) from it */
+void cu_pick(struct cuda_backend *cb, const float *x, int n, unsigned long long *key);
+void cu_pick_step(struct cuda_backend *cb, const unsigned long long *key);
+/* the token a key names (top()'s decoding; 0 for a NaN's or no key, as top()'s empty answer
+ * makes the sampler choose) */
+static inline __host__ __device__ int32_t cu_key_id(unsigned long long key)
+{
+	return (unsigned)(key >> 32) == 0 ? 0 : (int32_t)(0xffffffffu - (unsigned)key);
+}
 
 #endif

@@ -197,6 +197,25 @@ __global__ void __launch_bounds__(TOP_BLOCK) k_top1(const float *x, int n, unsig
 	}
 }
 
+__global__ void k_pick_step(const unsigned long long *key, int32_t *step)
+{
+	step[2] = cu_key_id(*key);
+}
+
+void cu_pick(struct cuda_backend *cb, const float *x, int n, unsigned long long *key)
+{
+	unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK);
+	cu_fail(cb, cudaMemsetAsync(key, 0, sizeof(*key), cb->stream), "top");
+	cu_launch(cb, k_top1, blocks < 2u * cb->n_sm ? blocks : 2u * cb->n_sm, TOP_BLOCK, 0, x, n, key);
+	cu_launched(cb, "top");
+}
+
+void cu_pick_step(struct cuda_backend *cb, const unsigned long long *key)
+{
+	cu_launch(cb, k_pick_step, 1, 1, 0, key, cb->d_step);
+	cu_launched(cb, "pick step");
+}
+
 int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals)
 {
 	if (m < 1 || m > TOAST_TOP_MAX || n < 1)
@@ -207,10 +226,7 @@ int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, 
 		unsigned long long *one = (unsigned long long *)cu_scratch(cb, sizeof(unsigned long long));
 		if (!one)
 			return -1;
-		unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK);
-		cu_fail(cb, cudaMemsetAsync(one, 0, sizeof(*one), cb->stream), "top");
-		cu_launch(cb, k_top1, blocks < 2u * cb->n_sm ? blocks : 2u * cb->n_sm, TOP_BLOCK, 0, x, n, one);
-		cu_launched(cb, "top");
+		cu_pick(cb, x, n, one);
 		res = one;
 	} else if (m <= TOP_RUN) {
 		unsigned g = cu_blocks((size_t)n, TOP_RCHUNK);
