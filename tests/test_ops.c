@@ -1619,6 +1619,22 @@ int main(int argc, char **argv)
 		toast_backend_free(be);
 		return test_done("test_ops --perf");
 	}
+	if (argc > 1 && strcmp(argv[1], "top") == 0) { /* top() and the picks alone, on each backend */
+		struct toast_backend *be;
+		struct toast_error err;
+		for (int k = 0; k < 2; k++) {
+			if (k == 1 && !toast_backend_cuda_available())
+				break;
+			bool ok = (k ? toast_backend_cuda_new(&be, &err) : toast_backend_cpu_new(1, &be, &err)) == TOAST_OK;
+			CHECK(ok, "%s", err.msg);
+			if (!ok)
+				continue;
+			struct ctx c = {.be = be, .name = k ? "cuda" : "cpu", .tol = 0};
+			test_top(&c);
+			toast_backend_free(be);
+		}
+		return test_done("test_ops top");
+	}
 	int threads[] = {1, 3};
 	for (int i = 0; i < 2; i++) {
 		struct toast_backend *be;

@@ -468,24 +468,23 @@ static void cuda_pick(struct toast_backend *be, const float *x, int n)
 		cu_fail_msg(cb, "pick: two picks are pending already");
 		return;
 	}
+	/* the step it makes follows the last one begun (whose logits x are, as the engine uses it) */
 	int sl = cb->pick_next;
-	cu_pick(cb, x, n, cb->d_pick + sl);
-	cu_fail(cb, cudaMemcpyAsync(cb->h_pick + sl, cb->d_pick + sl, sizeof(*cb->h_pick), cudaMemcpyDeviceToHost,
-				    cb->stream), "pick read");
-	cu_fail(cb, cudaEventRecord(cb->pick_copied[sl], cb->stream), "pick event");
+	cb->pick_pos[sl] = cb->d_step ? cb->step_pos + cb->step_T : -1;
+	cu_pick(cb, x, n, cb->dh_pick + sl, cb->pick_pos[sl]);
+	cu_fail(cb, cudaEventRecord(cb->pick_done[sl], cb->stream), "pick event");
 	cb->pick_next = sl ^ 1;
 	cb->pick_pending++;
 }
 
+/* the step's {pos, 1, token} are on the device already, where the last pick left them */
 static void cuda_begin_step_pick(struct toast_backend *be, int pos)
 {
 	struct cuda_backend *cb = cu_of(be);
-	const int32_t none = 0; /* (the pick's token replaces it on the device) */
-	if (!cb->failed && cb->pick_pending == 0)
-		cu_fail_msg(cb, "begin_step_pick: no pick queued");
-	cuda_begin_step(be, &none, 1, pos);
-	if (!cb->failed)
-		cu_pick_step(cb, cb->d_pick + (cb->pick_next ^ 1));
+	if (!cb->failed && (cb->pick_pending == 0 || cb->pick_pos[cb->pick_next ^ 1] != pos))
+		cu_fail_msg(cb, "begin_step_pick: no pick of the logits before position %d is queued", pos);
+	cb->step_T = 1;
+	cb->step_pos = pos;
 }
 
 static int32_t cuda_pick_read(struct toast_backend *be, struct toast_error *err)
@@ -495,13 +494,13 @@ static int32_t cuda_pick_read(struct toast_backend *be, struct toast_error *err)
 	if (!cb->failed && cb->pick_pending == 0)
 		cu_fail_msg(cb, "pick_read: no pick pending");
 	if (!cb->failed)
-		cu_fail(cb, cudaEventSynchronize(cb->pick_copied[sl]), "pick read");
+		cu_fail(cb, cudaEventSynchronize(cb->pick_done[sl]), "pick read");
 	if (cb->failed) {
 		toast_err_set(err, TOAST_ERR_BACKEND, "%s", cb->fail_msg);
 		return -1;
 	}
 	cb->pick_pending--;
-	return cu_key_id(cb->h_pick[sl]);
+	return ((volatile int32_t *)cb->h_pick)[sl];
 }
 
 #ifdef TOAST_TIMELINE
@@ -692,7 +691,7 @@ static void cuda_free(struct toast_backend *be)
 		cublasDestroy(cb->cublas);
 	cudaEventDestroy(cb->step_copied);
 	for (int i = 0; i < 2; i++)
-		cudaEventDestroy(cb->pick_copied[i]);
+		cudaEventDestroy(cb->pick_done[i]);
 	cudaStreamDestroy(cb->stream);
 	free(cb);
 }
@@ -767,9 +766,10 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 		  cudaEventCreateWithFlags(&cb->step_copied, cudaEventDisableTiming) == cudaSuccess &&
 		  cudaMallocHost(&cb->h_top, TOAST_TOP_MAX * sizeof(*cb->h_top)) == cudaSuccess &&
 		  cudaMallocHost(&cb->h_pick, 2 * sizeof(*cb->h_pick)) == cudaSuccess &&
-		  cudaMalloc(&cb->d_pick, 2 * sizeof(*cb->d_pick)) == cudaSuccess &&
-		  cudaEventCreateWithFlags(&cb->pick_copied[0], cudaEventDisableTiming) == cudaSuccess &&
-		  cudaEventCreateWithFlags(&cb->pick_copied[1], cudaEventDisableTiming) == cudaSuccess &&
+		  cudaHostGetDevicePointer((void **)&cb->dh_pick, cb->h_pick, 0) == cudaSuccess &&
+		  cudaMalloc(&cb->d_pick, CU_PICK_BLOCKS * sizeof(*cb->d_pick)) == cudaSuccess &&
+		  cudaEventCreateWithFlags(&cb->pick_done[0], cudaEventDisableTiming) == cudaSuccess &&
+		  cudaEventCreateWithFlags(&cb->pick_done[1], cudaEventDisableTiming) == cudaSuccess &&
 		  cublasCreate(&cb->cublas) == CUBLAS_STATUS_SUCCESS &&
 		  cublasSetStream(cb->cublas, cb->stream) == CUBLAS_STATUS_SUCCESS &&
 		  cudaMalloc(&cb->cublas_ws, 32u << 20) == cudaSuccess &&

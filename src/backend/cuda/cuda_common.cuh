@@ -37,7 +37,8 @@ struct cu_graph {
 enum { CU_F16_SX, CU_F16_WMAX, CU_F16_ALPHA, CU_F16_ZERO, CU_F16_ONE, CU_F16_XMAX, CU_F16_KEPT0 };
 
 /* cuda_backend.counters: the router's ticket (when it picks the experts itself), top's */
-enum { CU_CTR_ROUTE, CU_CTR_TOP };
+enum { CU_CTR_ROUTE, CU_CTR_TOP, CU_CTR_PICK };
+#define CU_PICK_BLOCKS 1024 /* k_pick's grid at most */
 
 struct cuda_backend {
 	struct toast_backend base;
@@ -57,10 +58,13 @@ struct cuda_backend {
 	/* pinned host landing of cu_top's keys: a copy into pageable memory goes through a staging
 	 * buffer and waits for it, on every generated token's path */
 	unsigned long long *h_top;
-	/* greedy picks queued on the device (toast_backend_ops.pick): a ring of two, each a key on
-	 * the device, its pinned host landing and an event after its copy */
-	unsigned long long *d_pick, *h_pick;
-	cudaEvent_t pick_copied[2];
+	/* greedy picks queued on the device (toast_backend_ops.pick): a ring of two, each a token
+	 * the device writes to pinned memory, an event after it, and the position of the step it
+	 * makes (a host mirror of what k_pick leaves in d_step); d_pick: k_pick's blocks' bests */
+	unsigned long long *d_pick;
+	int32_t *h_pick, *dh_pick; /* (dh: the device's address of h_pick) */
+	cudaEvent_t pick_done[2];
+	int pick_pos[2];
 	int pick_next, pick_pending;
 	/* device scratch for ops, grown outside graph capture; scratch2 for buffers sized later in an
 	 * op than the first (growing one must not move the other); scratch3 for an op around another
@@ -603,9 +607,9 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a);
 
 /* k_top.cu: toast_backend_ops.top (waits for the stream); -1 when the backend has failed */
 int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals);
-/* the largest key of x[0, n) into *key (device), queued; the step's token (d_step[2]) from it */
-void cu_pick(struct cuda_backend *cb, const float *x, int n, unsigned long long *key);
-void cu_pick_step(struct cuda_backend *cb, const unsigned long long *key);
+/* the token of the largest of x[0, n) into *host (pinned, device-visible), queued; d_step (if
+ * any) then holds the one-token step {pos, 1, that token} (k_pick) */
+void cu_pick(struct cuda_backend *cb, const float *x, int n, volatile int32_t *host, int pos);
 /* the token a key names (top()'s decoding; 0 for a NaN's or no key, as top()'s empty answer
  * makes the sampler choose) */
 static inline __host__ __device__ int32_t cu_key_id(unsigned long long key)

@@ -169,51 +169,92 @@ __global__ void __launch_bounds__(TOP_RWARPS * 32) k_top_runs(const float *x, in
 		*counter = 0;
 }
 
-/* m == 1 (greedy): the largest key by a max per block and one atomicMax each into *out (zeroed
- * before): one launch, no sorting */
-__global__ void __launch_bounds__(TOP_BLOCK) k_top1(const float *x, int n, unsigned long long *out)
+/* the largest of each thread's key v over the block, in thread 0 (shared words reused: a
+ * barrier before a second call) */
+__device__ unsigned long long top_block_max(unsigned long long v)
 {
 	__shared__ unsigned long long w[TOP_BLOCK / 32];
+	for (int o = 16; o > 0; o >>= 1) {
+		unsigned long long k = __shfl_xor_sync(0xffffffffu, v, o);
+		v = k > v ? k : v;
+	}
+	if ((threadIdx.x & 31) == 0)
+		w[threadIdx.x >> 5] = v;
+	__syncthreads();
+	if (threadIdx.x < 32) {
+		v = threadIdx.x < blockDim.x / 32 ? w[threadIdx.x] : 0;
+		for (int o = 16; o > 0; o >>= 1) {
+			unsigned long long k = __shfl_xor_sync(0xffffffffu, v, o);
+			v = k > v ? k : v;
+		}
+	}
+	return v;
+}
+
+/* the thread's largest key of x over a grid stride */
+__device__ __forceinline__ unsigned long long top_thread_max(const float *x, int n)
+{
 	unsigned long long best = 0;
 	for (int i = blockIdx.x * TOP_BLOCK + threadIdx.x; i < n; i += gridDim.x * TOP_BLOCK) {
 		unsigned long long k = top_key(x[i], i);
 		best = k > best ? k : best;
 	}
-	for (int o = 16; o > 0; o >>= 1) {
-		unsigned long long k = __shfl_xor_sync(0xffffffffu, best, o);
+	return best;
+}
+
+/* m == 1 (greedy): the largest key by a max per block and one atomicMax each into *out (zeroed
+ * before): one launch, no sorting */
+__global__ void __launch_bounds__(TOP_BLOCK) k_top1(const float *x, int n, unsigned long long *out)
+{
+	unsigned long long best = top_block_max(top_thread_max(x, n));
+	if (threadIdx.x == 0)
+		atomicMax(out, best);
+}
+
+/* a greedy pick in one launch (toast_backend_ops.pick): each block's largest key into part; the
+ * last block (a ticket in *counter, which it zeroes) the largest of them, as a token, into *host
+ * (pinned memory the device writes directly: no copy after the kernel) and, with step, the
+ * one-token step {pos, 1, token} into it, which a step begun by begin_step_pick reads (no copy
+ * before it) */
+__global__ void __launch_bounds__(TOP_BLOCK) k_pick(const float *x, int n, unsigned long long *part,
+						     unsigned *counter, volatile int32_t *host, int32_t *step, int pos)
+{
+	__shared__ unsigned ticket;
+	unsigned long long best = top_block_max(top_thread_max(x, n));
+	if (threadIdx.x == 0) {
+		part[blockIdx.x] = best;
+		__threadfence();
+		ticket = atomicAdd(counter, 1u);
+	}
+	__syncthreads();
+	if (ticket != gridDim.x - 1)
+		return;
+	__threadfence();
+	best = 0;
+	for (int i = threadIdx.x; i < (int)gridDim.x; i += TOP_BLOCK) {
+		unsigned long long k = __ldcg(part + i);
 		best = k > best ? k : best;
 	}
-	if ((threadIdx.x & 31) == 0)
-		w[threadIdx.x >> 5] = best;
-	__syncthreads();
-	if (threadIdx.x < 32) {
-		best = w[threadIdx.x];
-		for (int o = 16; o > 0; o >>= 1) {
-			unsigned long long k = __shfl_xor_sync(0xffffffffu, best, o);
-			best = k > best ? k : best;
+	best = top_block_max(best);
+	if (threadIdx.x == 0) {
+		int32_t id = cu_key_id(best);
+		*host = id;
+		if (step) {
+			step[0] = pos;
+			step[1] = 1;
+			step[2] = id;
 		}
-		if (threadIdx.x == 0)
-			atomicMax(out, best);
+		*counter = 0;
 	}
 }
 
-__global__ void k_pick_step(const unsigned long long *key, int32_t *step)
+void cu_pick(struct cuda_backend *cb, const float *x, int n, volatile int32_t *host, int pos)
 {
-	step[2] = cu_key_id(*key);
-}
-
-void cu_pick(struct cuda_backend *cb, const float *x, int n, unsigned long long *key)
-{
-	unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK);
-	cu_fail(cb, cudaMemsetAsync(key, 0, sizeof(*key), cb->stream), "top");
-	cu_launch(cb, k_top1, blocks < 2u * cb->n_sm ? blocks : 2u * cb->n_sm, TOP_BLOCK, 0, x, n, key);
-	cu_launched(cb, "top");
-}
-
-void cu_pick_step(struct cuda_backend *cb, const unsigned long long *key)
-{
-	cu_launch(cb, k_pick_step, 1, 1, 0, key, cb->d_step);
-	cu_launched(cb, "pick step");
+	unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK), cap = 2u * cb->n_sm;
+	cap = cap < CU_PICK_BLOCKS ? cap : CU_PICK_BLOCKS;
+	cu_launch(cb, k_pick, blocks < cap ? blocks : cap, TOP_BLOCK, 0, x, n, cb->d_pick, cb->counters + CU_CTR_PICK, host,
+		  cb->d_step, pos);
+	cu_launched(cb, "pick");
 }
 
 int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals)
@@ -226,7 +267,10 @@ int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, 
 		unsigned long long *one = (unsigned long long *)cu_scratch(cb, sizeof(unsigned long long));
 		if (!one)
 			return -1;
-		cu_pick(cb, x, n, one);
+		unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK);
+		cu_fail(cb, cudaMemsetAsync(one, 0, sizeof(*one), cb->stream), "top");
+		cu_launch(cb, k_top1, blocks < 2u * cb->n_sm ? blocks : 2u * cb->n_sm, TOP_BLOCK, 0, x, n, one);
+		cu_launched(cb, "top");
 		res = one;
 	} else if (m <= TOP_RUN) {
 		unsigned g = cu_blocks((size_t)n, TOP_RCHUNK);
