@@ -218,7 +218,7 @@ int cli_bench(int argc, char **argv)
 		max_ctx = o.prompts[i] > max_ctx ? o.prompts[i] : max_ctx;
 	for (int i = 0; i < o.n_ctxs; i++)
 		max_ctx = o.ctxs[i] > max_ctx ? o.ctxs[i] : max_ctx;
-	max_ctx += o.n_decode + 1;
+	max_ctx += o.n_decode + 2; /* the warm-up token, then n_decode + 1 generated */
 	for (int i = 0; o.cache && i < o.n_history; i++)
 		max_ctx = o.history[i] + o.n_new + 2 > max_ctx ? o.history[i] + o.n_new + 2 : max_ctx;
 	int32_t *ids = bench_ids(max_ctx, in->n_vocab);
@@ -273,6 +273,9 @@ int cli_bench(int argc, char **argv)
 		struct toast_gen_result res = {0};
 		if (st == TOAST_OK)
 			st = toast_generate(s, NULL, NULL, 0, &go, NULL, NULL, &res, &err);
+		if (st == TOAST_OK && res.n_generated != o.n_decode + 1)
+			st = toast_err_set(&err, TOAST_ERR_CTX_FULL, "decode at %d: %d tokens generated, not %d (the context)",
+					   o.ctxs[i], res.n_generated, o.n_decode + 1);
 		double t = res.t_decode / o.n_decode;
 		/* bytes a step must read: weights, recurrent state read and written, KV rows read */
 		double bytes = (double)in->decode_bytes + 2.0 * in->state_bytes_fixed +
