@@ -36,7 +36,8 @@ struct cu_graph {
  * alpha, 0 and 1 (its betas), an f32 input's largest |value|, then the kept weights' */
 enum { CU_F16_SX, CU_F16_WMAX, CU_F16_ALPHA, CU_F16_ZERO, CU_F16_ONE, CU_F16_XMAX, CU_F16_KEPT0 };
 
-/* cuda_backend.counters: the router's ticket (when it picks the experts itself), top's */
+/* cuda_backend.counters: the tickets of the router (when it picks the experts itself), of top's
+ * runs (k_top_runs) and of the greedy pick (k_pick) */
 enum { CU_CTR_ROUTE, CU_CTR_TOP, CU_CTR_PICK };
 #define CU_PICK_BLOCKS 1024 /* k_pick's grid at most */
 

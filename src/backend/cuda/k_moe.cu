@@ -1414,8 +1414,9 @@ static void moe_route_launch(struct cuda_backend *cb, const moe_route_args &r, u
 		      r.sgw, r.h, r.logits, r.sel, r.wt, r.sgate, r.counter);
 }
 
-/* a decode step's router (one token, the experts picked by gate/up) has an instance of its own:
- * no token loop nor top-k tail in its code, which a 3 us kernel fetches as it runs */
+/* a decode step's router (one token, the experts picked by gate/up) has an instance of its own,
+ * without the token loop and the top-k tail: a quarter of the code (its phase took as long, the
+ * step 16 us less, docs/PERF.md) */
 template <int TYPE>
 static void moe_route(struct cuda_backend *cb, const moe_route_args &r, unsigned nb, size_t smem)
 {
