@@ -444,53 +444,72 @@ static int collect_id(void *ud, int32_t id, const char *text, size_t len)
 }
 
 /* Generation feeds every token it streams, the last included, also where a step runs while the
- * host streams the token before it (CUDA: the token is fed before its text is found): the ids a
- * loop of feed and top 1 picks, the session then holding prompt + reply with that loop's logits
- * bit for bit; a reply the callback cuts holds its tokens too. The session cache's snapshot of
- * a request's end relies on it. */
-static void test_generate_fed(void)
+ * host streams the token before it (an asynchronous backend, CUDA, or the CPU told it is one:
+ * the token fed before its text is found; greedy steps chained, each queued before its token
+ * is read): the ids a loop of top and feed picks, the session then holding prompt + reply with
+ * that loop's logits bit for bit; a reply the callback cuts holds its tokens too. Greedy, and
+ * drawn from the top 20. The session cache's snapshot of a request's end relies on it. */
+static void test_generate_fed(bool async)
 {
 	struct toast_session *s, *h = NULL;
 	struct toast_engine *e = setup("qwen3next-tiny", 0, &s);
 	if (!e)
 		return;
+	if (async)
+		e->be->async_steps = true;
 	int V = toast_engine_info(e)->n_vocab;
 	struct toast_error err = {0};
 	int32_t p[30];
 	fill_ids(p, 30, 9, V);
-	struct toast_gen_opts go = {.max_tokens = 12};
-	toast_sampling_init(&go.sampling);
-	go.sampling.temperature = 0;
-	struct toast_gen_result res;
-	struct collect got = {0};
-	CHECK(toast_generate(s, NULL, p, 30, &go, collect_id, &got, &res, &err) == TOAST_OK, "generate: %s", err.msg);
-	CHECK(got.n == 12 && res.finish == TOAST_FINISH_LENGTH && toast_session_n_past(s) == 42,
-	      "%s: 12 tokens streamed (%d), all fed (%d in the session)", backend, got.n, toast_session_n_past(s));
-	CHECK(memcmp(toast_session_tokens(s) + 30, got.ids, 12 * sizeof(int32_t)) == 0, "%s: the session holds the reply",
-	      backend);
-	CHECK(toast_session_new(e, N_CTX, &h, &err) == TOAST_OK, "session: %s", err.msg);
-	CHECK(h && toast_session_feed(h, p, 30, NULL, &err) == TOAST_OK, "feed: %s", err.msg);
-	for (int i = 0; h && i < 12; i++) {
-		int32_t id = -1;
-		float v;
-		CHECK(toast_session_top(h, 1, &id, &v, &err) == 1 && id == got.ids[i], "%s: token %d is %d, by hand %d",
-		      backend, i, got.ids[i], id);
-		feed(h, &id, 1);
-	}
-	float *ref = h ? malloc((size_t)V * sizeof(float)) : NULL;
-	if (ref) {
-		memcpy(ref, toast_session_logits(h), (size_t)V * sizeof(float));
-		CHECK(same_logits(s, ref, V), "%s: generation ends with the logits of its last token fed", backend);
+	float *ref = malloc((size_t)V * sizeof(float));
+	for (int drawn = 0; ref && drawn < 2; drawn++) {
+		const char *how = drawn ? "drawn" : "greedy";
+		struct toast_gen_opts go = {.max_tokens = 12};
+		toast_sampling_init(&go.sampling);
+		go.sampling.temperature = drawn ? 0.7f : 0.0f;
+		go.sampling.seed = 42;
+		struct toast_gen_result res;
+		struct collect got = {0};
+		toast_session_reset(s);
+		CHECK(toast_generate(s, NULL, p, 30, &go, collect_id, &got, &res, &err) == TOAST_OK, "generate: %s", err.msg);
+		CHECK(got.n == 12 && res.finish == TOAST_FINISH_LENGTH && toast_session_n_past(s) == 42,
+		      "%s %s: 12 tokens streamed (%d), all fed (%d in the session)", backend, how, got.n,
+		      toast_session_n_past(s));
+		CHECK(memcmp(toast_session_tokens(s) + 30, got.ids, 12 * sizeof(int32_t)) == 0,
+		      "%s %s: the session holds the reply", backend, how);
+		/* by hand: the same sampler, top and feed a token at a time */
+		struct toast_sampler *sp = NULL;
+		CHECK(toast_sampler_new(&go.sampling, V, &sp, &err) == TOAST_OK, "sampler: %s", err.msg);
+		CHECK(toast_session_new(e, N_CTX, &h, &err) == TOAST_OK, "session: %s", err.msg);
+		CHECK(h && toast_session_feed(h, p, 30, NULL, &err) == TOAST_OK, "feed: %s", err.msg);
+		for (int i = 0; sp && h && i < 30; i++)
+			toast_sampler_accept(sp, p[i]);
+		for (int i = 0; sp && h && i < 12; i++) {
+			int32_t ids[TOAST_SAMPLER_TOP_MAX];
+			float vals[TOAST_SAMPLER_TOP_MAX];
+			int n = toast_session_top(h, toast_sampler_top_need(sp), ids, vals, &err);
+			int32_t id = n < 0 ? -1 : toast_sampler_sample_top(sp, ids, vals, n);
+			toast_sampler_accept(sp, id);
+			CHECK(id == got.ids[i], "%s %s: token %d is %d, by hand %d", backend, how, i, got.ids[i], id);
+			feed(h, &id, 1);
+		}
+		if (h) {
+			memcpy(ref, toast_session_logits(h), (size_t)V * sizeof(float));
+			CHECK(same_logits(s, ref, V), "%s %s: generation ends with the logits of its last token fed", backend,
+			      how);
+		}
+		toast_sampler_free(sp);
+		toast_session_free(h);
+		h = NULL;
+		struct collect cut = {.cut = 5};
+		toast_session_reset(s);
+		CHECK(toast_generate(s, NULL, p, 30, &go, collect_id, &cut, &res, &err) == TOAST_OK, "generate: %s", err.msg);
+		CHECK(res.finish == TOAST_FINISH_CANCELLED && cut.n == 5 && toast_session_n_past(s) == 35 &&
+			      memcmp(toast_session_tokens(s) + 30, got.ids, 5 * sizeof(int32_t)) == 0,
+		      "%s %s: a reply cut after 5 tokens holds them (finish %d, %d streamed, %d in the session)", backend,
+		      how, (int)res.finish, cut.n, toast_session_n_past(s));
 	}
 	free(ref);
-	toast_session_free(h);
-	struct collect cut = {.cut = 5};
-	toast_session_reset(s);
-	CHECK(toast_generate(s, NULL, p, 30, &go, collect_id, &cut, &res, &err) == TOAST_OK, "generate: %s", err.msg);
-	CHECK(res.finish == TOAST_FINISH_CANCELLED && cut.n == 5 && toast_session_n_past(s) == 35 &&
-		      memcmp(toast_session_tokens(s) + 30, got.ids, 5 * sizeof(int32_t)) == 0,
-	      "%s: a reply cut after 5 tokens holds them (finish %d, %d streamed, %d in the session)", backend,
-	      (int)res.finish, cut.n, toast_session_n_past(s));
 	toast_session_free(s);
 	toast_engine_close(e);
 }
@@ -590,7 +609,8 @@ int main(int argc, char **argv)
 	test_lru();
 	test_files();
 	test_penalty();
-	test_generate_fed();
+	test_generate_fed(false);
+	test_generate_fed(true);
 	/* the GPU: restores (from pinned host and from device memory) and files, bit for bit */
 	if (toast_backend_cuda_available()) {
 		backend = "cuda";
@@ -599,7 +619,7 @@ int main(int argc, char **argv)
 				test_restore(models[i], device);
 		test_kv8();
 		test_files();
-		test_generate_fed();
+		test_generate_fed(false);
 	} else {
 		printf("test_cache: cuda SKIP (no CUDA device in this build or machine)\n");
 	}

@@ -370,7 +370,8 @@ struct toast_backend {
 	enum toast_dtype act_type;
 	size_t act_size;
 	/* a forward pass returns once its ops are queued (the host may work while they run): a
-	 * generation loop then feeds a token before it streams the token's text */
+	 * generation loop then feeds a token before it streams the token's text, and chains
+	 * greedy steps (ops.pick) */
 	bool async_steps;
 	void *impl;
 };

@@ -178,7 +178,8 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	toast_detok_init(&dt);
 	/* greedy on a backend that picks: each token is fed as it is picked, before the host knows
 	 * it (engine.h), and the host streams it while the next step runs */
-	bool chain = opts->sampling.temperature <= 0 && toast_sampler_top_need(sp) == 1 && toast_session_greedy_begin(s);
+	bool chain = s->e->be->async_steps && opts->sampling.temperature <= 0 && toast_sampler_top_need(sp) == 1 &&
+		     toast_session_greedy_begin(s);
 	bool async = s->e->be->async_steps && !chain;
 	for (;;) {
 		int32_t id;

@@ -221,6 +221,39 @@ static void cpu_begin_step(struct toast_backend *be, const int32_t *ids, int T, 
 	cb->step_pos = pos;
 }
 
+/* greedy picks: the work is done at once, the ring only keeps the contract's order (the
+ * engine's chained decoding runs on the CPU in tests, toast_backend.async_steps being false) */
+static void cpu_pick(struct toast_backend *be, const float *x, int n)
+{
+	struct cpu_backend *cb = cpu_of(be);
+	int32_t id;
+	float v;
+	if (cb->pick_pending == 2) {
+		cb->pick_bad = true;
+		return;
+	}
+	cb->picks[cb->pick_next] = toast_top_host(x, n, 1, &id, &v) ? id : 0;
+	cb->pick_next ^= 1;
+	cb->pick_pending++;
+}
+
+static void cpu_begin_step_pick(struct toast_backend *be, int pos)
+{
+	struct cpu_backend *cb = cpu_of(be);
+	cb->pick_bad |= cb->pick_pending == 0;
+	cpu_begin_step(be, &cb->picks[cb->pick_next ^ 1], 1, pos);
+}
+
+static int32_t cpu_pick_read(struct toast_backend *be, struct toast_error *err)
+{
+	struct cpu_backend *cb = cpu_of(be);
+	if (cb->pick_bad || cb->pick_pending == 0) {
+		toast_err_set(err, TOAST_ERR_BACKEND, "cpu backend: picks used out of turn");
+		return -1;
+	}
+	return cb->picks[(cb->pick_next + cb->pick_pending--) & 1];
+}
+
 /* ---- small ops ---- */
 
 static void cpu_embed(struct toast_backend *be, float *x, const struct toast_weight *W, int T)
@@ -282,6 +315,9 @@ static const struct toast_backend_ops cpu_ops = {
 	.host_release = cpu_host_release,
 	.mem_free = cpu_mem_free,
 	.top = cpu_top,
+	.pick = cpu_pick,
+	.begin_step_pick = cpu_begin_step_pick,
+	.pick_read = cpu_pick_read,
 };
 
 enum toast_status toast_backend_cpu_new(int n_threads, struct toast_backend **out, struct toast_error *err)

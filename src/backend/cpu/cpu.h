@@ -25,6 +25,11 @@ struct cpu_backend {
 	size_t shared_n;
 	const int32_t *ids;
 	int step_T, step_pos;
+	/* greedy picks (toast_backend_ops.pick), made at once: a ring of two; pick_bad: a call out
+	 * of turn, reported by the next pick_read */
+	int32_t picks[2];
+	int pick_next, pick_pending;
+	bool pick_bad;
 	bool oom; /* a scratch allocation failed: reported by sync() */
 	void **owned; /* synthetic weights made by prepare_weight, freed with the backend */
 	size_t n_owned;
