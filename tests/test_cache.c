@@ -498,6 +498,25 @@ static void test_generate_fed(bool async)
 			CHECK(same_logits(s, ref, V), "%s %s: generation ends with the logits of its last token fed", backend,
 			      how);
 		}
+		if (h && !drawn) { /* more, from logits on the host (as a cache restore leaves them): the
+				    * first token picked there, the chain (if any) from the next */
+			struct collect more = {0};
+			go.max_tokens = 6;
+			CHECK(toast_generate(s, NULL, NULL, 0, &go, collect_id, &more, &res, &err) == TOAST_OK, "generate: %s",
+			      err.msg);
+			go.max_tokens = 12;
+			for (int i = 0; i < 6; i++) {
+				int32_t id = -1;
+				float v;
+				CHECK(toast_session_top(h, 1, &id, &v, &err) == 1 && more.n == 6 && id == more.ids[i],
+				      "%s: continued, token %d is %d, by hand %d", backend, i, more.ids[i], id);
+				feed(h, &id, 1);
+			}
+			memcpy(ref, toast_session_logits(h), (size_t)V * sizeof(float));
+			CHECK(toast_session_n_past(s) == 48 && same_logits(s, ref, V),
+			      "%s: continued from host logits, the session holds 48 tokens (%d) and the same logits", backend,
+			      toast_session_n_past(s));
+		}
 		toast_sampler_free(sp);
 		toast_session_free(h);
 		h = NULL;

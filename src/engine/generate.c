@@ -177,11 +177,14 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	struct toast_detok dt;
 	toast_detok_init(&dt);
 	/* greedy on a backend that picks: each token is fed as it is picked, before the host knows
-	 * it (engine.h), and the host streams it while the next step runs */
-	bool chain = s->e->be->async_steps && opts->sampling.temperature <= 0 && toast_sampler_top_need(sp) == 1 &&
-		     toast_session_greedy_begin(s);
-	bool async = s->e->be->async_steps && !chain;
+	 * it (engine.h), and the host streams it while the next step runs; from the first token
+	 * whose logits are on the backend (not yet those a cache restore put on the host) */
+	bool greedy = s->e->be->async_steps && opts->sampling.temperature <= 0 && toast_sampler_top_need(sp) == 1;
+	bool chain = false;
 	for (;;) {
+		if (greedy && !chain)
+			chain = toast_session_greedy_begin(s);
+		bool async = s->e->be->async_steps && !chain;
 		int32_t id;
 		if (chain) {
 			if ((id = toast_session_greedy_step(s, err)) < 0) {
