@@ -325,10 +325,10 @@ __device__ __forceinline__ float cu_warp_max(float v)
 }
 
 /* v reduced over the block by the warp reduction WARP (blockDim.x a multiple of 32, <= 1024),
- * id its identity; every thread gets the result. sh must hold 32 floats; the function
+ * id its identity; every thread gets the result. sh must hold 32 values; the function
  * synchronises. */
-template <float (*WARP)(float)>
-__device__ __forceinline__ float cu_block_reduce(float v, float *sh, float id)
+template <typename T, T (*WARP)(T)>
+__device__ __forceinline__ T cu_block_reduce(T v, T *sh, T id)
 {
 	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	v = WARP(v);
@@ -342,13 +342,30 @@ __device__ __forceinline__ float cu_block_reduce(float v, float *sh, float id)
 /* Sum over the block (cu_block_reduce) */
 __device__ __forceinline__ float cu_block_sum(float v, float *sh)
 {
-	return cu_block_reduce<cu_warp_sum>(v, sh, 0.0f);
+	return cu_block_reduce<float, cu_warp_sum>(v, sh, 0.0f);
 }
 
 /* Maximum over the block (cu_block_reduce) */
 __device__ __forceinline__ float cu_block_max(float v, float *sh)
 {
-	return cu_block_reduce<cu_warp_max>(v, sh, -INFINITY);
+	return cu_block_reduce<float, cu_warp_max>(v, sh, -INFINITY);
+}
+
+/* true, in every thread, in the last block of the grid to pass here (a ticket in *counter, which
+ * that block zeroes when done); what any thread of the grid wrote before it is then visible
+ * there (read past L1: __ldcg). Every thread of every block calls it. */
+__device__ __forceinline__ bool cu_last_block(unsigned *counter)
+{
+	__shared__ unsigned ticket;
+	__threadfence();
+	__syncthreads();
+	if (threadIdx.x == 0)
+		ticket = atomicAdd(counter, 1u);
+	__syncthreads();
+	if (ticket != gridDim.x - 1)
+		return false;
+	__threadfence();
+	return true;
 }
 
 /* m (>= 0) into *amax, a float's bits, by the warp's largest: call with every lane, *amax zeroed

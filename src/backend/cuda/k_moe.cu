@@ -332,7 +332,6 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 {
 	extern __shared__ float hs[];
 	__shared__ float red[32];
-	__shared__ unsigned ticket;
 	int E = d.E, T = DEC ? 1 : d.T;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int e = blockIdx.x * MOE_WARPS + warp;
@@ -395,15 +394,8 @@ __global__ void __launch_bounds__(MOE_WARPS * 32)
 	cu_tl_mark(1); /* warp 0's logit */
 	if (DEC || d.pick)
 		return;
-	/* the last block to finish chooses the experts */
-	__threadfence();
-	__syncthreads();
-	if (threadIdx.x == 0)
-		ticket = atomicAdd(counter, 1u);
-	__syncthreads();
-	if (ticket != gridDim.x - 1)
+	if (!cu_last_block(counter)) /* the last block to finish chooses the experts */
 		return;
-	__threadfence();
 	for (int t = 0; t < d.T; t++) {
 		if (d.ne <= 32 * MOE_WARP_TOPK) {
 			if (threadIdx.x < 32)

@@ -143,20 +143,13 @@ __global__ void __launch_bounds__(TOP_RWARPS * 32) k_top_runs(const float *x, in
 							       unsigned long long *out, unsigned *counter)
 {
 	__shared__ unsigned long long s[TOP_RWARPS * 32];
-	__shared__ unsigned ticket;
 	int lane = threadIdx.x & 31;
 	unsigned long long b =
 		top_run_chunk<false>([&](int i) { return i < n ? top_key(x[i], i) : 0ull; }, blockIdx.x * TOP_RCHUNK, s);
 	if (threadIdx.x < 32)
 		part[blockIdx.x * 32 + lane] = b;
-	__threadfence();
-	__syncthreads();
-	if (threadIdx.x == 0)
-		ticket = atomicAdd(counter, 1u);
-	__syncthreads();
-	if (ticket != gridDim.x - 1)
+	if (!cu_last_block(counter))
 		return;
-	__threadfence();
 	int tot = gridDim.x * 32;
 	unsigned long long best = 0;
 	for (int i0 = 0; i0 < tot; i0 += TOP_RCHUNK) {
@@ -169,26 +162,20 @@ __global__ void __launch_bounds__(TOP_RWARPS * 32) k_top_runs(const float *x, in
 		*counter = 0;
 }
 
-/* the largest of each thread's key v over the block, in thread 0 (shared words reused: a
- * barrier before a second call) */
-__device__ unsigned long long top_block_max(unsigned long long v)
+__device__ __forceinline__ unsigned long long top_warp_max(unsigned long long v)
 {
-	__shared__ unsigned long long w[TOP_BLOCK / 32];
 	for (int o = 16; o > 0; o >>= 1) {
 		unsigned long long k = __shfl_xor_sync(0xffffffffu, v, o);
 		v = k > v ? k : v;
 	}
-	if ((threadIdx.x & 31) == 0)
-		w[threadIdx.x >> 5] = v;
-	__syncthreads();
-	if (threadIdx.x < 32) {
-		v = threadIdx.x < blockDim.x / 32 ? w[threadIdx.x] : 0;
-		for (int o = 16; o > 0; o >>= 1) {
-			unsigned long long k = __shfl_xor_sync(0xffffffffu, v, o);
-			v = k > v ? k : v;
-		}
-	}
 	return v;
+}
+
+/* the largest of each thread's key v over the block, in every thread */
+__device__ __forceinline__ unsigned long long top_block_max(unsigned long long v)
+{
+	__shared__ unsigned long long w[32];
+	return cu_block_reduce<unsigned long long, top_warp_max>(v, w, 0ull);
 }
 
 /* the thread's largest key of x over a grid stride */
@@ -219,17 +206,11 @@ __global__ void __launch_bounds__(TOP_BLOCK) k_top1(const float *x, int n, unsig
 __global__ void __launch_bounds__(TOP_BLOCK) k_pick(const float *x, int n, unsigned long long *part,
 						     unsigned *counter, volatile int32_t *host, int32_t *step, int pos)
 {
-	__shared__ unsigned ticket;
 	unsigned long long best = top_block_max(top_thread_max(x, n));
-	if (threadIdx.x == 0) {
+	if (threadIdx.x == 0)
 		part[blockIdx.x] = best;
-		__threadfence();
-		ticket = atomicAdd(counter, 1u);
-	}
-	__syncthreads();
-	if (ticket != gridDim.x - 1)
+	if (!cu_last_block(counter))
 		return;
-	__threadfence();
 	best = 0;
 	for (int i = threadIdx.x; i < (int)gridDim.x; i += TOP_BLOCK) {
 		unsigned long long k = __ldcg(part + i);
