@@ -445,10 +445,11 @@ static int collect_id(void *ud, int32_t id, const char *text, size_t len)
 
 /* Generation feeds every token it streams, the last included, also where a step runs while the
  * host streams the token before it (an asynchronous backend, CUDA, or the CPU told it is one:
- * the token fed before its text is found; greedy steps chained, each queued before its token
+ * the token fed before its text is found; steps chained, each queued before its token
  * is read): the ids a loop of top and feed picks, the session then holding prompt + reply with
  * that loop's logits bit for bit; a reply the callback cuts holds its tokens too. Greedy, and
- * drawn from the top 20. The session cache's snapshot of a request's end relies on it. */
+ * drawn from the top 20 (chained too: the draw made where the logits are, draw.h). The session
+ * cache's snapshot of a request's end relies on it. */
 static void test_generate_fed(bool async)
 {
 	struct toast_session *s, *h = NULL;
@@ -498,24 +499,29 @@ static void test_generate_fed(bool async)
 			CHECK(same_logits(s, ref, V), "%s %s: generation ends with the logits of its last token fed", backend,
 			      how);
 		}
-		if (h && !drawn) { /* more, from logits on the host (as a cache restore leaves them): the
-				    * first token picked there, the chain (if any) from the next */
+		if (h) { /* more, from logits on the host (as a cache restore leaves them): the first
+			  * token picked there, the chain (if any) from the next; a new sampler */
 			struct collect more = {0};
 			go.max_tokens = 6;
 			CHECK(toast_generate(s, NULL, NULL, 0, &go, collect_id, &more, &res, &err) == TOAST_OK, "generate: %s",
 			      err.msg);
 			go.max_tokens = 12;
-			for (int i = 0; i < 6; i++) {
-				int32_t id = -1;
-				float v;
-				CHECK(toast_session_top(h, 1, &id, &v, &err) == 1 && more.n == 6 && id == more.ids[i],
-				      "%s: continued, token %d is %d, by hand %d", backend, i, more.ids[i], id);
+			toast_sampler_free(sp);
+			sp = NULL;
+			CHECK(toast_sampler_new(&go.sampling, V, &sp, &err) == TOAST_OK, "sampler: %s", err.msg);
+			for (int i = 0; sp && i < 6; i++) {
+				int32_t ids[TOAST_SAMPLER_TOP_MAX];
+				float vals[TOAST_SAMPLER_TOP_MAX];
+				int n = toast_session_top(h, toast_sampler_top_need(sp), ids, vals, &err);
+				int32_t id = n < 0 ? -1 : toast_sampler_sample_top(sp, ids, vals, n);
+				CHECK(more.n == 6 && id == more.ids[i], "%s %s: continued, token %d is %d, by hand %d", backend, how,
+				      i, more.ids[i], id);
 				feed(h, &id, 1);
 			}
 			memcpy(ref, toast_session_logits(h), (size_t)V * sizeof(float));
 			CHECK(toast_session_n_past(s) == 48 && same_logits(s, ref, V),
-			      "%s: continued from host logits, the session holds 48 tokens (%d) and the same logits", backend,
-			      toast_session_n_past(s));
+			      "%s %s: continued from host logits, the session holds 48 tokens (%d) and the same logits", backend,
+			      how, toast_session_n_past(s));
 		}
 		toast_sampler_free(sp);
 		toast_session_free(h);

@@ -868,6 +868,49 @@ static void test_moe_types(struct ctx *c, int T, int E, int ne, int k, int F, in
 	test_moe_up(c, T, E, ne, k, F, Fs, norm_topk, sh_gate, ty, ty->gate_up);
 }
 
+/* what a pick of x[0..n) makes on the host: the largest's id (d NULL), else the draw d over
+ * the d->top_k largest (toast_draw_top); 0 when all are NaN */
+static int32_t pick_ref(const float *x, int n, const struct toast_draw *d)
+{
+	int32_t ids[TOAST_DRAW_MAX];
+	float vals[TOAST_DRAW_MAX], p[TOAST_DRAW_MAX];
+	int got = toast_top_host(x, n, d ? d->top_k : 1, ids, vals);
+	return got == 0 ? 0 : d ? ids[toast_draw_top(vals, got, d, p)] : ids[0];
+}
+
+/* pick(): greedy, and draws of every kind (top_k 1..32, nucleus or not, min-p, a flat and a
+ * sharp temperature, u at both ends), each exactly the host's token; picks queued two at a
+ * time are read in order */
+static void test_picks(struct ctx *c, const float *x, void *d, int n)
+{
+	static const struct toast_draw draws[] = {
+		{0.7f, 0.8f, 0, 20, 0.37},  {1.3f, 1, 0.05f, 32, 0.999999}, {0.2f, 0.95f, 0, 7, 0.0},
+		{1, 1, 0, 1, 0.5},          {50, 0.5f, 0, 32, 0.61},        {0.7f, 0.8f, 0.2f, 20, 0.93},
+		{3, 0.999f, 0, 31, 0.0001},
+	};
+	int nd = (int)(sizeof(draws) / sizeof(draws[0]));
+	for (int i = -1; i < nd; i += 2) { /* (-1: greedy) */
+		const struct toast_draw *a = i < 0 ? NULL : &draws[i], *b = i + 1 < nd ? &draws[i + 1] : NULL;
+		int nb = n > 1 ? n - 1 : n;
+		struct toast_error err = {0};
+		c->be->ops->pick(c->be, d, n, a);
+		c->be->ops->pick(c->be, d, nb, b);
+		int32_t got = c->be->ops->pick_read(c->be, &err), got2 = c->be->ops->pick_read(c->be, &err);
+		int32_t want = pick_ref(x, n, a), want2 = pick_ref(x, nb, b);
+		CHECK(got == want && got2 == want2, "%s: picks of %d (draw %d) and %d (draw %d): %d and %d (%d and %d expected) %s",
+		      c->name, n, i, nb, i + 1, got, got2, want, want2, err.msg);
+	}
+	/* many uniforms through one draw: the boundaries between tokens fall where the host's do */
+	for (int j = 0; j < 24; j++) {
+		struct toast_draw dr = draws[j % nd];
+		dr.u = (rnd() + 1) / 2;
+		struct toast_error err = {0};
+		c->be->ops->pick(c->be, d, n, &dr);
+		int32_t got = c->be->ops->pick_read(c->be, &err), want = pick_ref(x, n, &dr);
+		CHECK(got == want, "%s: a draw of %d (u %.17g): %d (%d expected) %s", c->name, n, dr.u, got, want, err.msg);
+	}
+}
+
 /* top(): exactly toast_top_host's answer (ties, -0, NaN, -inf; sizes around the GPU's
  * 2048-key blocks, the real vocabulary, and more blocks' bests than one block merges at once;
  * m around the 32-key runs) */
@@ -905,18 +948,8 @@ static void test_top(struct ctx *c)
 			CHECK(!bad, "%s: top %d of %d: %d entries (%d expected)%s %s", c->name, ms[mi], n, got, want,
 			      bad ? ", wrong ids or values" : "", err.msg);
 		}
-		if (c->be->ops->pick) { /* the device's greedy pick: top 1's id (0 when all are NaN) */
-			int32_t rid[1];
-			float rval[1];
-			int32_t want = toast_top_host(x, n, 1, rid, rval) ? rid[0] : 0;
-			struct toast_error err = {0};
-			c->be->ops->pick(c->be, d, n);
-			c->be->ops->pick(c->be, d, n > 1 ? n - 1 : n); /* two pending: read in order */
-			int32_t got = c->be->ops->pick_read(c->be, &err), got2 = c->be->ops->pick_read(c->be, &err);
-			int32_t want2 = n > 1 ? (toast_top_host(x, n - 1, 1, rid, rval) ? rid[0] : 0) : want;
-			CHECK(got == want && got2 == want2, "%s: pick of %d: %d and %d (%d and %d expected) %s", c->name, n, got, got2,
-			      want, want2, err.msg);
-		}
+		if (c->be->ops->pick) /* the device's picks: top 1's id, or the host's draw */
+			test_picks(c, x, d, n);
 		c->be->ops->release(c->be, d);
 		free(x);
 	}
@@ -931,11 +964,8 @@ static void test_top(struct ctx *c)
 	int n1 = c->be->ops->top(c->be, d, 3000, 1, ids, vals, &err);
 	int n20 = c->be->ops->top(c->be, d, 3000, 20, ids, vals, &err);
 	CHECK(n1 == 0 && n20 == 0, "%s: the top of NaNs is empty (%d, %d) %s", c->name, n1, n20, err.msg);
-	if (c->be->ops->pick) {
-		c->be->ops->pick(c->be, d, 3000);
-		int32_t got = c->be->ops->pick_read(c->be, &err);
-		CHECK(got == 0, "%s: a pick of NaNs is token 0, not %d %s", c->name, got, err.msg);
-	}
+	if (c->be->ops->pick)
+		test_picks(c, nan, d, 3000);
 	c->be->ops->release(c->be, d);
 }
 

@@ -10,6 +10,7 @@
  *   included, for greedy, top-k, top-p, min-p and temperatures; the need is 0 when the
  *   penalty or the lack of a top-k makes every logit matter; sessions sharing an engine keep
  *   their logits when another feeds (the pending-logits hand-off);
+ * - the draw a backend makes (draw.h) chooses as the sampler does, with one uniform a token;
  * - toast_generate on models/qwen3next-vocab: greedy chat case 0 exactly, text streamed in
  *   whole characters, stop strings never emitted (and a partial match that fails loses
  *   nothing), the context limit ends generation with every token fed, the session holds prompt
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "engine/engine.h"
 #include "test.h"
 #include "toasted.h"
 #include "util/utf8.h"
@@ -244,6 +246,74 @@ static void test_from_top(void)
 	free(l);
 }
 
+/* The draw a backend makes (draw.h, toast_sampler_backend_draw): its exp within an ulp of the
+ * true one (exact nearly always); which samplers a backend can draw for; a draw with the
+ * uniform the sampler hands out chooses what toast_sampler_sample_top does, token for token,
+ * and takes one uniform a token, as sampling does (nothing when asked only whether it can). */
+static void test_backend_draw(void)
+{
+	int off = 0, exact = 0, n = 0;
+	for (double x = -110; x <= 0; x += 0.000731, n++) {
+		float a = toast_draw_exp((float)x), b = (float)exp((double)(float)x);
+		int32_t ia, ib;
+		memcpy(&ia, &a, 4);
+		memcpy(&ib, &b, 4);
+		off += abs(ia - ib) > 1;
+		exact += ia == ib;
+	}
+	CHECK(off == 0 && exact > n - n / 1000, "draw's exp: %d of %d more than an ulp off, %d exact", off, n, exact);
+	CHECK(toast_draw_exp(0) == 1.0f && toast_draw_exp(-INFINITY) == 0.0f && toast_draw_exp(-200) == 0.0f,
+	      "draw's exp at 0, -inf and -200");
+	struct {
+		float temp, top_p, min_p, penalty;
+		int top_k, mode;
+	} cfg[] = {
+		{0.7f, 0.8f, 0, 1, 20, 1}, {1.3f, 1, 0.05f, 1, 32, 1}, {0.2f, 0.95f, 0.1f, 1, 1, 1}, {0, 0.8f, 0, 1, 20, 0},
+		{0.7f, 0.8f, 0, 1, 33, -1}, {0.7f, 0.8f, 0, 1, 0, -1}, {0.7f, 0.8f, 0, 1.1f, 20, -1},
+	};
+	int V = 3000;
+	float *l = malloc((size_t)V * sizeof(float));
+	for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+		struct toast_sampling sg;
+		toast_sampling_init(&sg);
+		sg.temperature = cfg[c].temp;
+		sg.top_k = cfg[c].top_k;
+		sg.top_p = cfg[c].top_p;
+		sg.min_p = cfg[c].min_p;
+		sg.repeat_penalty = cfg[c].penalty;
+		sg.seed = 100 + c;
+		struct toast_sampler *a = NULL, *b = NULL;
+		struct toast_error err = {0};
+		CHECK(toast_sampler_new(&sg, V, &a, &err) == TOAST_OK && toast_sampler_new(&sg, V, &b, &err) == TOAST_OK, "%s",
+		      err.msg);
+		int mode = toast_sampler_backend_draw(a, NULL);
+		CHECK(mode == cfg[c].mode, "config %zu: a backend's draw %d, expected %d", c, mode, cfg[c].mode);
+		int same = 0, steps = 400;
+		uint64_t r = 777 + c;
+		for (int t = 0; mode == 1 && t < steps; t++) {
+			for (int i = 0; i < V; i++) {
+				r = r * 6364136223846793005ull + 1442695040888963407ull;
+				l[i] = (float)((int)(r >> 56) - 128) * (t % 2 ? 0.01f : 0.125f); /* sharp and flat; ties */
+				if ((r >> 20) % 499 == 0)
+					l[i] = NAN;
+			}
+			int32_t ids[TOAST_DRAW_MAX];
+			float vals[TOAST_DRAW_MAX], p[TOAST_DRAW_MAX];
+			int need = toast_sampler_top_need(b), got = toast_top_host(l, V, need, ids, vals);
+			struct toast_draw d;
+			CHECK(toast_sampler_backend_draw(a, NULL) == 1 && toast_sampler_backend_draw(a, &d) == 1 &&
+				      d.top_k == need && d.u >= 0 && d.u < 1,
+			      "config %zu: a draw's parameters", c);
+			same += ids[toast_draw_top(vals, got, &d, p)] == toast_sampler_sample_top(b, ids, vals, got);
+		}
+		CHECK(mode != 1 || same == steps, "config %zu: %d of %d backend draws differ from the sampler's", c,
+		      steps - same, steps);
+		toast_sampler_free(a);
+		toast_sampler_free(b);
+	}
+	free(l);
+}
+
 /* toast_top_host against a full sort of (value desc, index asc) */
 static int cmp_top(const void *pa, const void *pb)
 {
@@ -437,6 +507,7 @@ int main(void)
 	test_big_vocab();
 	test_from_top();
 	test_top_host();
+	test_backend_draw();
 	test_generate();
 	return test_done("test_sampler");
 }

@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/draw.h"
 #include "format/dtype.h"
 #include "util/err.h"
 
@@ -348,14 +349,16 @@ struct toast_backend_ops {
 	 * flight (a replayed decode step returns at once; its errors show at the next read). */
 	enum toast_status (*status)(struct toast_backend *be, struct toast_error *err);
 	/*
-	 * Optional (NULL: the host picks): greedy decoding without a round trip to the host between
-	 * steps. pick(x, n) queues the pick of the largest of x[0..n) (backend memory; top()'s
-	 * order: the lower index among equals, NaN never, id 0 when all are NaN); at most two are
-	 * pending. begin_step_pick(pos) is begin_step for one token at pos that is the last pick
-	 * queued, read on the device. pick_read() waits for the oldest pending pick and returns its
-	 * token (-1 on a backend failure, err set).
+	 * Optional (NULL: the host picks): decoding without a round trip to the host between
+	 * steps. pick(x, n, d) queues the pick of a token from x[0..n) (backend memory): with d
+	 * NULL the largest (top()'s order: the lower index among equals, NaN never, id 0 when all
+	 * are NaN), else the draw d over the d->top_k largest as toast_draw_top makes it on the host
+	 * (draw.h; id 0 when all are NaN); at most two are pending. begin_step_pick(pos) is
+	 * begin_step for one token at pos that is the last pick queued, read on the device.
+	 * pick_read() waits for the oldest pending pick and returns its token (-1 on a backend
+	 * failure, err set).
 	 */
-	void (*pick)(struct toast_backend *be, const float *x, int n);
+	void (*pick)(struct toast_backend *be, const float *x, int n, const struct toast_draw *d);
 	void (*begin_step_pick)(struct toast_backend *be, int pos);
 	int32_t (*pick_read)(struct toast_backend *be, struct toast_error *err);
 };
@@ -371,7 +374,7 @@ struct toast_backend {
 	size_t act_size;
 	/* a forward pass returns once its ops are queued (the host may work while they run): a
 	 * generation loop then feeds a token before it streams the token's text, and chains
-	 * greedy steps (ops.pick) */
+	 * its steps (ops.pick) */
 	bool async_steps;
 	void *impl;
 };

@@ -363,27 +363,31 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 	return TOAST_OK;
 }
 
-/* the backend's next pick of the logits in work.logits, queued (a chain's last pick, never
- * read, is dropped first) */
-static bool session_pick(struct toast_engine *e, struct toast_error *err)
+/* the backend's pick of the logits in work.logits, queued behind the pending ones (a sampled
+ * pick takes the sampler's next uniform) */
+static void session_pick(struct toast_engine *e, struct toast_sampler *sp)
 {
-	const struct toast_backend_ops *o = e->be->ops;
-	for (; e->picks_pending > 0; e->picks_pending--)
-		if (o->pick_read(e->be, err) < 0)
-			return false;
-	o->pick(e->be, e->work.logits, e->model.hp.n_vocab);
-	e->picks_pending = 1;
-	return true;
+	struct toast_draw d;
+	e->be->ops->pick(e->be, e->work.logits, e->model.hp.n_vocab, toast_sampler_backend_draw(sp, &d) > 0 ? &d : NULL);
+	e->picks_pending++;
 }
 
-bool toast_session_greedy_begin(struct toast_session *s)
+bool toast_session_chain_begin(struct toast_session *s, struct toast_sampler *sp)
 {
 	struct toast_engine *e = s->e;
 	struct toast_error err;
-	return e->be->ops->pick && s->have_logits && s->logits_dev && e->logits_owner == s && session_pick(e, &err);
+	if (!e->be->ops->pick || toast_sampler_backend_draw(sp, NULL) < 0 || !s->have_logits || !s->logits_dev ||
+	    e->logits_owner != s)
+		return false;
+	/* a chain's last pick, never read, is dropped first */
+	for (; e->picks_pending > 0; e->picks_pending--)
+		if (e->be->ops->pick_read(e->be, &err) < 0)
+			return false;
+	session_pick(e, sp);
+	return true;
 }
 
-int32_t toast_session_greedy_step(struct toast_session *s, struct toast_error *err)
+int32_t toast_session_chain_step(struct toast_session *s, struct toast_sampler *sp, struct toast_error *err)
 {
 	struct toast_engine *e = s->e;
 	if (s->n_past >= s->state.n_ctx) {
@@ -392,7 +396,7 @@ int32_t toast_session_greedy_step(struct toast_session *s, struct toast_error *e
 		return -1;
 	}
 	if (e->picks_pending != 1 || e->logits_owner != s) {
-		toast_err_set(err, TOAST_ERR_INVALID, "greedy step: no pick of this session's logits is queued");
+		toast_err_set(err, TOAST_ERR_INVALID, "chain step: no pick of this session's logits is queued");
 		return -1;
 	}
 	int32_t id = -1;
@@ -401,8 +405,7 @@ int32_t toast_session_greedy_step(struct toast_session *s, struct toast_error *e
 	enum toast_status rc =
 		toast_model_forward(&e->model, &s->state, &e->work, NULL, 1, s->n_past, false, NULL, NULL, err);
 	if (rc == TOAST_OK) {
-		e->be->ops->pick(e->be, e->work.logits, e->model.hp.n_vocab);
-		e->picks_pending = 2;
+		session_pick(e, sp);
 		id = e->be->ops->pick_read(e->be, err);
 		e->picks_pending = 1;
 	}

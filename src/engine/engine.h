@@ -35,15 +35,23 @@ struct toast_session {
 void toast_session_logits_on_host(struct toast_session *s);
 
 /*
- * Greedy decoding with the picks made on the backend, each step queued before its token is
- * known (toast_backend_ops.pick), so the host streams a token while the step that feeds it runs.
- * greedy_begin queues the pick of the session's last logits: false when the backend cannot
- * pick or the logits are not on it (the caller picks on the host). Each greedy_step then feeds
- * that pick as a token, queues the pick of the logits it makes and returns the fed token once
- * known, as toast_session_top(1) then toast_session_feed would; -1 on failure (err set, the
- * session reset).
+ * Decoding with the picks made on the backend, each step queued before its token is known
+ * (toast_backend_ops.pick), so the host streams a token while the step that feeds it runs:
+ * greedy, or the sampler's draw where the backend can make it (toast_sampler_backend_draw).
+ * chain_begin queues the pick of the session's last logits: false when the backend cannot
+ * pick, the sampler cannot be drawn from there, or the logits are not on it (the caller picks
+ * on the host; nothing is taken from the sampler). Each chain_step then feeds that pick as a
+ * token, queues the pick of the logits it makes and returns the fed token once known, as
+ * toast_session_top then toast_sampler_sample_top then toast_session_feed would; -1 on failure
+ * (err set, the session reset). One uniform is taken from the sampler a pick queued.
  */
-bool toast_session_greedy_begin(struct toast_session *s);
-int32_t toast_session_greedy_step(struct toast_session *s, struct toast_error *err);
+bool toast_session_chain_begin(struct toast_session *s, struct toast_sampler *sp);
+int32_t toast_session_chain_step(struct toast_session *s, struct toast_sampler *sp, struct toast_error *err);
+
+/* The draw of the next token on a backend (toast_backend_ops.pick): 1 with *d set and its
+ * uniform taken from the generator (d NULL: nothing taken), 0 for greedy (no draw), -1 where
+ * the backend cannot choose as this sampler would (a repetition penalty, no top-k or one over
+ * TOAST_DRAW_MAX). */
+int toast_sampler_backend_draw(struct toast_sampler *sp, struct toast_draw *d);
 
 #endif

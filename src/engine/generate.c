@@ -176,18 +176,19 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	res->t_prefill = t_prefilled - t0;
 	struct toast_detok dt;
 	toast_detok_init(&dt);
-	/* greedy on a backend that picks: each token is fed as it is picked, before the host knows
-	 * it (engine.h), and the host streams it while the next step runs; from the first token
-	 * whose logits are on the backend (not yet those a cache restore put on the host) */
-	bool greedy = s->e->be->async_steps && opts->sampling.temperature <= 0 && toast_sampler_top_need(sp) == 1;
+	/* on a backend that picks (greedy, or the sampler's draw where the backend can make it):
+	 * each token is fed as it is picked, before the host knows it (engine.h), and the host
+	 * streams it while the next step runs; from the first token whose logits are on the
+	 * backend (not yet those a cache restore put on the host) */
+	bool chainable = s->e->be->async_steps && toast_sampler_backend_draw(sp, NULL) >= 0;
 	bool chain = false;
 	for (;;) {
-		if (greedy && !chain)
-			chain = toast_session_greedy_begin(s);
+		if (chainable && !chain)
+			chain = toast_session_chain_begin(s, sp);
 		bool async = s->e->be->async_steps && !chain;
 		int32_t id;
 		if (chain) {
-			if ((id = toast_session_greedy_step(s, err)) < 0) {
+			if ((id = toast_session_chain_step(s, sp, err)) < 0) {
 				rc = err ? err->code : TOAST_ERR_BACKEND;
 				goto out;
 			}

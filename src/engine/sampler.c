@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/draw.h"
+#include "engine/engine.h"
 #include "toasted.h"
 #include "util/err.h"
 
@@ -28,6 +30,7 @@ struct toast_sampler {
 	int n_vocab;
 	uint64_t rng[4];
 	struct sampler_cand *cand; /* [n_vocab] */
+	float *prob;               /* [n_vocab]: the draw's probabilities (draw.h) */
 	float *penalized;          /* [n_vocab], used only with a repetition penalty */
 	int32_t *recent;           /* ring of the last repeat_last_n accepted tokens */
 	int n_recent, recent_pos;
@@ -89,10 +92,11 @@ enum toast_status toast_sampler_new(const struct toast_sampling *s, int n_vocab,
 	sp->p = *s;
 	sp->n_vocab = n_vocab;
 	sp->cand = malloc((size_t)n_vocab * sizeof(*sp->cand));
+	sp->prob = malloc((size_t)n_vocab * sizeof(*sp->prob));
 	sp->recent = malloc(((size_t)s->repeat_last_n + 1) * sizeof(*sp->recent));
 	if (s->repeat_penalty != 1.0f)
 		sp->penalized = malloc((size_t)n_vocab * sizeof(float));
-	if (!sp->cand || !sp->recent || (s->repeat_penalty != 1.0f && !sp->penalized)) {
+	if (!sp->cand || !sp->prob || !sp->recent || (s->repeat_penalty != 1.0f && !sp->penalized)) {
 		toast_sampler_free(sp);
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	}
@@ -108,6 +112,7 @@ void toast_sampler_free(struct toast_sampler *sp)
 	if (!sp)
 		return;
 	free(sp->cand);
+	free(sp->prob);
 	free(sp->penalized);
 	free(sp->recent);
 	free(sp);
@@ -174,21 +179,30 @@ static void sampler_select(struct sampler_cand *c, int n, int k)
 	}
 }
 
-/* temperature, top-p, min-p and the draw over c[0..k) (logits divided by the temperature),
- * which is sorted (larger first, lower id first among equals) whenever top-k cut it */
-static int32_t sampler_draw(struct toast_sampler *sp, struct sampler_cand *c, int k)
+/* a uniform in [0, 1): one a sampled token, whatever the logits (a chain on the backend takes
+ * each token's before its logits exist) */
+static double sampler_uniform(struct toast_sampler *sp)
 {
-	float max = c[0].logit;
-	for (int i = 1; i < k; i++)
-		max = c[i].logit > max ? c[i].logit : max;
-	/* from here on, logit holds the unnormalised probability exp(logit - max) */
-	double z = 0;
+	return (double)(sampler_next(sp) >> 11) * 0x1.0p-53;
+}
+
+/* temperature, top-p, min-p and the draw by u over c[0..k) (logits divided by the temperature;
+ * sorted: larger first, lower id first among equal logits, as top-k leaves them); the arithmetic
+ * is draw.h's, and sorted candidates are drawn from exactly as toast_draw_top draws (a
+ * backend's pick) */
+static int32_t sampler_draw(struct toast_sampler *sp, struct sampler_cand *c, int k, bool sorted, double u)
+{
+	float *p = sp->prob;
 	for (int i = 0; i < k; i++)
-		z += c[i].logit = expf(c[i].logit - max);
-	if (sp->p.top_p < 1) {
+		p[i] = c[i].logit;
+	double z = toast_draw_probs(p, k);
+	int part = k;
+	if (sp->p.top_p < 1 && !sorted) {
 		/* the nucleus in order of probability: the most likely `part` tokens, 4x more until
 		 * they hold top_p of the mass, then sorted */
-		int part = k < SAMPLER_PARTIAL ? k : SAMPLER_PARTIAL;
+		for (int i = 0; i < k; i++)
+			c[i].logit = p[i];
+		part = k < SAMPLER_PARTIAL ? k : SAMPLER_PARTIAL;
 		for (;;) {
 			if (part < k)
 				sampler_select(c, k, part);
@@ -200,29 +214,10 @@ static int32_t sampler_draw(struct toast_sampler *sp, struct sampler_cand *c, in
 			part = part > k / 4 ? k : part * 4;
 		}
 		qsort(c, (size_t)part, sizeof(*c), sampler_cmp);
-		/* keep each token while the probability before it is below top_p */
-		double cum = 0;
-		int m = 0;
-		while (m < part && cum < sp->p.top_p)
-			cum += c[m++].logit / z;
-		k = m;
+		for (int i = 0; i < part; i++)
+			p[i] = c[i].logit;
 	}
-	/* min-p: p >= min_p * p_max, i.e. exp(logit - max) >= min_p; the top token (1) always stays */
-	int keep = 0;
-	double keep_z = 0;
-	for (int i = 0; i < k; i++) {
-		if (c[i].logit >= sp->p.min_p || c[i].logit == 1.0f) {
-			c[keep++] = c[i];
-			keep_z += c[i].logit;
-		}
-	}
-	double u = (double)(sampler_next(sp) >> 11) * 0x1.0p-53 * keep_z, acc = 0;
-	for (int i = 0; i < keep; i++) {
-		acc += c[i].logit;
-		if (u < acc)
-			return c[i].id;
-	}
-	return c[keep - 1].id;
+	return c[toast_draw_tail(p, part, z, sp->p.top_p, sp->p.min_p, u)].id;
 }
 
 int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits)
@@ -236,6 +231,7 @@ int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits)
 				best = i;
 		return best;
 	}
+	double u = sampler_uniform(sp);
 	struct sampler_cand *c = sp->cand;
 	int n = 0;
 	for (int i = 0; i < V; i++)
@@ -253,7 +249,7 @@ int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits)
 	}
 	for (int i = 0; i < k; i++)
 		c[i].logit /= sp->p.temperature;
-	return sampler_draw(sp, c, k);
+	return sampler_draw(sp, c, k, sp->p.top_k > 0, u);
 }
 
 int toast_sampler_top_need(const struct toast_sampler *sp)
@@ -267,12 +263,25 @@ int toast_sampler_top_need(const struct toast_sampler *sp)
 
 int32_t toast_sampler_sample_top(struct toast_sampler *sp, const int32_t *ids, const float *vals, int n)
 {
+	if (sp->p.temperature <= 0)
+		return n > 0 ? ids[0] : 0;
+	double u = sampler_uniform(sp);
 	if (n <= 0)
 		return 0;
-	if (sp->p.temperature <= 0)
-		return ids[0];
 	int k = sp->p.top_k > 0 && sp->p.top_k < n ? sp->p.top_k : n;
 	for (int i = 0; i < k; i++)
 		sp->cand[i] = (struct sampler_cand){vals[i] / sp->p.temperature, ids[i]};
-	return sampler_draw(sp, sp->cand, k);
+	return sampler_draw(sp, sp->cand, k, true, u);
+}
+
+int toast_sampler_backend_draw(struct toast_sampler *sp, struct toast_draw *d)
+{
+	int need = toast_sampler_top_need(sp);
+	if (need < 1 || need > TOAST_DRAW_MAX)
+		return -1;
+	if (sp->p.temperature <= 0)
+		return 0;
+	if (d)
+		*d = (struct toast_draw){sp->p.temperature, sp->p.top_p, sp->p.min_p, need, sampler_uniform(sp)};
+	return 1;
 }

@@ -221,18 +221,19 @@ static void cpu_begin_step(struct toast_backend *be, const int32_t *ids, int T, 
 	cb->step_pos = pos;
 }
 
-/* greedy picks: the work is done at once, the ring only keeps the contract's order (the
- * engine's chained decoding runs on the CPU in tests, toast_backend.async_steps being false) */
-static void cpu_pick(struct toast_backend *be, const float *x, int n)
+/* picks: the work is done at once, the ring only keeps the contract's order (the engine's
+ * chained decoding runs on the CPU in tests, toast_backend.async_steps being false) */
+static void cpu_pick(struct toast_backend *be, const float *x, int n, const struct toast_draw *d)
 {
 	struct cpu_backend *cb = cpu_of(be);
-	int32_t id;
-	float v;
-	if (cb->pick_pending == 2) {
+	int32_t ids[TOAST_DRAW_MAX];
+	float vals[TOAST_DRAW_MAX], p[TOAST_DRAW_MAX];
+	if (cb->pick_pending == 2 || (d && (d->top_k < 1 || d->top_k > TOAST_DRAW_MAX))) {
 		cb->pick_bad = true;
 		return;
 	}
-	cb->picks[cb->pick_next] = toast_top_host(x, n, 1, &id, &v) ? id : 0;
+	int got = toast_top_host(x, n, d ? d->top_k : 1, ids, vals);
+	cb->picks[cb->pick_next] = got == 0 ? 0 : d ? ids[toast_draw_top(vals, got, d, p)] : ids[0];
 	cb->pick_next ^= 1;
 	cb->pick_pending++;
 }
@@ -248,7 +249,7 @@ static int32_t cpu_pick_read(struct toast_backend *be, struct toast_error *err)
 {
 	struct cpu_backend *cb = cpu_of(be);
 	if (cb->pick_bad || cb->pick_pending == 0) {
-		toast_err_set(err, TOAST_ERR_BACKEND, "cpu backend: picks used out of turn");
+		toast_err_set(err, TOAST_ERR_BACKEND, "cpu backend: picks used out of turn, or a draw over more than %d logits", TOAST_DRAW_MAX);
 		return -1;
 	}
 	return cb->picks[(cb->pick_next + cb->pick_pending--) & 1];

@@ -457,9 +457,9 @@ static void cuda_begin_step(struct toast_backend *be, const int32_t *ids, int T,
 	cb->step_pos = pos;
 }
 
-/* greedy picks on the device (toast_backend_ops.pick): slot pick_next is written next, the
- * oldest pending is pick_pending slots before it */
-static void cuda_pick(struct toast_backend *be, const float *x, int n)
+/* picks on the device (toast_backend_ops.pick): slot pick_next is written next, the oldest
+ * pending is pick_pending slots before it */
+static void cuda_pick(struct toast_backend *be, const float *x, int n, const struct toast_draw *d)
 {
 	struct cuda_backend *cb = cu_of(be);
 	if (cb->failed)
@@ -471,7 +471,7 @@ static void cuda_pick(struct toast_backend *be, const float *x, int n)
 	/* the step it makes follows the last one begun (whose logits x are, as the engine uses it) */
 	int sl = cb->pick_next;
 	cb->pick_pos[sl] = cb->d_step ? cb->step_pos + cb->step_T : -1;
-	cu_pick(cb, x, n, cb->dh_pick + sl, cb->pick_pos[sl]);
+	cu_pick(cb, x, n, d, cb->dh_pick + sl, cb->pick_pos[sl]);
 	cu_fail(cb, cudaEventRecord(cb->pick_done[sl], cb->stream), "pick event");
 	cb->pick_next = sl ^ 1;
 	cb->pick_pending++;
@@ -767,7 +767,7 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 		  cudaMallocHost(&cb->h_top, TOAST_TOP_MAX * sizeof(*cb->h_top)) == cudaSuccess &&
 		  cudaMallocHost(&cb->h_pick, 2 * sizeof(*cb->h_pick)) == cudaSuccess &&
 		  cudaHostGetDevicePointer((void **)&cb->dh_pick, cb->h_pick, 0) == cudaSuccess &&
-		  cudaMalloc(&cb->d_pick, CU_PICK_BLOCKS * sizeof(*cb->d_pick)) == cudaSuccess &&
+		  cudaMalloc(&cb->d_pick, CU_PICK_BLOCKS * 32 * sizeof(*cb->d_pick)) == cudaSuccess &&
 		  cudaEventCreateWithFlags(&cb->pick_done[0], cudaEventDisableTiming) == cudaSuccess &&
 		  cudaEventCreateWithFlags(&cb->pick_done[1], cudaEventDisableTiming) == cudaSuccess &&
 		  cublasCreate(&cb->cublas) == CUBLAS_STATUS_SUCCESS &&

@@ -37,9 +37,9 @@ struct cu_graph {
 enum { CU_F16_SX, CU_F16_WMAX, CU_F16_ALPHA, CU_F16_ZERO, CU_F16_ONE, CU_F16_XMAX, CU_F16_KEPT0 };
 
 /* cuda_backend.counters: the tickets of the router (when it picks the experts itself), of top's
- * runs (k_top_runs) and of the greedy pick (k_pick) */
+ * runs (k_top_runs) and of the picks (k_pick, k_pick_draw) */
 enum { CU_CTR_ROUTE, CU_CTR_TOP, CU_CTR_PICK };
-#define CU_PICK_BLOCKS 1024 /* k_pick's grid at most */
+#define CU_PICK_BLOCKS 1024 /* a pick's grid at most (k_pick_draw: 2,048 logits a block) */
 
 struct cuda_backend {
 	struct toast_backend base;
@@ -59,9 +59,10 @@ struct cuda_backend {
 	/* pinned host landing of cu_top's keys: a copy into pageable memory goes through a staging
 	 * buffer and waits for it, on every generated token's path */
 	unsigned long long *h_top;
-	/* greedy picks queued on the device (toast_backend_ops.pick): a ring of two, each a token
-	 * the device writes to pinned memory, an event after it, and the position of the step it
-	 * makes (a host mirror of what k_pick leaves in d_step); d_pick: k_pick's blocks' bests */
+	/* picks queued on the device (toast_backend_ops.pick): a ring of two, each a token the
+	 * device writes to pinned memory, an event after it, and the position of the step it makes
+	 * (a host mirror of what the pick leaves in d_step); d_pick: the blocks' bests, a key each
+	 * (k_pick) or a run of 32 (k_pick_draw) */
 	unsigned long long *d_pick;
 	int32_t *h_pick, *dh_pick; /* (dh: the device's address of h_pick) */
 	cudaEvent_t pick_done[2];
@@ -625,9 +626,11 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a);
 
 /* k_top.cu: toast_backend_ops.top (waits for the stream); -1 when the backend has failed */
 int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals);
-/* the token of the largest of x[0, n) into *host (pinned, device-visible), queued; d_step (if
- * any) then holds the one-token step {pos, 1, that token} (k_pick) */
-void cu_pick(struct cuda_backend *cb, const float *x, int n, volatile int32_t *host, int pos);
+/* the token of the largest of x[0, n) (d NULL), or drawn by d from the d->top_k largest, into
+ * *host (pinned, device-visible), queued; d_step (if any) then holds the one-token step
+ * {pos, 1, that token} (k_pick, k_pick_draw) */
+void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d, volatile int32_t *host,
+	     int pos);
 /* the token a key names (top()'s decoding; 0 for a NaN's or no key, as top()'s empty answer
  * makes the sampler choose) */
 static inline __host__ __device__ int32_t cu_key_id(unsigned long long key)

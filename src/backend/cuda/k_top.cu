@@ -1,6 +1,9 @@
 /*
  * k_top.cu - the m largest logits on the device, so that sampling moves m (id, value) pairs to
- * the host instead of the whole vocabulary (contract: toast_backend_ops.top).
+ * the host instead of the whole vocabulary (contract: toast_backend_ops.top); and the picks
+ * (toast_backend_ops.pick), where only a token crosses, written by the device into pinned
+ * memory and into the next step's input: the largest (k_pick), or the sampler's draw over the
+ * top 32 (k_pick_draw, draw.h's arithmetic, so the same token as the host's draw).
  *
  * Each value becomes one 64-bit key: the float's bits made order-preserving in the high word
  * (-0 as +0, NaN below everything), the complement of the index in the low word. Keys are then
@@ -137,25 +140,36 @@ __device__ __forceinline__ unsigned long long top_run_chunk(F key, int i0, unsig
 	return b;
 }
 
-/* the best m <= 32 keys of x[0, n) into out, best first: each block the best run of its chunk
- * into part; the last block to finish (a ticket in *counter, which it zeroes) merges them */
-__global__ void __launch_bounds__(TOP_RWARPS * 32) k_top_runs(const float *x, int n, int m, unsigned long long *part,
-							       unsigned long long *out, unsigned *counter)
+/* the best run of x[0, n) in warp 0 of the last block to finish, true there: each block puts
+ * the best run of its chunk into part; the last (a ticket in *counter, zeroed by its caller)
+ * merges them */
+__device__ __forceinline__ bool top_runs_last(const float *x, int n, unsigned long long *part, unsigned *counter,
+					      unsigned long long *s, unsigned long long *best)
 {
-	__shared__ unsigned long long s[TOP_RWARPS * 32];
 	int lane = threadIdx.x & 31;
 	unsigned long long b =
 		top_run_chunk<false>([&](int i) { return i < n ? top_key(x[i], i) : 0ull; }, blockIdx.x * TOP_RCHUNK, s);
 	if (threadIdx.x < 32)
 		part[blockIdx.x * 32 + lane] = b;
 	if (!cu_last_block(counter))
-		return;
+		return false;
 	int tot = gridDim.x * 32;
-	unsigned long long best = 0;
+	*best = 0;
 	for (int i0 = 0; i0 < tot; i0 += TOP_RCHUNK) {
 		b = top_run_chunk<true>([&](int i) { return i < tot ? __ldcg(part + i) : 0ull; }, i0, s);
-		best = top_run_merge(best, b, lane); /* (warp 0's; 0 keys rank last) */
+		*best = top_run_merge(*best, b, lane); /* (warp 0's; 0 keys rank last) */
 	}
+	return true;
+}
+
+/* the best m <= 32 keys of x[0, n) into out, best first (top_runs_last) */
+__global__ void __launch_bounds__(TOP_RWARPS * 32) k_top_runs(const float *x, int n, int m, unsigned long long *part,
+							       unsigned long long *out, unsigned *counter)
+{
+	__shared__ unsigned long long s[TOP_RWARPS * 32];
+	unsigned long long best;
+	if (!top_runs_last(x, n, part, counter, s, &best))
+		return;
 	if (threadIdx.x < m)
 		out[threadIdx.x] = best;
 	if (threadIdx.x == 0)
@@ -198,11 +212,23 @@ __global__ void __launch_bounds__(TOP_BLOCK) k_top1(const float *x, int n, unsig
 		atomicMax(out, best);
 }
 
+/* a pick's end, by one thread of the last block: token id into *host (pinned memory the device
+ * writes directly: no copy after the kernel) and, with step, the one-token step {pos, 1, id}
+ * into it, which a step begun by begin_step_pick reads (no copy before it); the ticket zeroed */
+__device__ __forceinline__ void pick_emit(int32_t id, volatile int32_t *host, int32_t *step, int pos,
+					  unsigned *counter)
+{
+	*host = id;
+	if (step) {
+		step[0] = pos;
+		step[1] = 1;
+		step[2] = id;
+	}
+	*counter = 0;
+}
+
 /* a greedy pick in one launch (toast_backend_ops.pick): each block's largest key into part; the
- * last block (a ticket in *counter, which it zeroes) the largest of them, as a token, into *host
- * (pinned memory the device writes directly: no copy after the kernel) and, with step, the
- * one-token step {pos, 1, token} into it, which a step begun by begin_step_pick reads (no copy
- * before it) */
+ * last block (a ticket in *counter) the largest of them (pick_emit) */
 __global__ void __launch_bounds__(TOP_BLOCK) k_pick(const float *x, int n, unsigned long long *part,
 						     unsigned *counter, volatile int32_t *host, int32_t *step, int pos)
 {
@@ -217,24 +243,52 @@ __global__ void __launch_bounds__(TOP_BLOCK) k_pick(const float *x, int n, unsig
 		best = k > best ? k : best;
 	}
 	best = top_block_max(best);
-	if (threadIdx.x == 0) {
-		int32_t id = cu_key_id(best);
-		*host = id;
-		if (step) {
-			step[0] = pos;
-			step[1] = 1;
-			step[2] = id;
-		}
-		*counter = 0;
-	}
+	if (threadIdx.x == 0)
+		pick_emit(cu_key_id(best), host, step, pos, counter);
 }
 
-void cu_pick(struct cuda_backend *cb, const float *x, int n, volatile int32_t *host, int pos)
+/* a drawn pick in one launch: the best run of 32 keys (top_runs_last), then the draw d over the
+ * d.top_k best of them that are not NaN, as the host makes it (draw.h), by one thread */
+__global__ void __launch_bounds__(TOP_RWARPS * 32) k_pick_draw(const float *x, int n, struct toast_draw d,
+							    unsigned long long *part, unsigned *counter,
+							    volatile int32_t *host, int32_t *step, int pos)
 {
-	unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK), cap = 2u * cb->n_sm;
-	cap = cap < CU_PICK_BLOCKS ? cap : CU_PICK_BLOCKS;
-	cu_launch(cb, k_pick, blocks < cap ? blocks : cap, TOP_BLOCK, 0, x, n, cb->d_pick, cb->counters + CU_CTR_PICK, host,
-		  cb->d_step, pos);
+	__shared__ unsigned long long s[TOP_RWARPS * 32];
+	__shared__ float vals[TOP_RUN], p[TOP_RUN];
+	unsigned long long best;
+	if (!top_runs_last(x, n, part, counter, s, &best) || threadIdx.x >= 32)
+		return;
+	int lane = threadIdx.x;
+	unsigned o = (unsigned)(best >> 32), u = (o & 0x80000000u) ? (o & 0x7fffffffu) : ~o;
+	vals[lane] = __uint_as_float(u);
+	/* NaN keys (0) rank last: the valid ones are a prefix */
+	int k = __popc(__ballot_sync(0xffffffffu, o != 0 && lane < d.top_k));
+	int32_t id = cu_key_id(best);
+	__syncwarp();
+	int pick = lane == 0 && k > 0 ? toast_draw_top(vals, k, &d, p) : 0;
+	id = __shfl_sync(0xffffffffu, id, __shfl_sync(0xffffffffu, pick, 0));
+	if (lane == 0)
+		pick_emit(k > 0 ? id : 0, host, step, pos, counter);
+}
+
+void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d, volatile int32_t *host,
+	     int pos)
+{
+	unsigned *counter = cb->counters + CU_CTR_PICK;
+	if (d) {
+		unsigned g = cu_blocks((size_t)n, TOP_RCHUNK);
+		if (g > CU_PICK_BLOCKS || d->top_k < 1 || d->top_k > TOP_RUN) {
+			cu_fail_msg(cb, "pick: a draw from the %d best of %d logits (at most %d of %d)", d->top_k, n, TOP_RUN,
+				    CU_PICK_BLOCKS * TOP_RCHUNK);
+			return;
+		}
+		cu_launch(cb, k_pick_draw, g, TOP_RWARPS * 32, 0, x, n, *d, cb->d_pick, counter, host, cb->d_step, pos);
+	} else {
+		unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK), cap = 2u * cb->n_sm;
+		cap = cap < CU_PICK_BLOCKS ? cap : CU_PICK_BLOCKS;
+		cu_launch(cb, k_pick, blocks < cap ? blocks : cap, TOP_BLOCK, 0, x, n, cb->d_pick, counter, host, cb->d_step,
+			  pos);
+	}
 	cu_launched(cb, "pick");
 }
 

@@ -1,0 +1,119 @@
+/*
+ * draw.h - the sampler's draw (temperature, top-p, min-p, then one uniform) over a few of the
+ * largest logits, written once for the host and the device: the sampler (engine/sampler.c)
+ * draws with it on the host, and a backend's pick (toast_backend_ops.pick) on the device, so
+ * that a draw chained on the GPU chooses exactly the token the host would from the same
+ * logits and the same uniform.
+ *
+ * Exactness: only IEEE-rounded operations, each written out (the device's explicitly rounded
+ * intrinsics, so that no multiply-add is contracted), and an exp of our own in double rounded
+ * to float (the host's expf and the device's differ in their last bit). Order of every sum as
+ * the sampler's. Plain C, and CUDA where __CUDACC__ (functions __host__ __device__).
+ */
+#ifndef TOAST_BACKEND_DRAW_H
+#define TOAST_BACKEND_DRAW_H
+
+#include <math.h>
+
+#ifdef __CUDACC__
+#define TOAST_HD __host__ __device__
+#else
+#define TOAST_HD
+#endif
+
+#define TOAST_DRAW_MAX 32 /* a backend draws among at most this many of the largest logits */
+
+/* One draw: among the top_k (1..TOAST_DRAW_MAX) largest logits, each divided by temperature
+ * (> 0), the nucleus of top_p, those at least min_p of the most likely, chosen by u in [0, 1). */
+struct toast_draw {
+	float temperature, top_p, min_p;
+	int top_k;
+	double u;
+};
+
+TOAST_HD static inline double draw_mul(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+	return __dmul_rn(a, b);
+#else
+	return a * b;
+#endif
+}
+
+TOAST_HD static inline double draw_add(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+	return __dadd_rn(a, b);
+#else
+	return a + b;
+#endif
+}
+
+/* exp(x) for x <= 0, as a float: x = k ln 2 + r (ln 2 in two parts, k ln2_hi exact), exp(r) by
+ * Taylor's series to r^13 in double (|r| <= 0.35: error ~2e-16), scaled by 2^k */
+TOAST_HD static inline float toast_draw_exp(float x)
+{
+	if (!(x > -104.0f)) /* (exp(-104) is below float's least subnormal) */
+		return 0.0f;
+	double k = rint(draw_mul(x, 1.4426950408889634));
+	double r = draw_add(draw_add(x, -draw_mul(k, 6.93147180369123816490e-01)), -draw_mul(k, 1.90821492927058770002e-10));
+	double p = 1.0 / 6227020800.0; /* 1/13! */
+	const double inv[13] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+				1.0 / 5040.0,      1.0 / 720.0,      1.0 / 120.0,     1.0 / 24.0,     1.0 / 6.0,
+				0.5,               1.0,              1.0};
+	for (int i = 0; i < 13; i++)
+		p = draw_add(draw_mul(p, r), inv[i]);
+	return (float)ldexp(p, (int)k);
+}
+
+/* p[0..k) (logits already divided by the temperature) become exp(p - max); returns their sum */
+TOAST_HD static inline double toast_draw_probs(float *p, int k)
+{
+	float max = p[0];
+	for (int i = 1; i < k; i++)
+		max = p[i] > max ? p[i] : max;
+	double z = 0;
+	for (int i = 0; i < k; i++)
+		z = draw_add(z, p[i] = toast_draw_exp(p[i] - max));
+	return z;
+}
+
+/* The index in p[0..k) drawn by u (p from toast_draw_probs, z their sum over all candidates;
+ * with top_p < 1, p sorted, larger first): the nucleus is each candidate while the mass before it
+ * is below top_p; of it, min-p keeps those with p >= min_p (the most likely, 1, always). */
+TOAST_HD static inline int toast_draw_tail(const float *p, int k, double z, float top_p, float min_p, double u)
+{
+	if (top_p < 1) {
+		double cum = 0;
+		int m = 0;
+		while (m < k && cum < top_p)
+			cum = draw_add(cum, p[m++] / z);
+		k = m;
+	}
+	double keep_z = 0;
+	int last = 0;
+	for (int i = 0; i < k; i++)
+		if (p[i] >= min_p || p[i] == 1.0f)
+			keep_z = draw_add(keep_z, p[last = i]);
+	double t = draw_mul(u, keep_z), acc = 0;
+	for (int i = 0; i < k; i++) {
+		if (!(p[i] >= min_p || p[i] == 1.0f))
+			continue;
+		acc = draw_add(acc, p[i]);
+		if (t < acc)
+			return i;
+	}
+	return last;
+}
+
+/* The draw d over vals[0..k) (k >= 1: the largest logits, larger first), p scratch of k: the
+ * index chosen. */
+TOAST_HD static inline int toast_draw_top(const float *vals, int k, const struct toast_draw *d, float *p)
+{
+	for (int i = 0; i < k; i++)
+		p[i] = vals[i] / d->temperature;
+	double z = toast_draw_probs(p, k);
+	return toast_draw_tail(p, k, z, d->top_p, d->min_p, d->u);
+}
+
+#endif
