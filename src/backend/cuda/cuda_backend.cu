@@ -500,7 +500,7 @@ static int32_t cuda_pick_read(struct toast_backend *be, struct toast_error *err)
 		return -1;
 	}
 	cb->pick_pending--;
-	return ((volatile int32_t *)cb->h_pick)[sl];
+	return cu_key_id(((volatile unsigned long long *)cb->h_pick)[sl]);
 }
 
 #ifdef TOAST_TIMELINE
@@ -765,6 +765,7 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 		  cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking) == cudaSuccess &&
 		  cudaEventCreateWithFlags(&cb->step_copied, cudaEventDisableTiming) == cudaSuccess &&
 		  cudaMallocHost(&cb->h_top, TOAST_TOP_MAX * sizeof(*cb->h_top)) == cudaSuccess &&
+		  cudaHostGetDevicePointer((void **)&cb->dh_top, cb->h_top, 0) == cudaSuccess &&
 		  cudaMallocHost(&cb->h_pick, 2 * sizeof(*cb->h_pick)) == cudaSuccess &&
 		  cudaHostGetDevicePointer((void **)&cb->dh_pick, cb->h_pick, 0) == cudaSuccess &&
 		  cudaMalloc(&cb->d_pick, CU_PICK_BLOCKS * 32 * sizeof(*cb->d_pick)) == cudaSuccess &&

@@ -58,13 +58,13 @@ struct cuda_backend {
 	int step_T, step_pos;
 	/* pinned host landing of cu_top's keys: a copy into pageable memory goes through a staging
 	 * buffer and waits for it, on every generated token's path */
-	unsigned long long *h_top;
-	/* picks queued on the device (toast_backend_ops.pick): a ring of two, each a token the
+	unsigned long long *h_top, *dh_top; /* (dh: the device's address of h_top: top 1 lands there) */
+	/* picks queued on the device (toast_backend_ops.pick): a ring of two, each a key the
 	 * device writes to pinned memory, an event after it, and the position of the step it makes
 	 * (a host mirror of what the pick leaves in d_step); d_pick: the blocks' bests, a key each
 	 * (k_pick) or a run of 32 (k_pick_draw) */
 	unsigned long long *d_pick;
-	int32_t *h_pick, *dh_pick; /* (dh: the device's address of h_pick) */
+	unsigned long long *h_pick, *dh_pick; /* the keys picked (dh: the device's address of h_pick) */
 	cudaEvent_t pick_done[2];
 	int pick_pos[2];
 	int pick_next, pick_pending;
@@ -626,11 +626,11 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a);
 
 /* k_top.cu: toast_backend_ops.top (waits for the stream); -1 when the backend has failed */
 int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals);
-/* the token of the largest of x[0, n) (d NULL), or drawn by d from the d->top_k largest, into
- * *host (pinned, device-visible), queued; d_step (if any) then holds the one-token step
- * {pos, 1, that token} (k_pick, k_pick_draw) */
-void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d, volatile int32_t *host,
-	     int pos);
+/* the key (top()'s, cu_key_id names its token) of the largest of x[0, n) (d NULL), or drawn by
+ * d from the d->top_k largest, into *host (pinned, device-visible), queued; d_step (if any) then
+ * holds the one-token step {pos, 1, that token} (k_pick, k_pick_draw) */
+void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d,
+	     volatile unsigned long long *host, int pos);
 /* the token a key names (top()'s decoding; 0 for a NaN's or no key, as top()'s empty answer
  * makes the sampler choose) */
 static inline __host__ __device__ int32_t cu_key_id(unsigned long long key)

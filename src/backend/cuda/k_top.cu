@@ -11,7 +11,7 @@
  * so the top m is one well-defined set. A stage sorts 2048 keys per block (bitonic, in shared
  * memory) and keeps each block's best m; stages repeat on the survivors until one block is
  * left (151,936 logits: 75 blocks, then 10, then 2, then 1 for m = 256). m = 1 (greedy
- * decoding) needs no sort: the largest key, by a max per block and a 64-bit atomicMax. m <= 32
+ * decoding) needs no sort: the largest key, by a max per block and a last block's (k_pick). m <= 32
  * (sampling's usual top_k, 20 by default) keeps runs of 32 keys in a warp's registers, one a
  * lane, and halves their union by shuffles: one launch, four barriers a block and a last block
  * that merges the blocks' bests (the sorts of 2048 keys took 66 barriers of 1024 threads a stage,
@@ -203,34 +203,27 @@ __device__ __forceinline__ unsigned long long top_thread_max(const float *x, int
 	return best;
 }
 
-/* m == 1 (greedy): the largest key by a max per block and one atomicMax each into *out (zeroed
- * before): one launch, no sorting */
-__global__ void __launch_bounds__(TOP_BLOCK) k_top1(const float *x, int n, unsigned long long *out)
+/* a pick's end, by one thread of the last block: the key picked into *host (pinned memory the
+ * device writes directly: no copy after the kernel) and, with step, the one-token step
+ * {pos, 1, its token} into it, which a step begun by begin_step_pick reads (no copy before
+ * it); the ticket zeroed */
+__device__ __forceinline__ void pick_emit(unsigned long long key, volatile unsigned long long *host, int32_t *step,
+					  int pos, unsigned *counter)
 {
-	unsigned long long best = top_block_max(top_thread_max(x, n));
-	if (threadIdx.x == 0)
-		atomicMax(out, best);
-}
-
-/* a pick's end, by one thread of the last block: token id into *host (pinned memory the device
- * writes directly: no copy after the kernel) and, with step, the one-token step {pos, 1, id}
- * into it, which a step begun by begin_step_pick reads (no copy before it); the ticket zeroed */
-__device__ __forceinline__ void pick_emit(int32_t id, volatile int32_t *host, int32_t *step, int pos,
-					  unsigned *counter)
-{
-	*host = id;
+	*host = key;
 	if (step) {
 		step[0] = pos;
 		step[1] = 1;
-		step[2] = id;
+		step[2] = cu_key_id(key);
 	}
 	*counter = 0;
 }
 
-/* a greedy pick in one launch (toast_backend_ops.pick): each block's largest key into part; the
- * last block (a ticket in *counter) the largest of them (pick_emit) */
+/* the largest key in one launch (a greedy pick, and top() of 1): each block's largest into
+ * part; the last block (a ticket in *counter) the largest of them (pick_emit) */
 __global__ void __launch_bounds__(TOP_BLOCK) k_pick(const float *x, int n, unsigned long long *part,
-						     unsigned *counter, volatile int32_t *host, int32_t *step, int pos)
+						     unsigned *counter, volatile unsigned long long *host, int32_t *step,
+						     int pos)
 {
 	unsigned long long best = top_block_max(top_thread_max(x, n));
 	if (threadIdx.x == 0)
@@ -244,14 +237,15 @@ __global__ void __launch_bounds__(TOP_BLOCK) k_pick(const float *x, int n, unsig
 	}
 	best = top_block_max(best);
 	if (threadIdx.x == 0)
-		pick_emit(cu_key_id(best), host, step, pos, counter);
+		pick_emit(best, host, step, pos, counter);
 }
 
 /* a drawn pick in one launch: the best run of 32 keys (top_runs_last), then the draw d over the
- * d.top_k best of them that are not NaN, as the host makes it (draw.h), by one thread */
+ * d.top_k best of them that are not NaN, as the host makes it (draw.h), by one thread; key 0
+ * (token 0) when all are NaN */
 __global__ void __launch_bounds__(TOP_RWARPS * 32) k_pick_draw(const float *x, int n, struct toast_draw d,
 							    unsigned long long *part, unsigned *counter,
-							    volatile int32_t *host, int32_t *step, int pos)
+							    volatile unsigned long long *host, int32_t *step, int pos)
 {
 	__shared__ unsigned long long s[TOP_RWARPS * 32];
 	__shared__ float vals[TOP_RUN], p[TOP_RUN];
@@ -263,16 +257,17 @@ __global__ void __launch_bounds__(TOP_RWARPS * 32) k_pick_draw(const float *x, i
 	vals[lane] = __uint_as_float(u);
 	/* NaN keys (0) rank last: the valid ones are a prefix */
 	int k = __popc(__ballot_sync(0xffffffffu, o != 0 && lane < d.top_k));
-	int32_t id = cu_key_id(best);
 	__syncwarp();
 	int pick = lane == 0 && k > 0 ? toast_draw_top(vals, k, &d, p) : 0;
-	id = __shfl_sync(0xffffffffu, id, __shfl_sync(0xffffffffu, pick, 0));
+	best = __shfl_sync(0xffffffffu, best, __shfl_sync(0xffffffffu, pick, 0));
 	if (lane == 0)
-		pick_emit(k > 0 ? id : 0, host, step, pos, counter);
+		pick_emit(k > 0 ? best : 0ull, host, step, pos, counter);
 }
 
-void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d, volatile int32_t *host,
-	     int pos)
+/* a pick of x[0, n) (d NULL: the largest; else drawn by d) into *host (device-visible pinned
+ * memory) and, with step, the step's input */
+static void pick_launch(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d,
+			volatile unsigned long long *host, int32_t *step, int pos)
 {
 	unsigned *counter = cb->counters + CU_CTR_PICK;
 	if (d) {
@@ -282,14 +277,19 @@ void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_
 				    CU_PICK_BLOCKS * TOP_RCHUNK);
 			return;
 		}
-		cu_launch(cb, k_pick_draw, g, TOP_RWARPS * 32, 0, x, n, *d, cb->d_pick, counter, host, cb->d_step, pos);
+		cu_launch(cb, k_pick_draw, g, TOP_RWARPS * 32, 0, x, n, *d, cb->d_pick, counter, host, step, pos);
 	} else {
 		unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK), cap = 2u * cb->n_sm;
 		cap = cap < CU_PICK_BLOCKS ? cap : CU_PICK_BLOCKS;
-		cu_launch(cb, k_pick, blocks < cap ? blocks : cap, TOP_BLOCK, 0, x, n, cb->d_pick, counter, host, cb->d_step,
-			  pos);
+		cu_launch(cb, k_pick, blocks < cap ? blocks : cap, TOP_BLOCK, 0, x, n, cb->d_pick, counter, host, step, pos);
 	}
 	cu_launched(cb, "pick");
+}
+
+void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d,
+	     volatile unsigned long long *host, int pos)
+{
+	pick_launch(cb, x, n, d, host, cb->d_step, pos);
 }
 
 int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals)
@@ -299,14 +299,8 @@ int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, 
 	unsigned long long *keys = cb->h_top;
 	const unsigned long long *res; /* device: the keys in order, best first */
 	if (m == 1) {
-		unsigned long long *one = (unsigned long long *)cu_scratch(cb, sizeof(unsigned long long));
-		if (!one)
-			return -1;
-		unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK);
-		cu_fail(cb, cudaMemsetAsync(one, 0, sizeof(*one), cb->stream), "top");
-		cu_launch(cb, k_top1, blocks < 2u * cb->n_sm ? blocks : 2u * cb->n_sm, TOP_BLOCK, 0, x, n, one);
-		cu_launched(cb, "top");
-		res = one;
+		pick_launch(cb, x, n, NULL, cb->dh_top, NULL, 0); /* (the key lands in h_top) */
+		res = NULL;
 	} else if (m <= TOP_RUN) {
 		unsigned g = cu_blocks((size_t)n, TOP_RCHUNK);
 		unsigned long long *buf = (unsigned long long *)cu_scratch(cb, ((size_t)g + 1) * TOP_RUN * sizeof(*buf));
@@ -321,8 +315,9 @@ int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, 
 			return -1;
 	}
 	int k = m < n ? m : n;
-	if (cb->failed || cu_fail(cb, cudaMemcpyAsync(keys, res, (size_t)k * sizeof(keys[0]), cudaMemcpyDeviceToHost,
-						     cb->stream), "top read") ||
+	if (cb->failed ||
+	    (res && cu_fail(cb, cudaMemcpyAsync(keys, res, (size_t)k * sizeof(keys[0]), cudaMemcpyDeviceToHost, cb->stream),
+			    "top read")) ||
 	    cu_fail(cb, cudaStreamSynchronize(cb->stream), "top read"))
 		return -1;
 	int got = 0;
