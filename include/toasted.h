@@ -245,8 +245,9 @@ void toast_sampler_free(struct toast_sampler *sp);
 /* Choose the next token from logits[n_vocab] (not modified). */
 int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits);
 /* How many of the largest logits toast_sampler_sample_top needs to choose exactly as
- * toast_sampler_sample would from all of them (1 for greedy, top_k when 1..256), or 0 when
- * it needs them all (a repetition penalty, or no top-k). */
+ * toast_sampler_sample would from all of them (1 for greedy, else top_k; plus repeat_last_n
+ * under a repetition penalty over 1), or 0 when it needs them all (no top-k, a penalty under
+ * 1, or more than 256). */
 #define TOAST_SAMPLER_TOP_MAX 256
 int toast_sampler_top_need(const struct toast_sampler *sp);
 /* The same choice from the n largest logits (toast_session_top's answer, n >= the need). */

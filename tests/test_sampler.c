@@ -7,8 +7,9 @@
  * - a 152k vocabulary with a nucleus wider than the partial selection still samples correctly;
  * - sampling from the few largest logits (toast_sampler_top_need / _sample_top, what the GPU
  *   sends) chooses exactly the tokens sampling from all of them does, ties, -0, NaN and -inf
- *   included, for greedy, top-k, top-p, min-p and temperatures; the need is 0 when the
- *   penalty or the lack of a top-k makes every logit matter; sessions sharing an engine keep
+ *   included, for greedy, top-k, top-p, min-p, temperatures and a repetition penalty over 1
+ *   (from top_k + repeat_last_n); the need is 0 when a penalty under 1, a top-k over the
+ *   limit or the lack of one makes every logit matter; sessions sharing an engine keep
  *   their logits when another feeds (the pending-logits hand-off);
  * - the draw a backend makes (draw.h) chooses as the sampler does, with one uniform a token;
  * - toast_generate on models/qwen3next-vocab: greedy chat case 0 exactly, text streamed in
@@ -193,7 +194,9 @@ static void test_from_top(void)
 	} cfg[] = {
 		{0, 1, 0, 0, 1, 1},     {0, 0.8f, 0, 20, 1, 1},   {0.7f, 0.8f, 0, 20, 1, 20}, {1, 1, 0, 1, 1, 1},
 		{1.3f, 1, 0.05f, 256, 1, 256}, {0.2f, 0.95f, 0.1f, 40, 1, 40}, {1, 1, 0, 257, 1, 0},
-		{1, 0.9f, 0, 0, 1, 0},  {0.7f, 0.8f, 0, 20, 1.1f, 0}, {0, 1, 0, 0, 1.1f, 0},
+		{1, 0.9f, 0, 0, 1, 0},  {0.7f, 0.8f, 0, 20, 1.1f, 84}, {0, 1, 0, 0, 1.1f, 65},
+		{1.5f, 1, 0, 3, 3.0f, 67}, {0.7f, 0.8f, 0, 20, 0.9f, 0}, {0.7f, 0.8f, 0, 200, 1.1f, 0},
+		{0.7f, 0.8f, 0, 0, 1.1f, 0},
 	};
 	int V = 5000;
 	float *l = malloc((size_t)V * sizeof(float));
@@ -232,11 +235,16 @@ static void test_from_top(void)
 				else if ((r >> 30) % 991 == 0)
 					l[i] = -INFINITY;
 			}
+			for (int i = 0; i < 100; i++) /* the tokens seen lately, among the largest */
+				l[i] += 2.0f;
 			int32_t ids[TOAST_SAMPLER_TOP_MAX];
 			float vals[TOAST_SAMPLER_TOP_MAX];
 			int n = toast_top_host(l, V, need, ids, vals);
 			int32_t x = toast_sampler_sample(a, l), y = toast_sampler_sample_top(b, ids, vals, n);
 			same += x == y;
+			int32_t seen = t % 2 ? x : (int32_t)(r % 100);
+			toast_sampler_accept(a, seen);
+			toast_sampler_accept(b, seen);
 		}
 		CHECK(same == steps, "config %zu: %d of %d draws from the top %d differ from draws from all logits", c,
 		      steps - same, steps, need);

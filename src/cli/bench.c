@@ -21,6 +21,7 @@ struct bench_opts {
 	int ctxs[BENCH_MAX_LIST], n_ctxs;
 	int n_decode;
 	int top;                             /* --top M: the candidates each decode step picks from */
+	float repeat_penalty;                /* --repeat-penalty X: the sampler's, over the last 64 tokens */
 	bool cache;                          /* --cache: the session cache instead */
 	int history[BENCH_MAX_LIST], n_history;
 	int n_new;
@@ -137,6 +138,7 @@ static int bench_cache(struct toast_engine *e, const struct bench_opts *o, const
 int cli_bench(int argc, char **argv)
 {
 	struct bench_opts o = {.prompts = {512}, .n_prompts = 1, .ctxs = {0}, .n_ctxs = 1, .n_decode = 32, .top = 1,
+			       .repeat_penalty = 1,
 			       .history = {1000, 8000, 20000}, .n_history = 3, .n_new = 64};
 	toast_engine_opts_init(&o.eo);
 	for (int i = 1; i < argc; i++) {
@@ -178,6 +180,11 @@ int cli_bench(int argc, char **argv)
 			if (!cli_int("--top", v, 1, TOAST_SAMPLER_TOP_MAX, &n))
 				return 2;
 			o.top = (int)n;
+		} else if ((v = cli_optval(argc, argv, &i, "--repeat-penalty"))) {
+			double d;
+			if (!cli_float("--repeat-penalty", v, 0.01, 100, &d))
+				return 2;
+			o.repeat_penalty = (float)d;
 		} else if (argv[i][0] == '-' || o.model) {
 			fprintf(stderr, "toasted bench: unexpected argument %s\n", argv[i]);
 			return 2;
@@ -189,7 +196,7 @@ int cli_bench(int argc, char **argv)
 		fprintf(stderr, "usage: toasted bench (MODEL_DIR | --synthetic qwen3-next-80b-a3b|CONFIG.json [--layers N]\n"
 				"                      [--type bf16|q4_k|q8_0|mlx4|..|q4_k_m|q5_k_m]) [--backend cpu|cuda] [--threads N] [--chunk N]\n"
 				"                     [--kv-cache default|q8]\n"
-				"                     [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N] [--top M]\n"
+				"                     [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N] [--top M] [--repeat-penalty X]\n"
 				"                     | --cache [--history H1,H2,..] [--new N]\n");
 		return 2;
 	}
@@ -264,13 +271,14 @@ int cli_bench(int argc, char **argv)
 		st = toast_session_feed(s, ids, 1, NULL, &err); /* warm-up (and CUDA graph capture) */
 		/* steps as generation runs them (toast_generate, no end-of-text): greedy (--top 1), or a
 		 * draw from the --top largest logits (the default sampler's top_k is 20), both chained
-		 * on a backend that picks where the top is at most TOAST_DRAW_MAX; timed from the first
-		 * token on, n_decode steps */
+		 * on a backend that picks where the top is at most TOAST_DRAW_MAX and there is no
+		 * --repeat-penalty; timed from the first token on, n_decode steps */
 		struct toast_gen_opts go = {.max_tokens = o.n_decode + 1, .ignore_eos = true};
 		toast_sampling_init(&go.sampling);
 		go.sampling.temperature = o.top == 1 ? 0.0f : 1.0f;
 		go.sampling.top_k = o.top;
 		go.sampling.top_p = 1.0f;
+		go.sampling.repeat_penalty = o.repeat_penalty;
 		struct toast_gen_result res = {0};
 		if (st == TOAST_OK)
 			st = toast_generate(s, NULL, NULL, 0, &go, NULL, NULL, &res, &err);

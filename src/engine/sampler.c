@@ -252,32 +252,59 @@ int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits)
 	return sampler_draw(sp, c, k, sp->p.top_k > 0, u);
 }
 
+/* a repetition penalty is in force (one that can change a logit) */
+static bool sampler_penalizes(const struct toast_sampler *sp)
+{
+	return sp->p.repeat_penalty != 1.0f && sp->p.repeat_last_n > 0;
+}
+
 int toast_sampler_top_need(const struct toast_sampler *sp)
 {
-	if (sp->p.repeat_penalty != 1.0f && sp->p.repeat_last_n > 0)
+	int k = sp->p.temperature <= 0 ? 1 : sp->p.top_k;
+	if (k <= 0)
 		return 0;
-	if (sp->p.temperature <= 0)
-		return 1;
-	return sp->p.top_k > 0 && sp->p.top_k <= TOAST_SAMPLER_TOP_MAX ? sp->p.top_k : 0;
+	if (sampler_penalizes(sp)) {
+		/* a penalty over 1 only lowers the last repeat_last_n tokens' logits, so the k largest
+		 * penalised logits are among the k + repeat_last_n largest (at least k of those are
+		 * not penalised, and everything else is below them); under 1 it raises them */
+		if (sp->p.repeat_penalty < 1.0f)
+			return 0;
+		k += sp->p.repeat_last_n;
+	}
+	return k <= TOAST_SAMPLER_TOP_MAX ? k : 0;
 }
 
 int32_t toast_sampler_sample_top(struct toast_sampler *sp, const int32_t *ids, const float *vals, int n)
 {
-	if (sp->p.temperature <= 0)
-		return n > 0 ? ids[0] : 0;
-	double u = sampler_uniform(sp);
+	bool greedy = sp->p.temperature <= 0;
+	double u = greedy ? 0 : sampler_uniform(sp);
 	if (n <= 0)
 		return 0;
+	struct sampler_cand *c = sp->cand;
+	for (int i = 0; i < n; i++)
+		c[i] = (struct sampler_cand){vals[i], ids[i]};
+	if (sampler_penalizes(sp) && sp->n_recent > 0) { /* each candidate seen lately, once */
+		for (int i = 0; i < n; i++)
+			for (int j = 0; j < sp->n_recent; j++)
+				if (sp->recent[j] == c[i].id) {
+					float l = c[i].logit;
+					c[i].logit = l > 0 ? l / sp->p.repeat_penalty : l * sp->p.repeat_penalty;
+					break;
+				}
+		qsort(c, (size_t)n, sizeof(*c), sampler_cmp);
+	}
+	if (greedy)
+		return c[0].id;
 	int k = sp->p.top_k > 0 && sp->p.top_k < n ? sp->p.top_k : n;
 	for (int i = 0; i < k; i++)
-		sp->cand[i] = (struct sampler_cand){vals[i] / sp->p.temperature, ids[i]};
-	return sampler_draw(sp, sp->cand, k, true, u);
+		c[i].logit /= sp->p.temperature;
+	return sampler_draw(sp, c, k, true, u);
 }
 
 int toast_sampler_backend_draw(struct toast_sampler *sp, struct toast_draw *d)
 {
 	int need = toast_sampler_top_need(sp);
-	if (need < 1 || need > TOAST_DRAW_MAX)
+	if (need < 1 || need > TOAST_DRAW_MAX || sampler_penalizes(sp))
 		return -1;
 	if (sp->p.temperature <= 0)
 		return 0;
