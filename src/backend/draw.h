@@ -56,7 +56,8 @@ TOAST_HD static inline float toast_draw_exp(float x)
 	if (!(x > -104.0f)) /* (exp(-104) is below float's least subnormal) */
 		return 0.0f;
 	double k = rint(draw_mul(x, 1.4426950408889634));
-	double r = draw_add(draw_add(x, -draw_mul(k, 6.93147180369123816490e-01)), -draw_mul(k, 1.90821492927058770002e-10));
+	double r = draw_add(x, -draw_mul(k, 6.93147180369123816490e-01)); /* (ln 2's upper part: k times it is exact) */
+	r = draw_add(r, -draw_mul(k, 1.90821492927058770002e-10));
 	double p = 1.0 / 6227020800.0; /* 1/13! */
 	const double inv[13] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
 				1.0 / 5040.0,      1.0 / 720.0,      1.0 / 120.0,     1.0 / 24.0,     1.0 / 6.0,

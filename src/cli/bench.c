@@ -196,7 +196,8 @@ int cli_bench(int argc, char **argv)
 		fprintf(stderr, "usage: toasted bench (MODEL_DIR | --synthetic qwen3-next-80b-a3b|CONFIG.json [--layers N]\n"
 				"                      [--type bf16|q4_k|q8_0|mlx4|..|q4_k_m|q5_k_m]) [--backend cpu|cuda] [--threads N] [--chunk N]\n"
 				"                     [--kv-cache default|q8]\n"
-				"                     [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N] [--top M] [--repeat-penalty X]\n"
+				"                     [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N] [--top M]\n"
+				"                     [--repeat-penalty X]\n"
 				"                     | --cache [--history H1,H2,..] [--new N]\n");
 		return 2;
 	}

@@ -368,7 +368,8 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 static void session_pick(struct toast_engine *e, struct toast_sampler *sp)
 {
 	struct toast_draw d;
-	e->be->ops->pick(e->be, e->work.logits, e->model.hp.n_vocab, toast_sampler_backend_draw(sp, &d) > 0 ? &d : NULL);
+	bool drawn = toast_sampler_backend_draw(sp, &d) > 0;
+	e->be->ops->pick(e->be, e->work.logits, e->model.hp.n_vocab, drawn ? &d : NULL);
 	e->picks_pending++;
 }
 

@@ -249,7 +249,8 @@ static int32_t cpu_pick_read(struct toast_backend *be, struct toast_error *err)
 {
 	struct cpu_backend *cb = cpu_of(be);
 	if (cb->pick_bad || cb->pick_pending == 0) {
-		toast_err_set(err, TOAST_ERR_BACKEND, "cpu backend: picks used out of turn, or a draw over more than %d logits", TOAST_DRAW_MAX);
+		toast_err_set(err, TOAST_ERR_BACKEND, "cpu backend: picks used out of turn, or a draw over more than %d logits",
+			      TOAST_DRAW_MAX);
 		return -1;
 	}
 	return cb->picks[(cb->pick_next + cb->pick_pending--) & 1];

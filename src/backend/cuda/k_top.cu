@@ -273,15 +273,16 @@ static void pick_launch(struct cuda_backend *cb, const float *x, int n, const st
 	if (d) {
 		unsigned g = cu_blocks((size_t)n, TOP_RCHUNK);
 		if (g > CU_PICK_BLOCKS || d->top_k < 1 || d->top_k > TOP_RUN) {
-			cu_fail_msg(cb, "pick: a draw from the %d best of %d logits (at most %d of %d)", d->top_k, n, TOP_RUN,
-				    CU_PICK_BLOCKS * TOP_RCHUNK);
+			cu_fail_msg(cb, "pick: a draw from the %d best of %d logits (at most %d of %d)", d->top_k, n,
+				    TOP_RUN, CU_PICK_BLOCKS * TOP_RCHUNK);
 			return;
 		}
 		cu_launch(cb, k_pick_draw, g, TOP_RWARPS * 32, 0, x, n, *d, cb->d_pick, counter, host, step, pos);
 	} else {
 		unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK), cap = 2u * cb->n_sm;
 		cap = cap < CU_PICK_BLOCKS ? cap : CU_PICK_BLOCKS;
-		cu_launch(cb, k_pick, blocks < cap ? blocks : cap, TOP_BLOCK, 0, x, n, cb->d_pick, counter, host, step, pos);
+		cu_launch(cb, k_pick, blocks < cap ? blocks : cap, TOP_BLOCK, 0, x, n, cb->d_pick, counter, host, step,
+			  pos);
 	}
 	cu_launched(cb, "pick");
 }
@@ -316,8 +317,8 @@ int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, 
 	}
 	int k = m < n ? m : n;
 	if (cb->failed ||
-	    (res && cu_fail(cb, cudaMemcpyAsync(keys, res, (size_t)k * sizeof(keys[0]), cudaMemcpyDeviceToHost, cb->stream),
-			    "top read")) ||
+	    (res && cu_fail(cb, cudaMemcpyAsync(keys, res, (size_t)k * sizeof(keys[0]), cudaMemcpyDeviceToHost,
+						cb->stream), "top read")) ||
 	    cu_fail(cb, cudaStreamSynchronize(cb->stream), "top read"))
 		return -1;
 	int got = 0;
