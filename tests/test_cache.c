@@ -448,8 +448,8 @@ static int collect_id(void *ud, int32_t id, const char *text, size_t len)
  * the token fed before its text is found; steps chained, each queued before its token
  * is read): the ids a loop of top and feed picks, the session then holding prompt + reply with
  * that loop's logits bit for bit; a reply the callback cuts holds its tokens too. Greedy, and
- * drawn from the top 20 (chained too: the draw made where the logits are, draw.h). The session
- * cache's snapshot of a request's end relies on it. */
+ * drawn from the top 20, with and without a repetition penalty (chained too: the draw made
+ * where the logits are, draw.h). The session cache's snapshot of a request's end relies on it. */
 static void test_generate_fed(bool async)
 {
 	struct toast_session *s, *h = NULL;
@@ -463,11 +463,14 @@ static void test_generate_fed(bool async)
 	int32_t p[30];
 	fill_ids(p, 30, 9, V);
 	float *ref = malloc((size_t)V * sizeof(float));
-	for (int drawn = 0; ref && drawn < 2; drawn++) {
-		const char *how = drawn ? "drawn" : "greedy";
+	for (int mode = 0; ref && mode < 4; mode++) {
+		bool drawn = mode % 2;
+		const char *how = (const char *[]){"greedy", "drawn", "greedy, penalised", "drawn, penalised"}[mode];
 		struct toast_gen_opts go = {.max_tokens = 12};
 		toast_sampling_init(&go.sampling);
 		go.sampling.temperature = drawn ? 0.7f : 0.0f;
+		go.sampling.repeat_penalty = mode >= 2 ? 5.0f : 1.0f;
+		go.sampling.repeat_last_n = 4; /* (greedy repeats a token 5 later here: the window's edge) */
 		go.sampling.seed = 42;
 		struct toast_gen_result res;
 		struct collect got = {0};
@@ -509,6 +512,8 @@ static void test_generate_fed(bool async)
 			toast_sampler_free(sp);
 			sp = NULL;
 			CHECK(toast_sampler_new(&go.sampling, V, &sp, &err) == TOAST_OK, "sampler: %s", err.msg);
+			for (int i = 0; sp && i < toast_session_n_past(h); i++) /* (the penalty's window) */
+				toast_sampler_accept(sp, toast_session_tokens(h)[i]);
 			for (int i = 0; sp && i < 6; i++) {
 				int32_t ids[TOAST_SAMPLER_TOP_MAX];
 				float vals[TOAST_SAMPLER_TOP_MAX];
@@ -516,6 +521,7 @@ static void test_generate_fed(bool async)
 				int32_t id = n < 0 ? -1 : toast_sampler_sample_top(sp, ids, vals, n);
 				CHECK(more.n == 6 && id == more.ids[i], "%s %s: continued, token %d is %d, by hand %d", backend, how,
 				      i, more.ids[i], id);
+				toast_sampler_accept(sp, id);
 				feed(h, &id, 1);
 			}
 			memcpy(ref, toast_session_logits(h), (size_t)V * sizeof(float));

@@ -868,37 +868,60 @@ static void test_moe_types(struct ctx *c, int T, int E, int ne, int k, int F, in
 	test_moe_up(c, T, E, ne, k, F, Fs, norm_topk, sh_gate, ty, ty->gate_up);
 }
 
-/* what a pick of x[0..n) makes on the host: the largest's id (d NULL), else the draw d over
- * the d->top_k largest (toast_draw_top); 0 when all are NaN */
-static int32_t pick_ref(const float *x, int n, const struct toast_draw *d)
+/* what a pick of x[0..n) makes on the host: the largest's id (d NULL), else toast_draw_pick's
+ * token from top()'s n_top largest (prev: the pick queued before it) */
+static int32_t pick_ref(const float *x, int n, const struct toast_draw *d, int32_t prev)
 {
-	int32_t ids[TOAST_DRAW_MAX];
-	float vals[TOAST_DRAW_MAX], p[TOAST_DRAW_MAX];
-	int got = toast_top_host(x, n, d ? d->top_k : 1, ids, vals);
-	return got == 0 ? 0 : d ? ids[toast_draw_top(vals, got, d, p)] : ids[0];
+	int32_t ids[TOAST_TOP_MAX];
+	float vals[TOAST_TOP_MAX], p[TOAST_TOP_MAX];
+	int got = toast_top_host(x, n, d ? d->n_top : 1, ids, vals);
+	return d ? toast_draw_pick(vals, ids, got, d, prev, p) : got ? ids[0] : 0;
 }
 
-/* pick(): greedy, and draws of every kind (top_k 1..32, nucleus or not, min-p, a flat and a
- * sharp temperature, u at both ends), each exactly the host's token; picks queued two at a
- * time are read in order */
+#define DRAW(t, tp, mp, k, uu) {.temperature = t, .top_p = tp, .min_p = mp, .top_k = k, .n_top = k, .u = uu, .repeat_penalty = 1}
+
+/* pick(): greedy, and draws of every kind (top_k 1..32 on the fast path, and 100; nucleus or
+ * not, min-p, a flat and a sharp temperature, u at both ends; a repetition penalty over tokens
+ * among the largest, greedy and drawn, with the pick before it pending and counted), each
+ * exactly the host's token; picks queued two at a time are read in order */
 static void test_picks(struct ctx *c, const float *x, void *d, int n)
 {
-	static const struct toast_draw draws[] = {
-		{0.7f, 0.8f, 0, 20, 0.37},  {1.3f, 1, 0.05f, 32, 0.999999}, {0.2f, 0.95f, 0, 7, 0.0},
-		{1, 1, 0, 1, 0.5},          {50, 0.5f, 0, 32, 0.61},        {0.7f, 0.8f, 0.2f, 20, 0.93},
-		{3, 0.999f, 0, 31, 0.0001},
+	struct toast_draw draws[] = {
+		DRAW(0.7f, 0.8f, 0, 20, 0.37),  DRAW(1.3f, 1, 0.05f, 32, 0.999999), DRAW(0.2f, 0.95f, 0, 7, 0.0),
+		DRAW(1, 1, 0, 1, 0.5),          DRAW(50, 0.5f, 0, 32, 0.61),        DRAW(0.7f, 0.8f, 0.2f, 20, 0.93),
+		DRAW(3, 0.999f, 0, 31, 0.0001), DRAW(1.5f, 0.95f, 0, 100, 0.71),    DRAW(0.7f, 0.8f, 0, 20, 0.45),
+		DRAW(0, 1, 0, 1, 0),            DRAW(2, 1, 0, 40, 0.2),             DRAW(0.7f, 0.9f, 0, 20, 0.8),
 	};
 	int nd = (int)(sizeof(draws) / sizeof(draws[0]));
+	/* the last four with a penalty: tokens seen lately among the largest (every other one of the
+	 * 64 best, the best first), a window of 64 or of as many as are seen (full: the pending pick
+	 * pushes the oldest out) */
+	int32_t seen[TOAST_TOP_MAX];
+	float sv[TOAST_TOP_MAX];
+	int ns = toast_top_host(x, n, 64, seen, sv);
+	for (int i = 0; i < ns / 2; i++)
+		seen[i] = seen[2 * i];
+	for (int i = nd - 4; i < nd; i++) {
+		draws[i].repeat_penalty = i % 2 ? 1.3f : 2.5f;
+		draws[i].last_n = i == nd - 1 ? ns / 2 : 64;
+		draws[i].n_recent = ns / 2;
+		draws[i].recent = seen;
+		draws[i].n_top = draws[i].top_k + draws[i].last_n;
+	}
 	for (int i = -1; i < nd; i += 2) { /* (-1: greedy) */
-		const struct toast_draw *a = i < 0 ? NULL : &draws[i], *b = i + 1 < nd ? &draws[i + 1] : NULL;
+		struct toast_draw *a = i < 0 ? NULL : &draws[i], *b = i + 1 < nd ? &draws[i + 1] : NULL;
 		int nb = n > 1 ? n - 1 : n;
 		struct toast_error err = {0};
+		if (b)
+			b->prev = i % 4 == 0; /* (the second of a pair counts the first, now and then) */
 		c->be->ops->pick(c->be, d, n, a);
 		c->be->ops->pick(c->be, d, nb, b);
 		int32_t got = c->be->ops->pick_read(c->be, &err), got2 = c->be->ops->pick_read(c->be, &err);
-		int32_t want = pick_ref(x, n, a), want2 = pick_ref(x, nb, b);
+		int32_t want = pick_ref(x, n, a, -1), want2 = pick_ref(x, nb, b, want);
 		CHECK(got == want && got2 == want2, "%s: picks of %d (draw %d) and %d (draw %d): %d and %d (%d and %d expected) %s",
 		      c->name, n, i, nb, i + 1, got, got2, want, want2, err.msg);
+		if (b)
+			b->prev = false;
 	}
 	/* many uniforms through one draw: the boundaries between tokens fall where the host's do */
 	for (int j = 0; j < 24; j++) {
@@ -906,7 +929,7 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 		dr.u = (rnd() + 1) / 2;
 		struct toast_error err = {0};
 		c->be->ops->pick(c->be, d, n, &dr);
-		int32_t got = c->be->ops->pick_read(c->be, &err), want = pick_ref(x, n, &dr);
+		int32_t got = c->be->ops->pick_read(c->be, &err), want = pick_ref(x, n, &dr, -1);
 		CHECK(got == want, "%s: a draw of %d (u %.17g): %d (%d expected) %s", c->name, n, dr.u, got, want, err.msg);
 	}
 }

@@ -255,9 +255,11 @@ static void test_from_top(void)
 }
 
 /* The draw a backend makes (draw.h, toast_sampler_backend_draw): its exp within an ulp of the
- * true one (exact nearly always); which samplers a backend can draw for; a draw with the
- * uniform the sampler hands out chooses what toast_sampler_sample_top does, token for token,
- * and takes one uniform a token, as sampling does (nothing when asked only whether it can). */
+ * true one (exact nearly always); which samplers a backend can draw for; draws made as a chain
+ * makes them (each queued before the sampler accepts the token before it, which counts as
+ * pending for the penalty) choose what sampling from all the logits does, token for token,
+ * greedy or drawn, with and without a penalty (windows of 64, 4 and 3 tokens), one uniform a
+ * token (nothing taken when asked only whether it can). */
 static void test_backend_draw(void)
 {
 	int off = 0, exact = 0, n = 0;
@@ -274,10 +276,12 @@ static void test_backend_draw(void)
 	      "draw's exp at 0, -inf and -200");
 	struct {
 		float temp, top_p, min_p, penalty;
-		int top_k, mode;
+		int top_k, last_n, mode;
 	} cfg[] = {
-		{0.7f, 0.8f, 0, 1, 20, 1}, {1.3f, 1, 0.05f, 1, 32, 1}, {0.2f, 0.95f, 0.1f, 1, 1, 1}, {0, 0.8f, 0, 1, 20, 0},
-		{0.7f, 0.8f, 0, 1, 33, -1}, {0.7f, 0.8f, 0, 1, 0, -1}, {0.7f, 0.8f, 0, 1.1f, 20, -1},
+		{0.7f, 0.8f, 0, 1, 20, 64, 1},   {1.3f, 1, 0.05f, 1, 32, 64, 1}, {0.2f, 0.95f, 0.1f, 1, 1, 64, 1},
+		{0, 0.8f, 0, 1, 20, 64, 0},      {0.7f, 0.8f, 0, 1, 33, 64, 1},  {0.7f, 0.8f, 0, 1, 0, 64, -1},
+		{0.7f, 0.8f, 0, 1.1f, 20, 64, 1}, {0, 1, 0, 1.5f, 20, 64, 1},     {1, 0.9f, 0, 3, 5, 4, 1},
+		{0.7f, 0.8f, 0, 0.9f, 20, 64, -1}, {0, 1, 0, 2, 1, 3, 1},
 	};
 	int V = 3000;
 	float *l = malloc((size_t)V * sizeof(float));
@@ -289,6 +293,7 @@ static void test_backend_draw(void)
 		sg.top_p = cfg[c].top_p;
 		sg.min_p = cfg[c].min_p;
 		sg.repeat_penalty = cfg[c].penalty;
+		sg.repeat_last_n = cfg[c].last_n;
 		sg.seed = 100 + c;
 		struct toast_sampler *a = NULL, *b = NULL;
 		struct toast_error err = {0};
@@ -296,25 +301,37 @@ static void test_backend_draw(void)
 		      err.msg);
 		int mode = toast_sampler_backend_draw(a, NULL);
 		CHECK(mode == cfg[c].mode, "config %zu: a backend's draw %d, expected %d", c, mode, cfg[c].mode);
+		/* a: as a chain draws, each pick queued before the token before it is accepted (that one
+		 * counted by the draw as pending); b: sampling from all the logits, every token accepted */
 		int same = 0, steps = 400;
+		int32_t pend = -1;
 		uint64_t r = 777 + c;
-		for (int t = 0; mode == 1 && t < steps; t++) {
+		for (int t = 0; mode >= 0 && t < steps; t++) {
 			for (int i = 0; i < V; i++) {
 				r = r * 6364136223846793005ull + 1442695040888963407ull;
 				l[i] = (float)((int)(r >> 56) - 128) * (t % 2 ? 0.01f : 0.125f); /* sharp and flat; ties */
+				if (i < 40)
+					l[i] += 20 * (t % 2 ? 0.01f : 0.125f); /* a few tokens often among the best */
 				if ((r >> 20) % 499 == 0)
 					l[i] = NAN;
 			}
-			int32_t ids[TOAST_DRAW_MAX];
-			float vals[TOAST_DRAW_MAX], p[TOAST_DRAW_MAX];
-			int need = toast_sampler_top_need(b), got = toast_top_host(l, V, need, ids, vals);
+			int32_t ids[TOAST_SAMPLER_TOP_MAX];
+			float vals[TOAST_SAMPLER_TOP_MAX], p[TOAST_SAMPLER_TOP_MAX];
 			struct toast_draw d;
-			CHECK(toast_sampler_backend_draw(a, NULL) == 1 && toast_sampler_backend_draw(a, &d) == 1 &&
-				      d.top_k == need && d.u >= 0 && d.u < 1,
+			int m = toast_sampler_backend_draw(a, &d);
+			CHECK(m == mode && (m == 0 || (d.n_top == toast_sampler_top_need(a) && d.u >= 0 && d.u < 1)),
 			      "config %zu: a draw's parameters", c);
-			same += ids[toast_draw_top(vals, got, &d, p)] == toast_sampler_sample_top(b, ids, vals, got);
+			d.prev = pend >= 0;
+			int got = toast_top_host(l, V, m == 1 ? d.n_top : 1, ids, vals);
+			int32_t x = m == 1 ? toast_draw_pick(vals, ids, got, &d, pend, p) : got ? ids[0] : 0;
+			if (pend >= 0)
+				toast_sampler_accept(a, pend);
+			pend = x;
+			int32_t y = toast_sampler_sample(b, l);
+			toast_sampler_accept(b, y);
+			same += x == y;
 		}
-		CHECK(mode != 1 || same == steps, "config %zu: %d of %d backend draws differ from the sampler's", c,
+		CHECK(mode < 0 || same == steps, "config %zu: %d of %d backend draws differ from the sampler's", c,
 		      steps - same, steps);
 		toast_sampler_free(a);
 		toast_sampler_free(b);

@@ -352,8 +352,9 @@ struct toast_backend_ops {
 	 * Optional (NULL: the host picks): decoding without a round trip to the host between
 	 * steps. pick(x, n, d) queues the pick of a token from x[0..n) (backend memory): with d
 	 * NULL the largest (top()'s order: the lower index among equals, NaN never, id 0 when all
-	 * are NaN), else the draw d over the d->top_k largest as toast_draw_top makes it on the host
-	 * (draw.h; id 0 when all are NaN); at most two are pending. begin_step_pick(pos) is
+	 * are NaN), else the draw d (d->n_top <= TOAST_TOP_MAX, d->n_recent too) as
+	 * toast_draw_pick makes it on the host from top()'s answer (draw.h; d->prev: the pick
+	 * queued before this one is the pending token it names); at most two are pending. begin_step_pick(pos) is
 	 * begin_step for one token at pos that is the last pick queued, read on the device.
 	 * pick_read() waits for the oldest pending pick and returns its token (-1 on a backend
 	 * failure, err set).

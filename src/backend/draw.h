@@ -14,6 +14,8 @@
 #define TOAST_BACKEND_DRAW_H
 
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #ifdef __CUDACC__
 #define TOAST_HD __host__ __device__
@@ -21,14 +23,21 @@
 #define TOAST_HD
 #endif
 
-#define TOAST_DRAW_MAX 32 /* a backend draws among at most this many of the largest logits */
+#define TOAST_DRAW_MAX 32 /* a draw from this many logits or fewer, with no penalty, is the fast kind */
 
-/* One draw: among the top_k (1..TOAST_DRAW_MAX) largest logits, each divided by temperature
- * (> 0), the nucleus of top_p, those at least min_p of the most likely, chosen by u in [0, 1). */
+/* One draw: from the n_top largest logits, each one seen lately lowered by repeat_penalty (CTRL's,
+ * as the sampler's), the top_k best of them; temperature 0: the best, else each divided by
+ * temperature, the nucleus of top_p, those at least min_p of the most likely, chosen by u in
+ * [0, 1). The tokens seen lately are recent[0..n_recent) (oldest first) and, with prev, the
+ * token of the pick before this one (still pending when this one is queued): the last last_n. */
 struct toast_draw {
 	float temperature, top_p, min_p;
-	int top_k;
+	int top_k, n_top;
 	double u;
+	float repeat_penalty; /* 1: none */
+	int last_n, n_recent;
+	const int32_t *recent; /* (host memory) */
+	bool prev;
 };
 
 TOAST_HD static inline double draw_mul(double a, double b)
@@ -107,14 +116,63 @@ TOAST_HD static inline int toast_draw_tail(const float *p, int k, double z, floa
 	return last;
 }
 
-/* The draw d over vals[0..k) (k >= 1: the largest logits, larger first), p scratch of k: the
- * index chosen. */
+/* The draw d over vals[0..k) (k >= 1: the largest logits, larger first; d->temperature > 0),
+ * p scratch of k: the index chosen. */
 TOAST_HD static inline int toast_draw_top(const float *vals, int k, const struct toast_draw *d, float *p)
 {
 	for (int i = 0; i < k; i++)
 		p[i] = vals[i] / d->temperature;
 	double z = toast_draw_probs(p, k);
 	return toast_draw_tail(p, k, z, d->top_p, d->min_p, d->u);
+}
+
+/* whether id is among the tokens seen lately (recent: d's, oldest first; prev: the pending
+ * pick's token, when d->prev) */
+TOAST_HD static inline bool toast_draw_seen(const struct toast_draw *d, const int32_t *recent, int32_t prev, int32_t id)
+{
+	if (d->prev && id == prev)
+		return true;
+	for (int j = d->prev && d->n_recent >= d->last_n ? 1 : 0; j < d->n_recent; j++) /* (prev pushes out the oldest) */
+		if (recent[j] == id)
+			return true;
+	return false;
+}
+
+/* a logit so penalised (the sampler's repetition penalty) */
+TOAST_HD static inline float toast_draw_penalize(float l, float penalty)
+{
+	return l > 0 ? l / penalty : l * penalty;
+}
+
+/* The draw d over the n largest logits (vals, ids: larger first, the lower id first among
+ * equals, as top() gives them; both modified), prev the pending pick's token: the penalty,
+ * the candidates sorted again, then the best or toast_draw_top over the top_k best. p scratch
+ * of n. The token chosen, 0 when n is 0. (What a backend's pick makes on the device.) */
+static inline int32_t toast_draw_pick(float *vals, int32_t *ids, int n, const struct toast_draw *d, int32_t prev,
+				      float *p)
+{
+	if (n <= 0)
+		return 0;
+	if (d->repeat_penalty != 1.0f) {
+		for (int i = 0; i < n; i++)
+			if (toast_draw_seen(d, d->recent, prev, ids[i]))
+				vals[i] = toast_draw_penalize(vals[i], d->repeat_penalty);
+		for (int i = 1; i < n; i++) { /* insertion sort: larger first, then the lower id */
+			float v = vals[i];
+			int32_t id = ids[i];
+			int j = i;
+			for (; j > 0 && (vals[j - 1] < v || (vals[j - 1] == v && ids[j - 1] > id)); j--) {
+				vals[j] = vals[j - 1];
+				ids[j] = ids[j - 1];
+			}
+			vals[j] = v;
+			ids[j] = id;
+		}
+	}
+	if (d->temperature <= 0)
+		return ids[0];
+	int k = d->top_k > 0 && d->top_k < n ? d->top_k : n;
+	return ids[toast_draw_top(vals, k, d, p)];
 }
 
 #endif

@@ -271,9 +271,9 @@ int cli_bench(int argc, char **argv)
 		toast_session_bench_seek(s, o.ctxs[i]);
 		st = toast_session_feed(s, ids, 1, NULL, &err); /* warm-up (and CUDA graph capture) */
 		/* steps as generation runs them (toast_generate, no end-of-text): greedy (--top 1), or a
-		 * draw from the --top largest logits (the default sampler's top_k is 20), both chained
-		 * on a backend that picks where the top is at most TOAST_DRAW_MAX and there is no
-		 * --repeat-penalty; timed from the first token on, n_decode steps */
+		 * draw from the --top largest logits (the default sampler's top_k is 20), chained on a
+		 * backend that picks (unless --repeat-penalty is under 1 or --top + 64 over 256);
+		 * timed from the first token on, n_decode steps */
 		struct toast_gen_opts go = {.max_tokens = o.n_decode + 1, .ignore_eos = true};
 		toast_sampling_init(&go.sampling);
 		go.sampling.temperature = o.top == 1 ? 0.0f : 1.0f;

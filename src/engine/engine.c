@@ -364,11 +364,13 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 }
 
 /* the backend's pick of the logits in work.logits, queued behind the pending ones (a sampled
- * pick takes the sampler's next uniform) */
-static void session_pick(struct toast_engine *e, struct toast_sampler *sp)
+ * pick takes the sampler's next uniform); prev: the pick before it is pending, its token not yet
+ * accepted by the sampler (a penalty counts it) */
+static void session_pick(struct toast_engine *e, struct toast_sampler *sp, bool prev)
 {
 	struct toast_draw d;
 	bool drawn = toast_sampler_backend_draw(sp, &d) > 0;
+	d.prev = prev;
 	e->be->ops->pick(e->be, e->work.logits, e->model.hp.n_vocab, drawn ? &d : NULL);
 	e->picks_pending++;
 }
@@ -384,7 +386,7 @@ bool toast_session_chain_begin(struct toast_session *s, struct toast_sampler *sp
 	for (; e->picks_pending > 0; e->picks_pending--)
 		if (e->be->ops->pick_read(e->be, &err) < 0)
 			return false;
-	session_pick(e, sp);
+	session_pick(e, sp, false);
 	return true;
 }
 
@@ -406,7 +408,7 @@ int32_t toast_session_chain_step(struct toast_session *s, struct toast_sampler *
 	enum toast_status rc =
 		toast_model_forward(&e->model, &s->state, &e->work, NULL, 1, s->n_past, false, NULL, NULL, err);
 	if (rc == TOAST_OK) {
-		session_pick(e, sp);
+		session_pick(e, sp, true);
 		id = e->be->ops->pick_read(e->be, err);
 		e->picks_pending = 1;
 	}

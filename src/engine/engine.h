@@ -48,10 +48,9 @@ void toast_session_logits_on_host(struct toast_session *s);
 bool toast_session_chain_begin(struct toast_session *s, struct toast_sampler *sp);
 int32_t toast_session_chain_step(struct toast_session *s, struct toast_sampler *sp, struct toast_error *err);
 
-/* The draw of the next token on a backend (toast_backend_ops.pick): 1 with *d set and its
- * uniform taken from the generator (d NULL: nothing taken), 0 for greedy (no draw), -1 where
- * the backend cannot choose as this sampler would (a repetition penalty, no top-k or one over
- * TOAST_DRAW_MAX). */
+/* The draw of the next token on a backend (toast_backend_ops.pick): 1 with *d set (prev false)
+ * and its uniform taken from the generator (d NULL: nothing taken), 0 for greedy with no
+ * penalty (no draw), -1 where the sampler needs every logit (toast_sampler_top_need 0). */
 int toast_sampler_backend_draw(struct toast_sampler *sp, struct toast_draw *d);
 
 #endif

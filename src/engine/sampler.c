@@ -34,6 +34,10 @@ struct toast_sampler {
 	float *penalized;          /* [n_vocab], used only with a repetition penalty */
 	int32_t *recent;           /* ring of the last repeat_last_n accepted tokens */
 	int n_recent, recent_pos;
+	int32_t *chrono;           /* [repeat_last_n]: the ring oldest first (a draw's recent) */
+	/* sample_top's candidates */
+	int32_t top_ids[TOAST_SAMPLER_TOP_MAX];
+	float top_vals[TOAST_SAMPLER_TOP_MAX], top_p[TOAST_SAMPLER_TOP_MAX];
 };
 
 void toast_sampling_init(struct toast_sampling *s)
@@ -94,9 +98,10 @@ enum toast_status toast_sampler_new(const struct toast_sampling *s, int n_vocab,
 	sp->cand = malloc((size_t)n_vocab * sizeof(*sp->cand));
 	sp->prob = malloc((size_t)n_vocab * sizeof(*sp->prob));
 	sp->recent = malloc(((size_t)s->repeat_last_n + 1) * sizeof(*sp->recent));
+	sp->chrono = malloc(((size_t)s->repeat_last_n + 1) * sizeof(*sp->chrono));
 	if (s->repeat_penalty != 1.0f)
 		sp->penalized = malloc((size_t)n_vocab * sizeof(float));
-	if (!sp->cand || !sp->prob || !sp->recent || (s->repeat_penalty != 1.0f && !sp->penalized)) {
+	if (!sp->cand || !sp->prob || !sp->recent || !sp->chrono || (s->repeat_penalty != 1.0f && !sp->penalized)) {
 		toast_sampler_free(sp);
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	}
@@ -115,6 +120,7 @@ void toast_sampler_free(struct toast_sampler *sp)
 	free(sp->prob);
 	free(sp->penalized);
 	free(sp->recent);
+	free(sp->chrono);
 	free(sp);
 }
 
@@ -274,41 +280,45 @@ int toast_sampler_top_need(const struct toast_sampler *sp)
 	return k <= TOAST_SAMPLER_TOP_MAX ? k : 0;
 }
 
-int32_t toast_sampler_sample_top(struct toast_sampler *sp, const int32_t *ids, const float *vals, int n)
+/* the draw of the next token from the n_top largest logits (draw.h), its uniform taken (none
+ * for greedy) */
+static void sampler_params(struct toast_sampler *sp, int n_top, struct toast_draw *d)
 {
 	bool greedy = sp->p.temperature <= 0;
-	double u = greedy ? 0 : sampler_uniform(sp);
-	if (n <= 0)
-		return 0;
-	struct sampler_cand *c = sp->cand;
-	for (int i = 0; i < n; i++)
-		c[i] = (struct sampler_cand){vals[i], ids[i]};
-	if (sampler_penalizes(sp) && sp->n_recent > 0) { /* each candidate seen lately, once */
-		for (int i = 0; i < n; i++)
-			for (int j = 0; j < sp->n_recent; j++)
-				if (sp->recent[j] == c[i].id) {
-					float l = c[i].logit;
-					c[i].logit = l > 0 ? l / sp->p.repeat_penalty : l * sp->p.repeat_penalty;
-					break;
-				}
-		qsort(c, (size_t)n, sizeof(*c), sampler_cmp);
-	}
-	if (greedy)
-		return c[0].id;
-	int k = sp->p.top_k > 0 && sp->p.top_k < n ? sp->p.top_k : n;
-	for (int i = 0; i < k; i++)
-		c[i].logit /= sp->p.temperature;
-	return sampler_draw(sp, c, k, true, u);
+	for (int i = 0; i < sp->n_recent; i++) /* oldest first: the ring from its next write on */
+		sp->chrono[i] = sp->recent[sp->n_recent < sp->p.repeat_last_n ? i : (sp->recent_pos + i) % sp->n_recent];
+	*d = (struct toast_draw){
+		.temperature = greedy ? 0.0f : sp->p.temperature,
+		.top_p = sp->p.top_p,
+		.min_p = sp->p.min_p,
+		.top_k = greedy ? 1 : sp->p.top_k,
+		.n_top = n_top,
+		.u = greedy ? 0.0 : sampler_uniform(sp),
+		.repeat_penalty = sampler_penalizes(sp) ? sp->p.repeat_penalty : 1.0f,
+		.last_n = sp->p.repeat_last_n,
+		.n_recent = sp->n_recent,
+		.recent = sp->chrono,
+	};
+}
+
+int32_t toast_sampler_sample_top(struct toast_sampler *sp, const int32_t *ids, const float *vals, int n)
+{
+	struct toast_draw d;
+	n = n < TOAST_SAMPLER_TOP_MAX ? n : TOAST_SAMPLER_TOP_MAX;
+	sampler_params(sp, n, &d);
+	memcpy(sp->top_ids, ids, (size_t)(n > 0 ? n : 0) * sizeof(*ids));
+	memcpy(sp->top_vals, vals, (size_t)(n > 0 ? n : 0) * sizeof(*vals));
+	return toast_draw_pick(sp->top_vals, sp->top_ids, n, &d, -1, sp->top_p);
 }
 
 int toast_sampler_backend_draw(struct toast_sampler *sp, struct toast_draw *d)
 {
 	int need = toast_sampler_top_need(sp);
-	if (need < 1 || need > TOAST_DRAW_MAX || sampler_penalizes(sp))
+	if (need < 1)
 		return -1;
-	if (sp->p.temperature <= 0)
+	if (sp->p.temperature <= 0 && !sampler_penalizes(sp))
 		return 0;
 	if (d)
-		*d = (struct toast_draw){sp->p.temperature, sp->p.top_p, sp->p.min_p, need, sampler_uniform(sp)};
+		sampler_params(sp, need, d);
 	return 1;
 }

@@ -226,14 +226,16 @@ static void cpu_begin_step(struct toast_backend *be, const int32_t *ids, int T, 
 static void cpu_pick(struct toast_backend *be, const float *x, int n, const struct toast_draw *d)
 {
 	struct cpu_backend *cb = cpu_of(be);
-	int32_t ids[TOAST_DRAW_MAX];
-	float vals[TOAST_DRAW_MAX], p[TOAST_DRAW_MAX];
-	if (cb->pick_pending == 2 || (d && (d->top_k < 1 || d->top_k > TOAST_DRAW_MAX))) {
+	int32_t ids[TOAST_TOP_MAX];
+	float vals[TOAST_TOP_MAX], p[TOAST_TOP_MAX];
+	if (cb->pick_pending == 2 || (d && (d->n_top < 1 || d->n_top > TOAST_TOP_MAX || d->n_recent > TOAST_TOP_MAX ||
+					    (d->prev && cb->pick_pending == 0)))) {
 		cb->pick_bad = true;
 		return;
 	}
-	int got = toast_top_host(x, n, d ? d->top_k : 1, ids, vals);
-	cb->picks[cb->pick_next] = got == 0 ? 0 : d ? ids[toast_draw_top(vals, got, d, p)] : ids[0];
+	int got = toast_top_host(x, n, d ? d->n_top : 1, ids, vals);
+	int32_t prev = cb->picks[cb->pick_next ^ 1]; /* (the last queued, when d->prev) */
+	cb->picks[cb->pick_next] = d ? toast_draw_pick(vals, ids, got, d, prev, p) : got ? ids[0] : 0;
 	cb->pick_next ^= 1;
 	cb->pick_pending++;
 }
@@ -250,7 +252,7 @@ static int32_t cpu_pick_read(struct toast_backend *be, struct toast_error *err)
 	struct cpu_backend *cb = cpu_of(be);
 	if (cb->pick_bad || cb->pick_pending == 0) {
 		toast_err_set(err, TOAST_ERR_BACKEND, "cpu backend: picks used out of turn, or a draw over more than %d logits",
-			      TOAST_DRAW_MAX);
+			      TOAST_TOP_MAX);
 		return -1;
 	}
 	return cb->picks[(cb->pick_next + cb->pick_pending--) & 1];

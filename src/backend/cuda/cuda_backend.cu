@@ -471,7 +471,11 @@ static void cuda_pick(struct toast_backend *be, const float *x, int n, const str
 	/* the step it makes follows the last one begun (whose logits x are, as the engine uses it) */
 	int sl = cb->pick_next;
 	cb->pick_pos[sl] = cb->d_step ? cb->step_pos + cb->step_T : -1;
-	cu_pick(cb, x, n, d, cb->dh_pick + sl, cb->pick_pos[sl]);
+	if (d && d->prev && cb->pick_pending == 0) {
+		cu_fail_msg(cb, "pick: a draw counting the pending pick, and none is pending");
+		return;
+	}
+	cu_pick(cb, x, n, d, cb->dh_pick + sl, cb->pick_pos[sl], cb->dh_pick + (sl ^ 1));
 	cu_fail(cb, cudaEventRecord(cb->pick_done[sl], cb->stream), "pick event");
 	cb->pick_next = sl ^ 1;
 	cb->pick_pending++;

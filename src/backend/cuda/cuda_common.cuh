@@ -627,10 +627,11 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a);
 /* k_top.cu: toast_backend_ops.top (waits for the stream); -1 when the backend has failed */
 int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals);
 /* the key (top()'s, cu_key_id names its token) of the largest of x[0, n) (d NULL), or drawn by
- * d from the d->top_k largest, into *host (pinned, device-visible), queued; d_step (if any) then
- * holds the one-token step {pos, 1, that token} (k_pick, k_pick_draw) */
+ * d (toast_draw_pick's; prev_key: the pick queued before, for d->prev), into *host (pinned,
+ * device-visible), queued; d_step (if any) then holds the one-token step {pos, 1, that token}
+ * (k_pick, k_pick_draw, or top_sorted's stages then k_draw_keys) */
 void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d,
-	     volatile unsigned long long *host, int pos);
+	     volatile unsigned long long *host, int pos, const volatile unsigned long long *prev_key);
 /* the token a key names (top()'s decoding; 0 for a NaN's or no key, as top()'s empty answer
  * makes the sampler choose) */
 static inline __host__ __device__ int32_t cu_key_id(unsigned long long key)

@@ -3,7 +3,8 @@
  * the host instead of the whole vocabulary (contract: toast_backend_ops.top); and the picks
  * (toast_backend_ops.pick), where only a token crosses, written by the device into pinned
  * memory and into the next step's input: the largest (k_pick), or the sampler's draw over the
- * top 32 (k_pick_draw, draw.h's arithmetic, so the same token as the host's draw).
+ * top 32 (k_pick_draw), or over the top 256 with a repetition penalty (the stages below, then
+ * k_draw_keys): draw.h's arithmetic, so the same token as the host's draw.
  *
  * Each value becomes one 64-bit key: the float's bits made order-preserving in the high word
  * (-0 as +0, NaN below everything), the complement of the index in the low word. Keys are then
@@ -27,6 +28,13 @@ __device__ __forceinline__ unsigned long long top_key(float v, int i)
 	unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
 	unsigned o = isnan(v) ? 0u : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 	return ((unsigned long long)o << 32) | (0xffffffffu - (unsigned)i);
+}
+
+/* a key's value (top_key's inverse; -0 comes back as +0) */
+__device__ __forceinline__ float top_key_val(unsigned long long key)
+{
+	unsigned o = (unsigned)(key >> 32);
+	return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
 }
 
 /* src is the logits (stage 0: x != NULL) or the previous stage's keys */
@@ -216,7 +224,8 @@ __device__ __forceinline__ void pick_emit(unsigned long long key, volatile unsig
 		step[1] = 1;
 		step[2] = cu_key_id(key);
 	}
-	*counter = 0;
+	if (counter)
+		*counter = 0;
 }
 
 /* the largest key in one launch (a greedy pick, and top() of 1): each block's largest into
@@ -240,9 +249,9 @@ __global__ void __launch_bounds__(TOP_BLOCK) k_pick(const float *x, int n, unsig
 		pick_emit(best, host, step, pos, counter);
 }
 
-/* a drawn pick in one launch: the best run of 32 keys (top_runs_last), then the draw d over the
- * d.top_k best of them that are not NaN, as the host makes it (draw.h), by one thread; key 0
- * (token 0) when all are NaN */
+/* a drawn pick in one launch (d.n_top <= 32, no penalty, d.temperature > 0): the best run of 32
+ * keys (top_runs_last), then the draw d over the d.top_k best of them that are not NaN, as the
+ * host makes it (toast_draw_pick), by one thread; key 0 (token 0) when all are NaN */
 __global__ void __launch_bounds__(TOP_RWARPS * 32) k_pick_draw(const float *x, int n, struct toast_draw d,
 							    unsigned long long *part, unsigned *counter,
 							    volatile unsigned long long *host, int32_t *step, int pos)
@@ -253,10 +262,11 @@ __global__ void __launch_bounds__(TOP_RWARPS * 32) k_pick_draw(const float *x, i
 	if (!top_runs_last(x, n, part, counter, s, &best) || threadIdx.x >= 32)
 		return;
 	int lane = threadIdx.x;
-	unsigned o = (unsigned)(best >> 32), u = (o & 0x80000000u) ? (o & 0x7fffffffu) : ~o;
-	vals[lane] = __uint_as_float(u);
+	unsigned o = (unsigned)(best >> 32);
+	vals[lane] = top_key_val(best);
 	/* NaN keys (0) rank last: the valid ones are a prefix */
-	int k = __popc(__ballot_sync(0xffffffffu, o != 0 && lane < d.top_k));
+	int k = __popc(__ballot_sync(0xffffffffu, o != 0 && lane < d.n_top));
+	k = d.top_k > 0 && d.top_k < k ? d.top_k : k;
 	__syncwarp();
 	int pick = lane == 0 && k > 0 ? toast_draw_top(vals, k, &d, p) : 0;
 	best = __shfl_sync(0xffffffffu, best, __shfl_sync(0xffffffffu, pick, 0));
@@ -264,19 +274,80 @@ __global__ void __launch_bounds__(TOP_RWARPS * 32) k_pick_draw(const float *x, i
 		pick_emit(k > 0 ? best : 0ull, host, step, pos, counter);
 }
 
+/* the tokens seen lately, for a draw's penalty (toast_draw.recent, by value) */
+struct top_recent {
+	int32_t id[TOAST_TOP_MAX];
+};
+
+#define TOP_KEYS TOAST_TOP_MAX /* k_draw_keys: a key a thread */
+
+/* a draw of any kind (toast_draw_pick's, draw.h) from the m best keys (top_sorted's), by one
+ * block: the penalty on the keys of tokens seen lately (prev_key: the pending pick's, with
+ * d.prev), the keys sorted again (bitonic), then the best or the draw by one thread */
+__global__ void __launch_bounds__(TOP_KEYS) k_draw_keys(const unsigned long long *keys, int m, struct toast_draw d,
+							 struct top_recent r, const volatile unsigned long long *prev_key,
+							 volatile unsigned long long *host, int32_t *step, int pos)
+{
+	__shared__ unsigned long long s[TOP_KEYS];
+	__shared__ float vals[TOP_KEYS], p[TOP_KEYS];
+	int t = threadIdx.x;
+	unsigned long long key = t < m ? keys[t] : 0ull;
+	if ((key >> 32) != 0 && d.repeat_penalty != 1.0f) {
+		int32_t id = cu_key_id(key), prev = d.prev ? cu_key_id(*prev_key) : -1;
+		if (toast_draw_seen(&d, r.id, prev, id))
+			key = top_key(toast_draw_penalize(top_key_val(key), d.repeat_penalty), id);
+	}
+	s[t] = key;
+	__syncthreads();
+	for (int k = 2; k <= TOP_KEYS; k <<= 1) /* bitonic sort, descending */
+		for (int j = k >> 1; j > 0; j >>= 1) {
+			int o = t ^ j;
+			if (o > t) {
+				unsigned long long a = s[t], b = s[o];
+				if ((a < b) == ((t & k) == 0)) {
+					s[t] = b;
+					s[o] = a;
+				}
+			}
+			__syncthreads();
+		}
+	if (t != 0)
+		return;
+	int n = 0; /* the valid keys (0: NaN or none) are a prefix */
+	while (n < m && (s[n] >> 32) != 0)
+		n++;
+	unsigned long long pick = 0;
+	if (n > 0 && d.temperature <= 0) {
+		pick = s[0];
+	} else if (n > 0) {
+		int k = d.top_k > 0 && d.top_k < n ? d.top_k : n;
+		for (int i = 0; i < k; i++)
+			vals[i] = top_key_val(s[i]);
+		pick = s[toast_draw_top(vals, k, &d, p)];
+	}
+	pick_emit(pick, host, step, pos, NULL);
+}
+
 /* a pick of x[0, n) (d NULL: the largest; else drawn by d) into *host (device-visible pinned
- * memory) and, with step, the step's input */
+ * memory) and, with step, the step's input; prev_key: the pick queued before it */
 static void pick_launch(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d,
-			volatile unsigned long long *host, int32_t *step, int pos)
+			volatile unsigned long long *host, int32_t *step, int pos, const volatile unsigned long long *prev_key)
 {
 	unsigned *counter = cb->counters + CU_CTR_PICK;
-	if (d) {
-		unsigned g = cu_blocks((size_t)n, TOP_RCHUNK);
-		if (g > CU_PICK_BLOCKS || d->top_k < 1 || d->top_k > TOP_RUN) {
-			cu_fail_msg(cb, "pick: a draw from the %d best of %d logits (at most %d of %d)", d->top_k, n,
-				    TOP_RUN, CU_PICK_BLOCKS * TOP_RCHUNK);
+	unsigned g = cu_blocks((size_t)n, TOP_RCHUNK);
+	if (d && (d->n_top > TOP_RUN || d->repeat_penalty != 1.0f || d->temperature <= 0 || g > CU_PICK_BLOCKS)) {
+		struct top_recent r;
+		if (d->n_top < 1 || d->n_top > TOAST_TOP_MAX || d->n_recent < 0 || d->n_recent > TOAST_TOP_MAX) {
+			cu_fail_msg(cb, "pick: a draw from the %d best logits, %d seen lately (at most %d)", d->n_top,
+				    d->n_recent, TOAST_TOP_MAX);
 			return;
 		}
+		memcpy(r.id, d->recent, (size_t)d->n_recent * sizeof(r.id[0]));
+		const unsigned long long *keys = top_sorted(cb, x, n, d->n_top);
+		if (!keys)
+			return;
+		cu_launch(cb, k_draw_keys, 1, TOP_KEYS, 0, keys, d->n_top, *d, r, prev_key, host, step, pos);
+	} else if (d) {
 		cu_launch(cb, k_pick_draw, g, TOP_RWARPS * 32, 0, x, n, *d, cb->d_pick, counter, host, step, pos);
 	} else {
 		unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK), cap = 2u * cb->n_sm;
@@ -288,9 +359,9 @@ static void pick_launch(struct cuda_backend *cb, const float *x, int n, const st
 }
 
 void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d,
-	     volatile unsigned long long *host, int pos)
+	     volatile unsigned long long *host, int pos, const volatile unsigned long long *prev_key)
 {
-	pick_launch(cb, x, n, d, host, cb->d_step, pos);
+	pick_launch(cb, x, n, d, host, cb->d_step, pos, prev_key);
 }
 
 int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals)
@@ -300,7 +371,7 @@ int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, 
 	unsigned long long *keys = cb->h_top;
 	const unsigned long long *res; /* device: the keys in order, best first */
 	if (m == 1) {
-		pick_launch(cb, x, n, NULL, cb->dh_top, NULL, 0); /* (the key lands in h_top) */
+		pick_launch(cb, x, n, NULL, cb->dh_top, NULL, 0, NULL); /* (the key lands in h_top) */
 		res = NULL;
 	} else if (m <= TOP_RUN) {
 		unsigned g = cu_blocks((size_t)n, TOP_RCHUNK);
