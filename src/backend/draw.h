@@ -1,9 +1,9 @@
 /*
- * draw.h - the sampler's draw (temperature, top-p, min-p, then one uniform) over a few of the
- * largest logits, written once for the host and the device: the sampler (engine/sampler.c)
- * draws with it on the host, and a backend's pick (toast_backend_ops.pick) on the device, so
- * that a draw chained on the GPU chooses exactly the token the host would from the same
- * logits and the same uniform.
+ * draw.h - the sampler's draw (repetition penalty, temperature, top-k, top-p, min-p, then one
+ * uniform) over a few of the largest logits, written once for the host and the device: the
+ * sampler (engine/sampler.c) draws with it on the host, and a backend's pick
+ * (toast_backend_ops.pick) on the device, so that a draw chained on the GPU chooses exactly the
+ * token the host would from the same logits and the same uniform.
  *
  * Exactness: only IEEE-rounded operations, each written out (the device's explicitly rounded
  * intrinsics, so that no multiply-add is contracted), and an exp of our own in double rounded
@@ -22,8 +22,6 @@
 #else
 #define TOAST_HD
 #endif
-
-#define TOAST_DRAW_MAX 32 /* a draw from this many logits or fewer, with no penalty, is the fast kind */
 
 /* One draw: from the n_top largest logits, each one seen lately lowered by repeat_penalty (CTRL's,
  * as the sampler's), the top_k best of them; temperature 0: the best, else each divided by

@@ -7,7 +7,9 @@
  * penalty. Reproducible: the same seed and the same logits give the same tokens (xoshiro256**
  * seeded through splitmix64; no global state).
  * Cost: O(n_vocab) per token: top-k and top-p select the most likely candidates in linear time
- * and sort only those (256 first, 4x more while top-p needs more).
+ * and sort only those (256 first, 4x more while top-p needs more). From the few largest logits
+ * (toast_sampler_sample_top: what a GPU sends) the choice is draw.h's toast_draw_pick, the one a
+ * backend makes on the device when generation chains its steps (toast_sampler_backend_draw).
  */
 #include <math.h>
 #include <stdlib.h>
