@@ -878,7 +878,8 @@ static int32_t pick_ref(const float *x, int n, const struct toast_draw *d, int32
 	return d ? toast_draw_pick(vals, ids, got, d, prev, p) : got ? ids[0] : 0;
 }
 
-#define DRAW(t, tp, mp, k, uu) {.temperature = t, .top_p = tp, .min_p = mp, .top_k = k, .n_top = k, .u = uu, .repeat_penalty = 1}
+#define DRAW(t, tp, mp, k, uu)                                                                                   \
+	{.temperature = t, .top_p = tp, .min_p = mp, .top_k = k, .n_top = k, .u = uu, .repeat_penalty = 1}
 
 /* pick(): greedy, and draws of every kind (top_k 1..32 on the fast path, and 100; nucleus or
  * not, min-p, a flat and a sharp temperature, u at both ends; a repetition penalty over tokens

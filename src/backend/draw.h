@@ -130,7 +130,8 @@ TOAST_HD static inline bool toast_draw_seen(const struct toast_draw *d, const in
 {
 	if (d->prev && id == prev)
 		return true;
-	for (int j = d->prev && d->n_recent >= d->last_n ? 1 : 0; j < d->n_recent; j++) /* (prev pushes out the oldest) */
+	/* (prev pushes the oldest out of a full window) */
+	for (int j = d->prev && d->n_recent >= d->last_n ? 1 : 0; j < d->n_recent; j++)
 		if (recent[j] == id)
 			return true;
 	return false;

@@ -287,8 +287,9 @@ int toast_sampler_top_need(const struct toast_sampler *sp)
 static void sampler_params(struct toast_sampler *sp, int n_top, struct toast_draw *d)
 {
 	bool greedy = sp->p.temperature <= 0;
-	for (int i = 0; i < sp->n_recent; i++) /* oldest first: the ring from its next write on */
-		sp->chrono[i] = sp->recent[sp->n_recent < sp->p.repeat_last_n ? i : (sp->recent_pos + i) % sp->n_recent];
+	bool full = sp->n_recent == sp->p.repeat_last_n;
+	for (int i = 0; i < sp->n_recent; i++) /* oldest first: a full ring from its next write on */
+		sp->chrono[i] = sp->recent[full ? (sp->recent_pos + i) % sp->n_recent : i];
 	*d = (struct toast_draw){
 		.temperature = greedy ? 0.0f : sp->p.temperature,
 		.top_p = sp->p.top_p,

@@ -284,9 +284,9 @@ struct top_recent {
 /* a draw of any kind (toast_draw_pick's, draw.h) from the m best keys (top_sorted's), by one
  * block: the penalty on the keys of tokens seen lately (prev_key: the pending pick's, with
  * d.prev), the keys sorted again (bitonic), then the best or the draw by one thread */
-__global__ void __launch_bounds__(TOP_KEYS) k_draw_keys(const unsigned long long *keys, int m, struct toast_draw d,
-							 struct top_recent r, const volatile unsigned long long *prev_key,
-							 volatile unsigned long long *host, int32_t *step, int pos)
+__global__ void __launch_bounds__(TOP_KEYS)
+	k_draw_keys(const unsigned long long *keys, int m, struct toast_draw d, struct top_recent r,
+		    const volatile unsigned long long *prev_key, volatile unsigned long long *host, int32_t *step, int pos)
 {
 	__shared__ unsigned long long s[TOP_KEYS];
 	__shared__ float vals[TOP_KEYS], p[TOP_KEYS];
@@ -331,7 +331,8 @@ __global__ void __launch_bounds__(TOP_KEYS) k_draw_keys(const unsigned long long
 /* a pick of x[0, n) (d NULL: the largest; else drawn by d) into *host (device-visible pinned
  * memory) and, with step, the step's input; prev_key: the pick queued before it */
 static void pick_launch(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d,
-			volatile unsigned long long *host, int32_t *step, int pos, const volatile unsigned long long *prev_key)
+			volatile unsigned long long *host, int32_t *step, int pos,
+			const volatile unsigned long long *prev_key)
 {
 	unsigned *counter = cb->counters + CU_CTR_PICK;
 	unsigned g = cu_blocks((size_t)n, TOP_RCHUNK);
