@@ -353,11 +353,11 @@ struct toast_backend_ops {
 	 * steps. pick(x, n, d) queues the pick of a token from x[0..n) (backend memory): with d
 	 * NULL the largest (top()'s order: the lower index among equals, NaN never, id 0 when all
 	 * are NaN), else the draw d (d->n_top <= TOAST_TOP_MAX, d->n_recent too) as
-	 * toast_draw_pick makes it on the host from top()'s answer (draw.h; d->prev: the pick
-	 * queued before this one is the pending token it names); at most two are pending. begin_step_pick(pos) is
-	 * begin_step for one token at pos that is the last pick queued, read on the device.
-	 * pick_read() waits for the oldest pending pick and returns its token (-1 on a backend
-	 * failure, err set).
+	 * toast_draw_pick makes it on the host from top()'s answer (draw.h; with d->prev, the
+	 * token of the pick queued before this one counts as seen); at most two are pending.
+	 * begin_step_pick(pos) is begin_step for one token at pos that is the last pick queued,
+	 * read on the device. pick_read() waits for the oldest pending pick and returns its token
+	 * (-1 on a backend failure, err set).
 	 */
 	void (*pick)(struct toast_backend *be, const float *x, int n, const struct toast_draw *d);
 	void (*begin_step_pick)(struct toast_backend *be, int pos);
