@@ -339,6 +339,86 @@ static void test_backend_draw(void)
 	free(l);
 }
 
+/* Random samplers (temperature from 0.01 to 5 or greedy, top_k 1..60 or off, top_p, min_p, a
+ * penalty under or over 1 or none, windows of 1..40), random logits with ties, -0, NaN and
+ * -inf, now and then all negative, and tokens seen lately among the best: wherever a backend can draw
+ * (toast_sampler_backend_draw), the chain's draw (toast_draw_pick, the pending token counted)
+ * chooses what sampling from all the logits does, and toast_sampler_sample_top from the top
+ * (toast_sampler_top_need) does too. */
+static void test_draw_random(void)
+{
+	uint64_t r = 4242;
+#define RND() (r = r * 6364136223846793005ull + 1442695040888963407ull, (double)(r >> 11) * 0x1.0p-53)
+	int V = 700, drawable = 0, bad = 0, bad_top = 0, steps = 0;
+	float *l = malloc((size_t)V * sizeof(float));
+	for (int c = 0; c < 300; c++) {
+		struct toast_sampling sg;
+		toast_sampling_init(&sg);
+		sg.temperature = RND() < 0.15 ? 0.0f : (float)(0.01 + 5 * RND() * RND());
+		sg.top_k = RND() < 0.15 ? 0 : 1 + (int)(60 * RND());
+		sg.top_p = RND() < 0.3 ? 1.0f : (float)(0.05 + 0.95 * RND());
+		sg.min_p = RND() < 0.5 ? 0.0f : (float)(0.3 * RND());
+		double pr = RND();
+		sg.repeat_penalty = pr < 0.3 ? 1.0f : pr < 0.4 ? (float)(0.5 + 0.5 * RND()) : (float)(1 + 4 * RND());
+		sg.repeat_last_n = 1 + (int)(40 * RND());
+		sg.seed = (uint64_t)c;
+		struct toast_sampler *a = NULL, *b = NULL, *t = NULL;
+		struct toast_error err = {0};
+		CHECK(toast_sampler_new(&sg, V, &a, &err) == TOAST_OK && toast_sampler_new(&sg, V, &b, &err) == TOAST_OK &&
+			      toast_sampler_new(&sg, V, &t, &err) == TOAST_OK,
+		      "%s", err.msg);
+		int mode = toast_sampler_backend_draw(a, NULL);
+		drawable += mode >= 0;
+		int32_t pend = -1;
+		for (int step = 0; mode >= 0 && step < 40; step++, steps++) {
+			double scale = RND() < 0.5 ? 0.25 : 0.02, shift = RND() < 0.3 ? -40 : 0; /* (all negative) */
+			for (int i = 0; i < V; i++) {
+				double u = RND();
+				l[i] = (float)(((int)(u * 64) - 32 + shift) * scale) + (i < 30 ? 8 * (float)scale : 0.0f);
+				if (u < 0.003)
+					l[i] = NAN;
+				else if (u < 0.006)
+					l[i] = -INFINITY;
+				else if (u < 0.03)
+					l[i] = -0.0f;
+			}
+			int32_t ids[TOAST_SAMPLER_TOP_MAX];
+			float vals[TOAST_SAMPLER_TOP_MAX], p[TOAST_SAMPLER_TOP_MAX];
+			struct toast_draw d;
+			int m = toast_sampler_backend_draw(a, &d);
+			d.prev = pend >= 0;
+			int got = toast_top_host(l, V, m == 1 ? d.n_top : 1, ids, vals);
+			int32_t x = m == 1 ? toast_draw_pick(vals, ids, got, &d, pend, p) : got ? ids[0] : 0;
+			if (pend >= 0)
+				toast_sampler_accept(a, pend);
+			pend = x;
+			int32_t y = toast_sampler_sample(b, l);
+			toast_sampler_accept(b, y);
+			got = toast_top_host(l, V, toast_sampler_top_need(t), ids, vals);
+			int32_t z = toast_sampler_sample_top(t, ids, vals, got);
+			toast_sampler_accept(t, y);
+			bad += x != y;
+			bad_top += z != y;
+			if (x != y || z != y) { /* the histories part: the next sampler */
+				if (bad + bad_top < 5)
+					fprintf(stderr, "sampler %d (t %g k %d p %g min %g pen %g n %d) step %d: %d / %d / %d\n", c,
+						sg.temperature, sg.top_k, sg.top_p, sg.min_p, sg.repeat_penalty, sg.repeat_last_n,
+						step, x, z, y);
+				break;
+			}
+		}
+		toast_sampler_free(a);
+		toast_sampler_free(b);
+		toast_sampler_free(t);
+	}
+#undef RND
+	CHECK(bad == 0 && bad_top == 0 && drawable > 150,
+	      "random samplers: %d chain draws and %d draws from the top differ from sampling from all logits (%d steps, "
+	      "%d of 300 samplers drawable on a backend)",
+	      bad, bad_top, steps, drawable);
+	free(l);
+}
+
 /* toast_top_host against a full sort of (value desc, index asc) */
 static int cmp_top(const void *pa, const void *pb)
 {
@@ -533,6 +613,7 @@ int main(void)
 	test_from_top();
 	test_top_host();
 	test_backend_draw();
+	test_draw_random();
 	test_generate();
 	return test_done("test_sampler");
 }
