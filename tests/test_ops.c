@@ -924,9 +924,22 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 		if (b)
 			b->prev = false;
 	}
-	/* many uniforms through one draw: the boundaries between tokens fall where the host's do */
-	for (int j = 0; j < 24; j++) {
+	/* many uniforms through one draw: the boundaries between tokens fall where the host's do;
+	 * every third a random draw (top_k 1..200, penalty or not, windows of 1..ns/2 seen tokens) */
+	for (int j = 0; j < 36; j++) {
 		struct toast_draw dr = draws[j % nd];
+		if (j % 3 == 2) {
+			double q = (rnd() + 1) / 2;
+			dr = (struct toast_draw){.temperature = q < 0.1 ? 0 : (float)(0.05 + 3 * q * q),
+						 .top_p = (float)(0.1 + 0.9 * (rnd() + 1) / 2),
+						 .min_p = q < 0.5 ? 0 : (float)(0.2 * q),
+						 .top_k = 1 + (int)(199 * (rnd() + 1) / 2),
+						 .repeat_penalty = rnd() < 0 ? 1 : (float)(1 + 3 * q)};
+			dr.last_n = 1 + (int)((ns / 2) * (rnd() + 1) / 2);
+			dr.n_recent = dr.last_n < ns / 2 ? dr.last_n : ns / 2;
+			dr.recent = seen + ns / 2 - dr.n_recent;
+			dr.n_top = dr.top_k + (dr.repeat_penalty != 1 ? dr.last_n : 0);
+		}
 		dr.u = (rnd() + 1) / 2;
 		struct toast_error err = {0};
 		c->be->ops->pick(c->be, d, n, &dr);
