@@ -146,8 +146,7 @@ static const float *sampler_penalize(struct toast_sampler *sp, const float *logi
 		int32_t id = sp->recent[i];
 		if (id < 0 || id >= sp->n_vocab || sp->penalized[id] != logits[id])
 			continue; /* outside the vocabulary, or already penalised */
-		float l = logits[id];
-		sp->penalized[id] = l > 0 ? l / sp->p.repeat_penalty : l * sp->p.repeat_penalty;
+		sp->penalized[id] = toast_draw_penalize(logits[id], sp->p.repeat_penalty);
 	}
 	return sp->penalized;
 }
