@@ -28,6 +28,14 @@
 #include "toasted.h"
 #include "util/utf8.h"
 
+static struct toast_sampler *mk_from(const struct toast_sampling *s, int n_vocab)
+{
+	struct toast_sampler *sp = NULL;
+	struct toast_error err = {0};
+	CHECK(toast_sampler_new(s, n_vocab, &sp, &err) == TOAST_OK, "%s", err.msg);
+	return sp;
+}
+
 static struct toast_sampler *mk(float temp, int top_k, float top_p, float min_p, uint64_t seed, int n_vocab)
 {
 	struct toast_sampling s;
@@ -37,10 +45,7 @@ static struct toast_sampler *mk(float temp, int top_k, float top_p, float min_p,
 	s.top_p = top_p;
 	s.min_p = min_p;
 	s.seed = seed;
-	struct toast_sampler *sp = NULL;
-	struct toast_error err = {0};
-	CHECK(toast_sampler_new(&s, n_vocab, &sp, &err) == TOAST_OK, "%s", err.msg);
-	return sp;
+	return mk_from(&s, n_vocab);
 }
 
 /* Draw n times; counts[id]++. */
@@ -209,10 +214,7 @@ static void test_from_top(void)
 		s.min_p = cfg[c].min_p;
 		s.repeat_penalty = cfg[c].penalty;
 		s.seed = 7 + c;
-		struct toast_sampler *a = NULL, *b = NULL;
-		struct toast_error err = {0};
-		CHECK(toast_sampler_new(&s, V, &a, &err) == TOAST_OK && toast_sampler_new(&s, V, &b, &err) == TOAST_OK, "%s",
-		      err.msg);
+		struct toast_sampler *a = mk_from(&s, V), *b = mk_from(&s, V);
 		int need = toast_sampler_top_need(a);
 		CHECK(need == cfg[c].need, "config %zu: need %d, expected %d", c, need, cfg[c].need);
 		if (need == 0) {
@@ -295,10 +297,7 @@ static void test_backend_draw(void)
 		sg.repeat_penalty = cfg[c].penalty;
 		sg.repeat_last_n = cfg[c].last_n;
 		sg.seed = 100 + c;
-		struct toast_sampler *a = NULL, *b = NULL;
-		struct toast_error err = {0};
-		CHECK(toast_sampler_new(&sg, V, &a, &err) == TOAST_OK && toast_sampler_new(&sg, V, &b, &err) == TOAST_OK, "%s",
-		      err.msg);
+		struct toast_sampler *a = mk_from(&sg, V), *b = mk_from(&sg, V);
 		int mode = toast_sampler_backend_draw(a, NULL);
 		CHECK(mode == cfg[c].mode, "config %zu: a backend's draw %d, expected %d", c, mode, cfg[c].mode);
 		/* a: as a chain draws, each pick queued before the token before it is accepted (that one
@@ -341,10 +340,10 @@ static void test_backend_draw(void)
 
 /* Random samplers (temperature from 0.01 to 5 or greedy, top_k 1..60 or off, top_p, min_p, a
  * penalty under or over 1 or none, windows of 1..40), random logits with ties, -0, NaN and
- * -inf, now and then all negative, and tokens seen lately among the best: wherever a backend can draw
- * (toast_sampler_backend_draw), the chain's draw (toast_draw_pick, the pending token counted)
- * chooses what sampling from all the logits does, and toast_sampler_sample_top from the top
- * (toast_sampler_top_need) does too. */
+ * -inf, now and then all negative, and tokens seen lately among the best: wherever a backend
+ * can draw (toast_sampler_backend_draw), the chain's draw (toast_draw_pick, the pending token
+ * counted) chooses what sampling from all the logits does, and toast_sampler_sample_top from the
+ * top (toast_sampler_top_need) does too. */
 static void test_draw_random(void)
 {
 	uint64_t r = 4242;
@@ -362,11 +361,7 @@ static void test_draw_random(void)
 		sg.repeat_penalty = pr < 0.3 ? 1.0f : pr < 0.4 ? (float)(0.5 + 0.5 * RND()) : (float)(1 + 4 * RND());
 		sg.repeat_last_n = 1 + (int)(40 * RND());
 		sg.seed = (uint64_t)c;
-		struct toast_sampler *a = NULL, *b = NULL, *t = NULL;
-		struct toast_error err = {0};
-		CHECK(toast_sampler_new(&sg, V, &a, &err) == TOAST_OK && toast_sampler_new(&sg, V, &b, &err) == TOAST_OK &&
-			      toast_sampler_new(&sg, V, &t, &err) == TOAST_OK,
-		      "%s", err.msg);
+		struct toast_sampler *a = mk_from(&sg, V), *b = mk_from(&sg, V), *t = mk_from(&sg, V);
 		int mode = toast_sampler_backend_draw(a, NULL);
 		drawable += mode >= 0;
 		int32_t pend = -1;

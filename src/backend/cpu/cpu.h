@@ -25,8 +25,8 @@ struct cpu_backend {
 	size_t shared_n;
 	const int32_t *ids;
 	int step_T, step_pos;
-	/* greedy picks (toast_backend_ops.pick), made at once: a ring of two; pick_bad: a call out
-	 * of turn, reported by the next pick_read */
+	/* picks (toast_backend_ops.pick), made at once: a ring of two; pick_bad: a call out of
+	 * turn or a draw out of bounds, reported by the next pick_read */
 	int32_t picks[2];
 	int pick_next, pick_pending;
 	bool pick_bad;
