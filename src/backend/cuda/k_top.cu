@@ -31,10 +31,12 @@ __device__ __forceinline__ unsigned long long top_key(float v, int i)
 }
 
 /* a key's value (top_key's inverse; -0 comes back as +0) */
-__device__ __forceinline__ float top_key_val(unsigned long long key)
+__host__ __device__ __forceinline__ float top_key_val(unsigned long long key)
 {
-	unsigned o = (unsigned)(key >> 32);
-	return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
+	unsigned o = (unsigned)(key >> 32), u = (o & 0x80000000u) ? (o & 0x7fffffffu) : ~o;
+	float v;
+	memcpy(&v, &u, sizeof(v));
+	return v;
 }
 
 /* src is the logits (stage 0: x != NULL) or the previous stage's keys */
@@ -398,11 +400,8 @@ int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, 
 		unsigned o = (unsigned)(keys[j] >> 32);
 		if (o == 0)
 			break; /* NaN (or padding): nothing below it counts */
-		unsigned u = (o & 0x80000000u) ? (o & 0x7fffffffu) : ~o;
-		float v;
-		memcpy(&v, &u, sizeof(v));
-		ids[got] = (int32_t)(0xffffffffu - (unsigned)keys[j]);
-		vals[got++] = v;
+		ids[got] = cu_key_id(keys[j]);
+		vals[got++] = top_key_val(keys[j]);
 	}
 	return got;
 }
