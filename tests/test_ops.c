@@ -902,6 +902,8 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 	int ns = toast_top_host(x, n, 64, seen, sv);
 	for (int i = 0; i < ns / 2; i++)
 		seen[i] = seen[2 * i];
+	if (ns / 2 >= 3)
+		seen[ns / 2 - 1] = seen[1]; /* (a token seen twice) */
 	for (int i = nd - 4; i < nd; i++) {
 		draws[i].repeat_penalty = i % 2 ? 1.3f : 2.5f;
 		draws[i].last_n = i == nd - 1 ? ns / 2 : 64;
@@ -909,23 +911,26 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 		draws[i].recent = seen;
 		draws[i].n_top = draws[i].top_k + draws[i].last_n;
 	}
-	for (int i = -1; i < nd; i += 2) { /* (-1: greedy) */
+	/* every draw queued second after another (-1: greedy), counting it as seen when odd and in
+	 * the last three (penalised: greedy, top 40, and a full window) */
+	for (int i = -1; i < nd; i++) {
 		struct toast_draw *a = i < 0 ? NULL : &draws[i], *b = i + 1 < nd ? &draws[i + 1] : NULL;
 		int nb = n > 1 ? n - 1 : n;
 		struct toast_error err = {0};
 		if (b)
-			b->prev = i % 4 == 0; /* (the second of a pair counts the first, now and then) */
+			b->prev = (i + 1) % 2 == 1 || i + 1 >= nd - 3;
 		c->be->ops->pick(c->be, d, n, a);
 		c->be->ops->pick(c->be, d, nb, b);
 		int32_t got = c->be->ops->pick_read(c->be, &err), got2 = c->be->ops->pick_read(c->be, &err);
 		int32_t want = pick_ref(x, n, a, -1), want2 = pick_ref(x, nb, b, want);
-		CHECK(got == want && got2 == want2, "%s: picks of %d (draw %d) and %d (draw %d): %d and %d (%d and %d expected) %s",
-		      c->name, n, i, nb, i + 1, got, got2, want, want2, err.msg);
+		CHECK(got == want && got2 == want2, "%s: picks of %d (draw %d) and %d (draw %d%s): %d and %d (%d and %d expected) %s",
+		      c->name, n, i, nb, i + 1, b && b->prev ? ", the first seen" : "", got, got2, want, want2, err.msg);
 		if (b)
 			b->prev = false;
 	}
 	/* many uniforms through one draw: the boundaries between tokens fall where the host's do;
-	 * every third a random draw (top_k 1..200, penalty or not, windows of 1..ns/2 seen tokens) */
+	 * every third a random draw (top_k 1..32 or 1..200, a penalty over 1, under 1 or none, windows
+	 * of 1..ns/2 seen tokens) */
 	for (int j = 0; j < 36; j++) {
 		struct toast_draw dr = draws[j % nd];
 		if (j % 3 == 2) {
@@ -933,8 +938,9 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 			dr = (struct toast_draw){.temperature = q < 0.1 ? 0 : (float)(0.05 + 3 * q * q),
 						 .top_p = (float)(0.1 + 0.9 * (rnd() + 1) / 2),
 						 .min_p = q < 0.5 ? 0 : (float)(0.2 * q),
-						 .top_k = 1 + (int)(199 * (rnd() + 1) / 2),
-						 .repeat_penalty = rnd() < 0 ? 1 : (float)(1 + 3 * q)};
+						 .top_k = 1 + (int)((rnd() < 0 ? 31 : 199) * (rnd() + 1) / 2)};
+			double pq = rnd();
+			dr.repeat_penalty = pq < -0.3 ? 1 : pq < 0.3 ? (float)(1 + 3 * q) : (float)(0.3 + 0.6 * q);
 			dr.last_n = 1 + (int)((ns / 2) * (rnd() + 1) / 2);
 			dr.n_recent = dr.last_n < ns / 2 ? dr.last_n : ns / 2;
 			dr.recent = seen + ns / 2 - dr.n_recent;

@@ -475,7 +475,7 @@ static void cuda_pick(struct toast_backend *be, const float *x, int n, const str
 		cu_fail_msg(cb, "pick: a draw counting the pending pick, and none is pending");
 		return;
 	}
-	cu_pick(cb, x, n, d, cb->dh_pick + sl, cb->pick_pos[sl], cb->dh_pick + (sl ^ 1));
+	cu_pick(cb, x, n, d, sl, cb->pick_pos[sl]);
 	cu_fail(cb, cudaEventRecord(cb->pick_done[sl], cb->stream), "pick event");
 	cb->pick_next = sl ^ 1;
 	cb->pick_pending++;
@@ -772,7 +772,7 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 		  cudaHostGetDevicePointer((void **)&cb->dh_top, cb->h_top, 0) == cudaSuccess &&
 		  cudaMallocHost(&cb->h_pick, 2 * sizeof(*cb->h_pick)) == cudaSuccess &&
 		  cudaHostGetDevicePointer((void **)&cb->dh_pick, cb->h_pick, 0) == cudaSuccess &&
-		  cudaMalloc(&cb->d_pick, CU_PICK_BLOCKS * 32 * sizeof(*cb->d_pick)) == cudaSuccess &&
+		  cudaMalloc(&cb->d_pick, (CU_PICK_BLOCKS * 32 + 2) * sizeof(*cb->d_pick)) == cudaSuccess &&
 		  cudaEventCreateWithFlags(&cb->pick_done[0], cudaEventDisableTiming) == cudaSuccess &&
 		  cudaEventCreateWithFlags(&cb->pick_done[1], cudaEventDisableTiming) == cudaSuccess &&
 		  cublasCreate(&cb->cublas) == CUBLAS_STATUS_SUCCESS &&

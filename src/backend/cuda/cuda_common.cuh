@@ -62,7 +62,7 @@ struct cuda_backend {
 	/* picks queued on the device (toast_backend_ops.pick): a ring of two, each a key the
 	 * device writes to pinned memory, an event after it, and the position of the step it makes
 	 * (a host mirror of what the pick leaves in d_step); d_pick: the blocks' bests, a key each
-	 * (k_pick) or a run of 32 (k_pick_draw) */
+	 * (k_pick) or a run of 32 (k_pick_draw), then the two slots' keys again (a draw's prev) */
 	unsigned long long *d_pick;
 	unsigned long long *h_pick, *dh_pick; /* the keys picked (dh: the device's address of h_pick) */
 	cudaEvent_t pick_done[2];
@@ -627,11 +627,11 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a);
 /* k_top.cu: toast_backend_ops.top (waits for the stream); -1 when the backend has failed */
 int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals);
 /* the key (top()'s, cu_key_id names its token) of the largest of x[0, n) (d NULL), or drawn by
- * d (toast_draw_pick's; prev_key: the pick queued before, for d->prev), into *host (pinned,
- * device-visible), queued; d_step (if any) then holds the one-token step {pos, 1, that token}
+ * d (toast_draw_pick's; with d->prev, the pick queued before it in the other slot counts), into
+ * pick slot `slot` (h_pick's, pinned and device-visible, and the device's copy after d_pick's
+ * blocks), queued; d_step (if any) then holds the one-token step {pos, 1, that token}
  * (k_pick, k_pick_draw, or top_sorted's stages then k_draw_keys) */
-void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d,
-	     volatile unsigned long long *host, int pos, const volatile unsigned long long *prev_key);
+void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d, int slot, int pos);
 /* the token a key names (top()'s decoding; 0 for a NaN's or no key, as top()'s empty answer
  * makes the sampler choose) */
 static inline __host__ __device__ int32_t cu_key_id(unsigned long long key)
