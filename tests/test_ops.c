@@ -881,9 +881,9 @@ static int32_t pick_ref(const float *x, int n, const struct toast_draw *d, int32
 #define DRAW(t, tp, mp, k, uu)                                                                                   \
 	{.temperature = t, .top_p = tp, .min_p = mp, .top_k = k, .n_top = k, .u = uu, .repeat_penalty = 1}
 
-/* pick(): greedy, and draws of every kind (top_k 1..32 on the fast path, and 100; nucleus or
- * not, min-p, a flat and a sharp temperature, u at both ends; a repetition penalty over tokens
- * among the largest, greedy and drawn, with the pick before it pending and counted), each
+/* pick(): greedy, and draws of every kind (top_k 1..32, 40 and 100: runs of 32, 64, 128; nucleus
+ * or not, min-p, a flat and a sharp temperature, u at both ends; a repetition penalty over
+ * tokens among the largest, greedy and drawn, with the pick before it pending and counted), each
  * exactly the host's token; picks queued two at a time are read in order */
 static void test_picks(struct ctx *c, const float *x, void *d, int n)
 {
@@ -930,7 +930,7 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 	}
 	/* many uniforms through one draw: the boundaries between tokens fall where the host's do;
 	 * every third a random draw (top_k 1..32 or 1..200, a penalty over 1, under 1 or none, windows
-	 * of 1..ns/2 seen tokens) */
+	 * of 1..ns/2 seen tokens, n_top with room for them or not) */
 	for (int j = 0; j < 36; j++) {
 		struct toast_draw dr = draws[j % nd];
 		if (j % 3 == 2) {
@@ -944,7 +944,7 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 			dr.last_n = 1 + (int)((ns / 2) * (rnd() + 1) / 2);
 			dr.n_recent = dr.last_n < ns / 2 ? dr.last_n : ns / 2;
 			dr.recent = seen + ns / 2 - dr.n_recent;
-			dr.n_top = dr.top_k + (dr.repeat_penalty != 1 ? dr.last_n : 0);
+			dr.n_top = dr.top_k + (dr.repeat_penalty != 1 && rnd() < 0.5 ? dr.last_n : 0); /* (or too few) */
 		}
 		dr.u = (rnd() + 1) / 2;
 		struct toast_error err = {0};
@@ -956,11 +956,11 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 
 /* top(): exactly toast_top_host's answer (ties, -0, NaN, -inf; sizes around the GPU's
  * 2048-key blocks, the real vocabulary, and more blocks' bests than one block merges at once;
- * m around the 32-key runs) */
+ * m around the runs of 32, 64, 128 and 256 keys) */
 static void test_top(struct ctx *c)
 {
 	int sizes[] = {1, 5, 2047, 2048, 2049, 12289, 151936, 65537, 1000003};
-	int ms[] = {1, 7, 20, 32, 33, 256};
+	int ms[] = {1, 7, 20, 32, 33, 64, 65, 128, 129, 200, 256};
 	for (int si = 0; si < 9; si++) {
 		int n = sizes[si];
 		float *x = malloc((size_t)n * sizeof(float));
@@ -979,7 +979,7 @@ static void test_top(struct ctx *c)
 		if (n == 2049)
 			x[2048] = 1e30f; /* the best in the last, nearly empty block */
 		void *d = put(c->be, x, (size_t)n, false);
-		for (int mi = 0; mi < 6; mi++) {
+		for (int mi = 0; mi < (int)(sizeof(ms) / sizeof(ms[0])); mi++) {
 			int32_t ids[256], rid[256];
 			float vals[256], rval[256];
 			struct toast_error err = {0};

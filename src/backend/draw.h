@@ -74,16 +74,24 @@ TOAST_HD static inline float toast_draw_exp(float x)
 	return (float)ldexp(p, (int)k);
 }
 
-/* p[0..k) (logits already divided by the temperature) become exp(p - max); returns their sum */
+/* the sum of p[0..k), in order */
+TOAST_HD static inline double toast_draw_sum(const float *p, int k)
+{
+	double z = 0;
+	for (int i = 0; i < k; i++)
+		z = draw_add(z, p[i]);
+	return z;
+}
+/* p[0..k) (logits already divided by the temperature) become exp(p - max); returns their sum
+ * (each p[i] depends only on itself and the max: a device may make them in parallel) */
 TOAST_HD static inline double toast_draw_probs(float *p, int k)
 {
 	float max = p[0];
 	for (int i = 1; i < k; i++)
 		max = p[i] > max ? p[i] : max;
-	double z = 0;
 	for (int i = 0; i < k; i++)
-		z = draw_add(z, p[i] = toast_draw_exp(p[i] - max));
-	return z;
+		p[i] = toast_draw_exp(p[i] - max);
+	return toast_draw_sum(p, k);
 }
 
 /* The index in p[0..k) drawn by u (p from toast_draw_probs, z their sum over all candidates;

@@ -772,7 +772,7 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 		  cudaHostGetDevicePointer((void **)&cb->dh_top, cb->h_top, 0) == cudaSuccess &&
 		  cudaMallocHost(&cb->h_pick, 2 * sizeof(*cb->h_pick)) == cudaSuccess &&
 		  cudaHostGetDevicePointer((void **)&cb->dh_pick, cb->h_pick, 0) == cudaSuccess &&
-		  cudaMalloc(&cb->d_pick, (CU_PICK_BLOCKS * 32 + 2) * sizeof(*cb->d_pick)) == cudaSuccess &&
+		  cudaMalloc(&cb->d_pick, (CU_PICK_KEYS + 2) * sizeof(*cb->d_pick)) == cudaSuccess &&
 		  cudaEventCreateWithFlags(&cb->pick_done[0], cudaEventDisableTiming) == cudaSuccess &&
 		  cudaEventCreateWithFlags(&cb->pick_done[1], cudaEventDisableTiming) == cudaSuccess &&
 		  cublasCreate(&cb->cublas) == CUBLAS_STATUS_SUCCESS &&

@@ -39,7 +39,7 @@ enum { CU_F16_SX, CU_F16_WMAX, CU_F16_ALPHA, CU_F16_ZERO, CU_F16_ONE, CU_F16_XMA
 /* cuda_backend.counters: the tickets of the router (when it picks the experts itself), of top's
  * runs (k_top_runs) and of the picks (k_pick, k_pick_draw) */
 enum { CU_CTR_ROUTE, CU_CTR_TOP, CU_CTR_PICK };
-#define CU_PICK_BLOCKS 1024 /* a pick's grid at most (k_pick_draw: 2,048 logits a block) */
+#define CU_PICK_KEYS 65536 /* the blocks' keys a pick leaves at most (k_pick_draw: 2^20 logits) */
 
 struct cuda_backend {
 	struct toast_backend base;
@@ -62,7 +62,7 @@ struct cuda_backend {
 	/* picks queued on the device (toast_backend_ops.pick): a ring of two, each a key the
 	 * device writes to pinned memory, an event after it, and the position of the step it makes
 	 * (a host mirror of what the pick leaves in d_step); d_pick: the blocks' bests, a key each
-	 * (k_pick) or a run of 32 (k_pick_draw), then the two slots' keys again (a draw's prev) */
+	 * (k_pick) or a run (k_pick_draw), CU_PICK_KEYS, then the two slots' keys again (a draw's prev) */
 	unsigned long long *d_pick;
 	unsigned long long *h_pick, *dh_pick; /* the keys picked (dh: the device's address of h_pick) */
 	cudaEvent_t pick_done[2];
@@ -630,7 +630,7 @@ int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, 
  * d (toast_draw_pick's; with d->prev, the pick queued before it in the other slot counts), into
  * pick slot `slot` (h_pick's, pinned and device-visible, and the device's copy after d_pick's
  * blocks), queued; d_step (if any) then holds the one-token step {pos, 1, that token}
- * (k_pick, k_pick_draw, or top_sorted's stages then k_draw_keys) */
+ * (k_pick or k_pick_draw) */
 void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d, int slot, int pos);
 /* the token a key names (top()'s decoding; 0 for a NaN's or no key, as top()'s empty answer
  * makes the sampler choose) */

@@ -3,25 +3,29 @@
  * the host instead of the whole vocabulary (contract: toast_backend_ops.top); and the picks
  * (toast_backend_ops.pick), where only a token crosses, written by the device into pinned
  * memory and into the next step's input: the largest (k_pick), or the sampler's draw over the
- * top 32 logits, penalised or not (k_pick_draw), or over the top 256 (the stages below, then
- * k_draw_keys): draw.h's arithmetic, so the same token as the host's draw.
+ * top 256 at most, penalised or not (k_pick_draw): draw.h's arithmetic, so the same token as
+ * the host's draw.
  *
  * Each value becomes one 64-bit key: the float's bits made order-preserving in the high word
  * (-0 as +0, NaN below everything), the complement of the index in the low word. Keys are then
  * all distinct and "larger key" is exactly "larger value, or the same value at a lower index",
- * so the top m is one well-defined set. A stage sorts 2048 keys per block (bitonic, in shared
- * memory) and keeps each block's best m; stages repeat on the survivors until one block is
- * left (151,936 logits: 75 blocks, then 10, then 2, then 1 for m = 256). m = 1 (greedy
- * decoding) needs no sort: the largest key, by a max per block and a last block's (k_pick). m <= 32
- * (sampling's usual top_k, 20 by default) keeps runs of 32 keys in a warp's registers, one a
- * lane, and halves their union by shuffles: one launch, four barriers a block and a last block
- * that merges the blocks' bests (the sorts of 2048 keys took 66 barriers of 1024 threads a stage,
- * and made the top 20 cost a decode step 16-29 us more than the top 1; now 8-13).
+ * so the top m is one well-defined set. m = 1 (greedy decoding) needs no sort: the largest key,
+ * by a max per block and a last block's (k_pick). Otherwise runs of R = 32, 64, 128 or 256 keys
+ * (the least R >= m) live in a warp's registers, C = R / 32 a lane, sorted by bitonic networks
+ * of shuffles and in-register exchanges; a block keeps the best run of its 2048 (or 4096)
+ * logits by halving its warps' runs, four barriers, and the last block to finish merges the
+ * blocks' runs: one launch. (Block-wide bitonic sorts of 2048 keys, staged until one block was
+ * left, took 66 barriers of 1024 threads a stage: the top 20 cost a decode step 16-29 us more
+ * than the top 1, 8-13 us as runs; a draw from the top 40 ~50 us, as stages.)
+ *
+ * A repetition penalty over 1 is applied as the runs are made (each block marks the tokens seen
+ * in its chunk, top_seen_bits), so the run is of the penalised logits over the whole vocabulary;
+ * otherwise (under 1, or a draw whose n_top leaves no room for the tokens seen) the last block
+ * penalises the n_top largest and sorts them again, as toast_draw_pick does.
  */
 #include "backend/cuda/cuda_common.cuh"
 
-#define TOP_BLOCK 1024
-#define TOP_CHUNK (2 * TOP_BLOCK)
+#define TOP_BLOCK 1024 /* k_pick */
 
 __device__ __forceinline__ unsigned long long top_key(float v, int i)
 {
@@ -39,116 +43,110 @@ __host__ __device__ __forceinline__ float top_key_val(unsigned long long key)
 	return v;
 }
 
-/* src is the logits (stage 0: x != NULL) or the previous stage's keys */
-__global__ void __launch_bounds__(TOP_BLOCK) k_top_stage(const float *x, const unsigned long long *kin, int n, int m,
-							 unsigned long long *kout)
+/* ---- runs: R = 32 * C keys sorted largest first, key e in lane e % 32, register e / 32 ---- */
+
+#define TOP_RWARPS 16 /* warps a block */
+
+/* keys a block takes at a time: P = max(C, 4) a lane (P / C runs a warp) */
+__host__ __device__ constexpr int top_chunk(int C)
 {
-	__shared__ unsigned long long s[TOP_CHUNK];
-	int base = blockIdx.x * TOP_CHUNK;
-	for (int j = threadIdx.x; j < TOP_CHUNK; j += TOP_BLOCK) {
-		int i = base + j;
-		s[j] = i >= n ? 0ull : x ? top_key(x[i], i) : kin[i];
-	}
-	__syncthreads();
-	/* bitonic sort, descending */
-	for (int k = 2; k <= TOP_CHUNK; k <<= 1) {
-		for (int j = k >> 1; j > 0; j >>= 1) {
-			int t = threadIdx.x;
-			int a = (t / j) * 2 * j + (t % j), b = a + j;
-			bool desc = (a & k) == 0;
-			unsigned long long va = s[a], vb = s[b];
-			if ((va < vb) == desc) {
-				s[a] = vb;
-				s[b] = va;
-			}
-			__syncthreads();
+	return TOP_RWARPS * 32 * (C > 4 ? C : 4);
+}
+
+/* one compare-exchange step of a bitonic network over run v, at distance j: key e ends the larger
+ * of the pair where (e & j) == 0, if (e & k) == 0 (k 0: everywhere), else the smaller */
+template <int C>
+__device__ __forceinline__ void top_run_step(unsigned long long (&v)[C], int lane, int k, int j)
+{
+	if (j < 32) {
+#pragma unroll
+		for (int c = 0; c < C; c++) {
+			unsigned long long o = __shfl_xor_sync(0xffffffffu, v[c], j);
+			bool big = ((lane & j) == 0) == (((c * 32 + lane) & k) == 0);
+			v[c] = big ? (v[c] > o ? v[c] : o) : (v[c] < o ? v[c] : o);
+		}
+	} else {
+#pragma unroll
+		for (int c = 0; c < C; c++) {
+			int c2 = c | (j >> 5);
+			if (c2 == c)
+				continue;
+			unsigned long long hi = v[c] > v[c2] ? v[c] : v[c2], lo = v[c] > v[c2] ? v[c2] : v[c];
+			bool desc = ((c * 32 + lane) & k) == 0;
+			v[c] = desc ? hi : lo;
+			v[c2] = desc ? lo : hi;
 		}
 	}
-	for (int j = threadIdx.x; j < m; j += TOP_BLOCK)
-		kout[(size_t)blockIdx.x * m + j] = s[j];
 }
 
-/* the m best keys of x, best first (device memory, NULL on failure): block-wise bitonic sorts,
- * then sorts of the blocks' bests until one block is left */
-static const unsigned long long *top_sorted(struct cuda_backend *cb, const float *x, int n, int m)
+/* run v (any order) sorted, largest first: a bitonic sort */
+template <int C>
+__device__ __forceinline__ void top_run_sort(unsigned long long (&v)[C], int lane)
 {
-	int g = (int)cu_blocks((size_t)n, TOP_CHUNK);
-	/* two ping-pong buffers of g*m keys (the largest stage) */
-	unsigned long long *buf = (unsigned long long *)cu_scratch(cb, 2 * (size_t)g * m * sizeof(unsigned long long));
-	if (!buf)
-		return NULL;
-	unsigned long long *a = buf, *b = buf + (size_t)g * m;
-	cu_launch(cb, k_top_stage, g, TOP_BLOCK, 0, x, (const unsigned long long *)NULL, n, m, a);
-	cu_launched(cb, "top");
-	while (g > 1) {
-		int n2 = g * m;
-		g = (int)cu_blocks((size_t)n2, TOP_CHUNK);
-		cu_launch(cb, k_top_stage, g, TOP_BLOCK, 0, (const float *)NULL, (const unsigned long long *)a, n2, m, b);
-		cu_launched(cb, "top");
-		unsigned long long *t = a;
-		a = b;
-		b = t;
+#pragma unroll
+	for (int k = 2; k <= 32 * C; k <<= 1)
+#pragma unroll
+		for (int j = k >> 1; j > 0; j >>= 1)
+			top_run_step<C>(v, lane, k == 32 * C ? 0 : k, j);
+}
+
+/* the best R of runs a and b (each sorted) into a: a's key e against b's key R - 1 - e keeps the
+ * best R as a bitonic sequence, which log2(R) steps sort */
+template <int C>
+__device__ __forceinline__ void top_run_merge(unsigned long long (&a)[C], const unsigned long long (&b)[C], int lane)
+{
+#pragma unroll
+	for (int c = 0; c < C; c++) {
+		unsigned long long r = __shfl_sync(0xffffffffu, b[C - 1 - c], 31 - lane);
+		a[c] = a[c] > r ? a[c] : r;
 	}
-	return a;
+#pragma unroll
+	for (int j = 16 * C; j > 0; j >>= 1)
+		top_run_step<C>(a, lane, 0, j);
 }
 
-/* ---- m <= 32: runs of 32 keys, key i of a run in lane i, largest first ---- */
-
-#define TOP_RUN 32
-#define TOP_RWARPS 16                              /* warps a block */
-#define TOP_RCHUNK (TOP_RWARPS * 32 * 4)           /* keys a block takes at a time: 4 runs a warp */
-
-/* run v (one key a lane, any order) sorted, largest first: a bitonic sort by shuffles */
-__device__ __forceinline__ unsigned long long top_run_sort(unsigned long long v, int lane)
+/* the best run of keys [i0, i0 + top_chunk(C)) into b, in warp 0 (key(i, q): key i, 0 past the
+ * end, the lane's q-th of its P; SORTED: every R from i0 on are a run already); by the block,
+ * s a run per warp */
+template <int C, bool SORTED, typename F>
+__device__ __forceinline__ void top_run_chunk(F key, int i0, unsigned long long *s, unsigned long long (&b)[C])
 {
+	constexpr int P = C > 4 ? C : 4, R = 32 * C;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, i = i0 + warp * 32 * P + lane;
+	unsigned long long v[C];
 #pragma unroll
-	for (int k = 2; k <= 32; k <<= 1)
+	for (int u = 0; u < P / C; u++) {
 #pragma unroll
-		for (int j = k >> 1; j > 0; j >>= 1) {
-			unsigned long long o = __shfl_xor_sync(0xffffffffu, v, j);
-			bool big = ((lane & j) == 0) == ((lane & k) == 0); /* this lane keeps the larger */
-			v = big ? (v > o ? v : o) : (v < o ? v : o);
-		}
-	return v;
-}
-
-/* the best 32 of runs a and b (each sorted): a's key i against b's key 31 - i keeps the best 32
- * as a bitonic sequence, which five steps sort */
-__device__ __forceinline__ unsigned long long top_run_merge(unsigned long long a, unsigned long long b, int lane)
-{
-	unsigned long long r = __shfl_sync(0xffffffffu, b, 31 - lane), v = a > r ? a : r;
+		for (int c = 0; c < C; c++)
+			v[c] = key(i + 32 * (u * C + c), u * C + c);
+		if (!SORTED)
+			top_run_sort<C>(v, lane);
+		if (u == 0)
 #pragma unroll
-	for (int j = 16; j > 0; j >>= 1) {
-		unsigned long long o = __shfl_xor_sync(0xffffffffu, v, j);
-		v = (lane & j) == 0 ? (v > o ? v : o) : (v < o ? v : o);
+			for (int c = 0; c < C; c++)
+				b[c] = v[c];
+		else
+			top_run_merge<C>(b, v, lane);
 	}
-	return v;
-}
-
-/* the best run of keys [i0, i0 + TOP_RCHUNK) (key(i, r): key i, 0 past the end, the thread's r-th
- * of its four; SORTED: every 32 from i0 on are a run already), in warp 0; by the block, s a run
- * per warp */
-template <bool SORTED, typename F>
-__device__ __forceinline__ unsigned long long top_run_chunk(F key, int i0, unsigned long long *s)
-{
-	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, i = i0 + warp * 128 + lane;
-	unsigned long long v[4];
 #pragma unroll
-	for (int r = 0; r < 4; r++)
-		v[r] = SORTED ? key(i + 32 * r, r) : top_run_sort(key(i + 32 * r, r), lane);
-	unsigned long long b = top_run_merge(top_run_merge(v[0], v[1], lane), top_run_merge(v[2], v[3], lane), lane);
-	s[warp * 32 + lane] = b;
+	for (int c = 0; c < C; c++)
+		s[warp * R + c * 32 + lane] = b[c];
 	__syncthreads();
 #pragma unroll
 	for (int h = TOP_RWARPS / 2; h > 0; h >>= 1) {
-		if (warp < h)
-			b = top_run_merge(b, s[(warp + h) * 32 + lane], lane);
+		if (warp < h) {
+#pragma unroll
+			for (int c = 0; c < C; c++)
+				v[c] = s[(warp + h) * R + c * 32 + lane];
+			top_run_merge<C>(b, v, lane);
+		}
 		__syncthreads(); /* every read of this round before the writes */
 		if (warp < h)
-			s[warp * 32 + lane] = b;
+#pragma unroll
+			for (int c = 0; c < C; c++)
+				s[warp * R + c * 32 + lane] = b[c];
 		__syncthreads();
 	}
-	return b;
 }
 
 /* the tokens seen lately, for a draw's penalty (toast_draw.recent, by value) */
@@ -156,29 +154,31 @@ struct top_recent {
 	int32_t id[TOAST_TOP_MAX];
 };
 
-/* a penalised draw's tokens seen lately (toast_draw_seen's): the last n_recent of last_n in r
- * (oldest first) and, with prev, the pending pick's (its key in device memory) */
+/* a penalty applied while the runs are made (penalty != 1: toast_draw_seen's tokens, the last
+ * n_recent of last_n in r, oldest first, and with prev the pending pick's, its key in device
+ * memory) */
 struct top_pen {
-	float penalty; /* (1: none) */
+	float penalty;
 	int n_recent, last_n;
 	bool prev;
 	const int32_t *r;
 	const unsigned long long *prev_key;
 };
 
-/* the bits of the tokens pen counts as seen among [c0, c0 + TOP_RCHUNK), into seen (shared
+/* the bits of the tokens pen counts as seen among [c0, c0 + top_chunk(C)), into seen (shared
  * memory), by the block */
+template <int C>
 __device__ __forceinline__ void top_seen_bits(struct top_pen pen, int c0, unsigned *seen)
 {
-	if (threadIdx.x < TOP_RCHUNK / 32)
-		seen[threadIdx.x] = 0;
+	for (int j = threadIdx.x; j < top_chunk(C) / 32; j += blockDim.x)
+		seen[j] = 0;
 	__syncthreads();
 	int j0 = pen.prev && pen.n_recent >= pen.last_n ? 1 : 0; /* (prev pushes the oldest out) */
 	int nw = pen.n_recent - j0 + (pen.prev ? 1 : 0);
 	for (int j = threadIdx.x; j < nw; j += blockDim.x) {
 		int32_t id = j0 + j < pen.n_recent ? pen.r[j0 + j] : cu_key_id(__ldcg(pen.prev_key));
 		unsigned o = (unsigned)(id - c0);
-		if (o < TOP_RCHUNK)
+		if (o < (unsigned)top_chunk(C))
 			atomicOr(&seen[o >> 5], 1u << (o & 31));
 	}
 	__syncthreads();
@@ -188,50 +188,73 @@ __device__ __forceinline__ void top_seen_bits(struct top_pen pen, int c0, unsign
  * the best run of its chunk into part; the last (a ticket in *counter, zeroed by its caller)
  * merges them. With a penalty (pen.penalty != 1), the keys are of the penalised logits
  * (top_seen_bits): every token is in one chunk, so the run is the best of all the penalised
- * logits, exactly (no wider top needed). */
+ * logits, exactly. */
+template <int C>
 __device__ __forceinline__ bool top_runs_last(const float *x, int n, struct top_pen pen, unsigned long long *part,
 					      unsigned *counter, unsigned long long *s, unsigned *seen,
-					      unsigned long long *best)
+					      unsigned long long (&best)[C])
 {
-	int lane = threadIdx.x & 31, c0 = blockIdx.x * TOP_RCHUNK, i = c0 + (threadIdx.x >> 5) * 128 + lane;
+	constexpr int P = C > 4 ? C : 4, R = 32 * C;
+	int lane = threadIdx.x & 31, c0 = blockIdx.x * top_chunk(C), i = c0 + (threadIdx.x >> 5) * 32 * P + lane;
 	bool penal = pen.penalty != 1.0f;
-	float v[4]; /* (loaded before the seen bits are made) */
+	float v[P]; /* (loaded before the seen bits are made) */
 #pragma unroll
-	for (int q = 0; q < 4; q++)
+	for (int q = 0; q < P; q++)
 		v[q] = i + 32 * q < n ? x[i + 32 * q] : 0.0f;
 	if (penal)
-		top_seen_bits(pen, c0, seen);
-	unsigned long long b = top_run_chunk<false>(
+		top_seen_bits<C>(pen, c0, seen);
+	top_run_chunk<C, false>(
 		[&](int j, int q) {
 			if (j >= n)
 				return 0ull;
 			bool hit = penal && (seen[(j - c0) >> 5] >> ((j - c0) & 31) & 1u);
 			return top_key(hit ? toast_draw_penalize(v[q], pen.penalty) : v[q], j);
 		},
-		c0, s);
+		c0, s, best);
 	if (threadIdx.x < 32)
-		part[blockIdx.x * 32 + lane] = b;
+#pragma unroll
+		for (int c = 0; c < C; c++)
+			part[blockIdx.x * R + c * 32 + lane] = best[c];
 	if (!cu_last_block(counter))
 		return false;
-	int tot = gridDim.x * 32;
-	*best = 0;
-	for (int i0 = 0; i0 < tot; i0 += TOP_RCHUNK) {
-		b = top_run_chunk<true>([&](int j, int) { return j < tot ? __ldcg(part + j) : 0ull; }, i0, s);
-		*best = top_run_merge(*best, b, lane); /* (warp 0's; 0 keys rank last) */
+	int tot = gridDim.x * R;
+	unsigned long long b[C];
+	for (int i0 = 0; i0 < tot; i0 += top_chunk(C)) {
+		top_run_chunk<C, true>([&](int j, int) { return j < tot ? __ldcg(part + j) : 0ull; }, i0, s, b);
+		if (i0 == 0)
+#pragma unroll
+			for (int c = 0; c < C; c++)
+				best[c] = b[c];
+		else
+			top_run_merge<C>(best, b, lane); /* (warp 0's; 0 keys rank last) */
 	}
 	return true;
 }
 
-/* the best m <= 32 keys of x[0, n) into out, best first (top_runs_last) */
+/* log2 of the runs' C for m keys (1, 2, 4, 8 keys a lane); the keys the blocks of n logits leave */
+static int top_ci(int m)
+{
+	return m <= 32 ? 0 : m <= 64 ? 1 : m <= 128 ? 2 : 3;
+}
+
+static size_t top_parts(int n, int C)
+{
+	return cu_blocks((size_t)n, top_chunk(C)) * 32 * (size_t)C;
+}
+
+/* the best m <= R keys of x[0, n) into out, best first (top_runs_last) */
+template <int C>
 __global__ void __launch_bounds__(TOP_RWARPS * 32) k_top_runs(const float *x, int n, int m, unsigned long long *part,
 							       unsigned long long *out, unsigned *counter)
 {
-	__shared__ unsigned long long s[TOP_RWARPS * 32];
-	unsigned long long best;
-	if (!top_runs_last(x, n, (struct top_pen){1.0f}, part, counter, s, NULL, &best))
+	__shared__ unsigned long long s[TOP_RWARPS * 32 * C];
+	unsigned long long best[C];
+	if (!top_runs_last<C>(x, n, (struct top_pen){1.0f}, part, counter, s, NULL, best) || threadIdx.x >= 32)
 		return;
-	if (threadIdx.x < m)
-		out[threadIdx.x] = best;
+#pragma unroll
+	for (int c = 0; c < C; c++)
+		if (c * 32 + (int)threadIdx.x < m)
+			out[c * 32 + threadIdx.x] = best[c];
 	if (threadIdx.x == 0)
 		*counter = 0;
 }
@@ -309,95 +332,69 @@ __global__ void __launch_bounds__(TOP_BLOCK) k_pick(const float *x, int n, unsig
 		pick_emit(best, o, counter);
 }
 
-/* a drawn pick in one launch, when the draw d needs only the best 32 (penalised) logits
- * (pick_one_launch): the best run of 32 keys (top_runs_last; with a penalty, of the penalised
- * logits, r and prev_key the tokens seen), then the best or the draw d over the d.top_k best
- * of them that are not NaN, as the host makes it (toast_draw_pick), by one thread; key 0
+/* a drawn pick in one launch: the best run of R = 32 * C keys (top_runs_last; with scan, of the
+ * penalised logits), of which the first d.n_top count; without scan, the penalty (r and prev_key:
+ * the tokens seen) on them and the run sorted again; then the best or the draw d over the
+ * d.top_k best that are not NaN, as the host makes it (toast_draw_pick), by one thread; key 0
  * (token 0) when all are NaN */
+template <int C>
 __global__ void __launch_bounds__(TOP_RWARPS * 32)
 	k_pick_draw(const float *x, int n, struct toast_draw d, const __grid_constant__ struct top_recent r,
-		    const unsigned long long *prev_key, unsigned long long *part, unsigned *counter, struct pick_out o)
+		    const unsigned long long *prev_key, bool scan, unsigned long long *part, unsigned *counter,
+		    struct pick_out o)
 {
-	__shared__ unsigned long long s[TOP_RWARPS * 32];
-	__shared__ unsigned seen[TOP_RCHUNK / 32];
-	__shared__ float vals[TOP_RUN], p[TOP_RUN];
-	unsigned long long best;
-	struct top_pen pen = {d.repeat_penalty, d.n_recent, d.last_n, d.prev, r.id, prev_key};
-	if (!top_runs_last(x, n, pen, part, counter, s, seen, &best) || threadIdx.x >= 32)
+	__shared__ unsigned long long s[TOP_RWARPS * 32 * C];
+	__shared__ unsigned seen[top_chunk(C) / 32];
+	__shared__ float p[32 * C];
+	unsigned long long best[C];
+	struct top_pen pen = {scan ? d.repeat_penalty : 1.0f, d.n_recent, d.last_n, d.prev, r.id, prev_key};
+	if (!top_runs_last<C>(x, n, pen, part, counter, s, seen, best) || threadIdx.x >= 32)
 		return;
-	int lane = threadIdx.x;
-	vals[lane] = top_key_val(best);
-	/* NaN keys (o 0) rank last: the valid ones are a prefix */
-	int k = __popc(__ballot_sync(0xffffffffu, (best >> 32) != 0 && lane < d.n_top));
-	k = d.temperature <= 0 ? (k > 0) : d.top_k > 0 && d.top_k < k ? d.top_k : k;
-	__syncwarp();
-	int pick = lane == 0 && k > 0 && d.temperature > 0 ? toast_draw_top(vals, k, &d, p) : 0;
-	best = __shfl_sync(0xffffffffu, best, __shfl_sync(0xffffffffu, pick, 0));
-	if (lane == 0)
-		pick_emit(k > 0 ? best : 0ull, o, counter);
-}
-
-#define TOP_KEYS TOAST_TOP_MAX /* k_draw_keys: a key a thread */
-
-/* a draw of any kind (toast_draw_pick's, draw.h) from the m best keys (top_sorted's), by one
- * block: the penalty on the keys of tokens seen lately (prev_key: the pending pick's, with
- * d.prev), the keys sorted again (bitonic), then the best or the draw by one thread */
-__global__ void __launch_bounds__(TOP_KEYS)
-	k_draw_keys(const unsigned long long *keys, int m, struct toast_draw d, const __grid_constant__ struct top_recent r,
-		    const unsigned long long *prev_key, struct pick_out o)
-{
-	__shared__ unsigned long long s[TOP_KEYS];
-	__shared__ float vals[TOP_KEYS], p[TOP_KEYS];
-	int t = threadIdx.x;
-	unsigned long long key = t < m ? keys[t] : 0ull;
-	if ((key >> 32) != 0 && d.repeat_penalty != 1.0f) {
-		int32_t id = cu_key_id(key), prev = d.prev ? cu_key_id(__ldcg(prev_key)) : -1;
-		if (toast_draw_seen(&d, r.id, prev, id))
-			key = top_key(toast_draw_penalize(top_key_val(key), d.repeat_penalty), id);
+	int lane = threadIdx.x, nv = 0;
+	bool late = !scan && d.repeat_penalty != 1.0f;
+	int32_t prev = late && d.prev ? cu_key_id(__ldcg(prev_key)) : -1;
+#pragma unroll
+	for (int c = 0; c < C; c++) {
+		int32_t id = cu_key_id(best[c]);
+		if (c * 32 + lane >= d.n_top)
+			best[c] = 0;
+		else if (late && (best[c] >> 32) != 0 && toast_draw_seen(&d, r.id, prev, id))
+			best[c] = top_key(toast_draw_penalize(top_key_val(best[c]), d.repeat_penalty), id);
 	}
-	s[t] = key;
-	__syncthreads();
-	for (int k = 2; k <= TOP_KEYS; k <<= 1) /* bitonic sort, descending */
-		for (int j = k >> 1; j > 0; j >>= 1) {
-			int q = t ^ j;
-			if (q > t) {
-				unsigned long long a = s[t], b = s[q];
-				if ((a < b) == ((t & k) == 0)) {
-					s[t] = b;
-					s[q] = a;
-				}
-			}
-			__syncthreads();
+	if (late)
+		top_run_sort<C>(best, lane);
+#pragma unroll
+	for (int c = 0; c < C; c++) /* (NaN keys, o 0, rank last: the valid ones are a prefix) */
+		nv += __popc(__ballot_sync(0xffffffffu, (best[c] >> 32) != 0));
+	int k = d.temperature <= 0 ? (nv > 0) : d.top_k > 0 && d.top_k < nv ? d.top_k : nv;
+	/* toast_draw_top's arithmetic, its exps a lane each: p = exp(v / temperature - max) */
+	float pv[C], max = -INFINITY;
+#pragma unroll
+	for (int c = 0; c < C; c++) {
+		pv[c] = top_key_val(best[c]) / d.temperature;
+		max = c * 32 + lane < k && pv[c] > max ? pv[c] : max;
+	}
+	for (int o = 16; o > 0; o >>= 1)
+		max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, o));
+#pragma unroll
+	for (int c = 0; c < C; c++)
+		if (c * 32 + lane < k) {
+			s[c * 32 + lane] = best[c];
+			p[c * 32 + lane] = toast_draw_exp(pv[c] - max);
 		}
-	if (t != 0)
-		return;
-	int n = 0; /* the valid keys (0: NaN or none) are a prefix */
-	while (n < m && (s[n] >> 32) != 0)
-		n++;
-	unsigned long long pick = 0;
-	if (n > 0 && d.temperature <= 0) {
-		pick = s[0];
-	} else if (n > 0) {
-		int k = d.top_k > 0 && d.top_k < n ? d.top_k : n;
-		for (int i = 0; i < k; i++)
-			vals[i] = top_key_val(s[i]);
-		pick = s[toast_draw_top(vals, k, &d, p)];
+	__syncwarp();
+	if (lane == 0) {
+		int pick = d.temperature > 0 && k > 0 ? toast_draw_tail(p, k, toast_draw_sum(p, k), d.top_p, d.min_p, d.u) : 0;
+		pick_emit(k == 0 ? 0ull : s[pick], o, counter);
 	}
-	pick_emit(pick, o, NULL);
 }
 
-/* whether the draw d (from the n_top largest logits) is the best or a draw over the best 32 of
- * the (penalised) logits, which k_pick_draw makes in one launch: with no penalty, n_top <= 32;
- * with one over 1, the k it draws from and the tokens seen fit in n_top (the k best penalised
- * logits are then among the n_top largest, as toast_sampler_top_need says) and k <= 32 */
-static bool pick_one_launch(const struct toast_draw *d)
-{
-	int k = d->temperature <= 0 ? 1 : d->top_k > 0 && d->top_k < d->n_top ? d->top_k : d->n_top;
-	if (d->repeat_penalty == 1.0f)
-		return d->n_top <= TOP_RUN;
-	int seen = d->n_recent + (d->prev ? 1 : 0) - (d->prev && d->n_recent >= d->last_n ? 1 : 0); /* (as top_seen_bits) */
-	return d->repeat_penalty > 1.0f && k <= TOP_RUN && seen <= TOAST_TOP_MAX && d->n_top >= k + seen;
-}
+/* the instances by log2 C (top_ci) */
+static void (*const top_runs_k[])(const float *, int, int, unsigned long long *, unsigned long long *, unsigned *) = {
+	k_top_runs<1>, k_top_runs<2>, k_top_runs<4>, k_top_runs<8>};
+static void (*const pick_draw_k[])(const float *, int, struct toast_draw, const struct top_recent, const unsigned long long *,
+				   bool, unsigned long long *, unsigned *, struct pick_out) = {
+	k_pick_draw<1>, k_pick_draw<2>, k_pick_draw<4>, k_pick_draw<8>};
 
 /* a pick of x[0, n) (d NULL: the largest; else drawn by d) into o; prev_key (device memory):
  * the key of the pick queued before it */
@@ -405,33 +402,36 @@ static void pick_launch(struct cuda_backend *cb, const float *x, int n, const st
 			struct pick_out o, const unsigned long long *prev_key)
 {
 	unsigned *counter = cb->counters + CU_CTR_PICK;
-	unsigned g = cu_blocks((size_t)n, TOP_RCHUNK);
-	struct top_recent r = {};
-	if (d && (d->n_top < 1 || d->n_top > TOAST_TOP_MAX || d->n_recent < 0 || d->n_recent > TOAST_TOP_MAX)) {
-		cu_fail_msg(cb, "pick: a draw from the %d best logits, %d seen lately (at most %d)", d->n_top,
-			    d->n_recent, TOAST_TOP_MAX);
+	if (!d) {
+		unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK), cap = 2u * cb->n_sm;
+		cu_launch(cb, k_pick, blocks < cap ? blocks : cap, TOP_BLOCK, 0, x, n, cb->d_pick, counter, o);
+		cu_launched(cb, "pick");
 		return;
 	}
-	if (d && d->repeat_penalty != 1.0f)
-		memcpy(r.id, d->recent, (size_t)d->n_recent * sizeof(r.id[0]));
-	if (d && g <= CU_PICK_BLOCKS && pick_one_launch(d)) {
-		cu_launch(cb, k_pick_draw, g, TOP_RWARPS * 32, 0, x, n, *d, r, prev_key, cb->d_pick, counter, o);
-	} else if (d) {
-		const unsigned long long *keys = top_sorted(cb, x, n, d->n_top);
-		if (!keys)
-			return;
-		cu_launch(cb, k_draw_keys, 1, TOP_KEYS, 0, keys, d->n_top, *d, r, prev_key, o);
-	} else {
-		unsigned blocks = cu_blocks((size_t)n, 4 * TOP_BLOCK), cap = 2u * cb->n_sm;
-		cap = cap < CU_PICK_BLOCKS ? cap : CU_PICK_BLOCKS;
-		cu_launch(cb, k_pick, blocks < cap ? blocks : cap, TOP_BLOCK, 0, x, n, cb->d_pick, counter, o);
+	/* with a penalty over 1, the runs are made of the penalised logits (scan) where the draw's k
+	 * best of them are among the n_top largest, as toast_sampler_top_need says: where the k it
+	 * draws from and the tokens seen fit in n_top (toast_draw_pick's answer is then the same) */
+	int k = d->temperature <= 0 ? 1 : d->top_k > 0 && d->top_k < d->n_top ? d->top_k : d->n_top;
+	int seen = d->n_recent + (d->prev ? 1 : 0) - (d->prev && d->n_recent >= d->last_n ? 1 : 0);
+	bool scan = d->repeat_penalty > 1.0f && d->n_top >= k + seen;
+	int ci = top_ci(scan ? k : d->n_top);
+	if (d->n_top < 1 || d->n_top > TOAST_TOP_MAX || d->n_recent < 0 || d->n_recent > TOAST_TOP_MAX ||
+	    top_parts(n, 1 << ci) > CU_PICK_KEYS) {
+		cu_fail_msg(cb, "pick: a draw from the %d best of %d logits, %d seen lately (at most %d of %d)", d->n_top,
+			    n, d->n_recent, TOAST_TOP_MAX, CU_PICK_KEYS * 16);
+		return;
 	}
+	struct top_recent r = {};
+	if (d->repeat_penalty != 1.0f)
+		memcpy(r.id, d->recent, (size_t)d->n_recent * sizeof(r.id[0]));
+	cu_launch(cb, pick_draw_k[ci], cu_blocks((size_t)n, top_chunk(1 << ci)), TOP_RWARPS * 32, 0, x, n, *d, r,
+		  prev_key, scan, cb->d_pick, counter, o);
 	cu_launched(cb, "pick");
 }
 
 void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d, int slot, int pos)
 {
-	unsigned long long *keys = cb->d_pick + CU_PICK_BLOCKS * 32; /* (the two slots' keys) */
+	unsigned long long *keys = cb->d_pick + CU_PICK_KEYS; /* (the two slots' keys) */
 	pick_launch(cb, x, n, d, (struct pick_out){cb->dh_pick + slot, keys + slot, cb->d_step, pos}, keys + (slot ^ 1));
 }
 
@@ -444,18 +444,16 @@ int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, 
 	if (m == 1) {
 		pick_launch(cb, x, n, NULL, (struct pick_out){cb->dh_top, NULL, NULL, 0}, NULL); /* (lands in h_top) */
 		res = NULL;
-	} else if (m <= TOP_RUN) {
-		unsigned g = cu_blocks((size_t)n, TOP_RCHUNK);
-		unsigned long long *buf = (unsigned long long *)cu_scratch(cb, ((size_t)g + 1) * TOP_RUN * sizeof(*buf));
+	} else {
+		int ci = top_ci(m), R = 32 << ci;
+		size_t parts = top_parts(n, 1 << ci);
+		unsigned long long *buf = (unsigned long long *)cu_scratch(cb, (parts + R) * sizeof(*buf));
 		if (!buf)
 			return -1;
-		cu_launch(cb, k_top_runs, g, TOP_RWARPS * 32, 0, x, n, m, buf + TOP_RUN, buf, cb->counters + CU_CTR_TOP);
+		cu_launch(cb, top_runs_k[ci], cu_blocks((size_t)n, top_chunk(1 << ci)), TOP_RWARPS * 32, 0, x, n, m, buf + R,
+			  buf, cb->counters + CU_CTR_TOP);
 		cu_launched(cb, "top");
 		res = buf;
-	} else {
-		res = top_sorted(cb, x, n, m);
-		if (!res)
-			return -1;
 	}
 	int k = m < n ? m : n;
 	if (cb->failed ||
