@@ -422,7 +422,7 @@ static void pick_launch(struct cuda_backend *cb, const float *x, int n, const st
 		return;
 	}
 	struct top_recent r = {};
-	if (d->repeat_penalty != 1.0f)
+	if (d->repeat_penalty != 1.0f && d->n_recent > 0)
 		memcpy(r.id, d->recent, (size_t)d->n_recent * sizeof(r.id[0]));
 	cu_launch(cb, pick_draw_k[ci], cu_blocks((size_t)n, top_chunk(1 << ci)), TOP_RWARPS * 32, 0, x, n, *d, r,
 		  prev_key, scan, cb->d_pick, counter, o);
