@@ -231,12 +231,13 @@ __device__ __forceinline__ bool top_runs_last(const float *x, int n, struct top_
 	return true;
 }
 
-/* log2 of the runs' C for m keys (1, 2, 4, 8 keys a lane); the keys the blocks of n logits leave */
+/* log2 of the runs' C for m keys (1, 2, 4, 8 keys a lane) */
 static int top_ci(int m)
 {
 	return m <= 32 ? 0 : m <= 64 ? 1 : m <= 128 ? 2 : 3;
 }
 
+/* the keys the blocks' runs of n logits leave in part */
 static size_t top_parts(int n, int C)
 {
 	return cu_blocks((size_t)n, top_chunk(C)) * 32 * (size_t)C;
