@@ -189,6 +189,40 @@ static void test_big_vocab(void)
 	CHECK(toast_sampler_new(&s, 10, &sp, &err) == TOAST_ERR_INVALID, "negative temperature accepted");
 }
 
+/* The nucleus from every logit (top_k 0: the candidates found by their probabilities'
+ * exponents, then sorted) is exactly the one a full sort gives (top_k = the vocabulary: every
+ * candidate sorted): the same tokens from the same seed, over logits flat, peaked, tied, with
+ * -inf, at nuclei of one token to thousands, with and without min-p. */
+static void test_nucleus_exact(void)
+{
+	int V = 6000, bad = 0, n = 0;
+	float *l = malloc((size_t)V * sizeof(float));
+	for (int shape = 0; shape < 5; shape++) {
+		for (int i = 0; i < V; i++) {
+			double u = (rand() + 1.0) / ((double)RAND_MAX + 2);
+			l[i] = shape == 0   ? (float)(u * 0.01)                        /* nearly flat: a big nucleus */
+			       : shape == 1 ? (float)(-log(u) * 3)                     /* a long tail */
+			       : shape == 2 ? (float)(int)(u * 8) * 0.5f                /* ties */
+			       : shape == 3 ? (i % 50 == 0 ? 30.0f - (float)(i % 7) : (float)u) /* a few far above */
+					    : (float)(u * 40) - 20;
+			if (i % 97 == 3)
+				l[i] = -INFINITY;
+		}
+		static const float tp[] = {0.3f, 0.8f, 0.95f, 0.999f}, mp[] = {0, 0.05f, 0.3f}, tt[] = {0.4f, 1, 2.5f};
+		for (int c = 0; c < 36; c++) {
+			uint64_t seed = 100 + (uint64_t)(shape * 36 + c);
+			struct toast_sampler *a = mk(tt[c % 3], 0, tp[c / 9], mp[c / 3 % 3], seed, V);
+			struct toast_sampler *b = mk(tt[c % 3], V, tp[c / 9], mp[c / 3 % 3], seed, V);
+			for (int j = 0; j < 40; j++, n++)
+				bad += toast_sampler_sample(a, l) != toast_sampler_sample(b, l);
+			toast_sampler_free(a);
+			toast_sampler_free(b);
+		}
+	}
+	CHECK(bad == 0, "the nucleus from all logits: %d of %d draws differ from a full sort's", bad, n);
+	free(l);
+}
+
 static void test_from_top(void)
 {
 	struct {
@@ -605,6 +639,7 @@ int main(void)
 	test_seed();
 	test_truncation();
 	test_big_vocab();
+	test_nucleus_exact();
 	test_from_top();
 	test_top_host();
 	test_backend_draw();

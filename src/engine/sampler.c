@@ -7,7 +7,7 @@
  * penalty. Reproducible: the same seed and the same logits give the same tokens (xoshiro256**
  * seeded through splitmix64; no global state).
  * Cost: O(n_vocab) per token: top-k and top-p select the most likely candidates in linear time
- * and sort only those (256 first, 4x more while top-p needs more). From the few largest logits
+ * (quickselect; buckets by the probabilities' exponents) and sort only those. From the few largest logits
  * (toast_sampler_sample_top: what a GPU sends) the choice is draw.h's toast_draw_pick, the one a
  * backend makes on the device when generation chains its steps (toast_sampler_backend_draw).
  */
@@ -15,12 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "backend/draw.h"
 #include "engine/engine.h"
 #include "toasted.h"
 #include "util/err.h"
-
-#define SAMPLER_PARTIAL 256 /* candidates kept by the partial selection before a full sort */
 
 struct sampler_cand {
 	float logit; /* logit / temperature, then exp(that - max) */
@@ -193,6 +192,32 @@ static double sampler_uniform(struct toast_sampler *sp)
 	return (double)(sampler_next(sp) >> 11) * 0x1.0p-53;
 }
 
+/* the candidates of c[0..k) (p: their probabilities, any order) with p >= 2^e, where e is the
+ * largest exponent whose candidates hold at least `mass` of z (all when none does), moved to
+ * the front in their order; returns their number. A prefix of the candidates by probability,
+ * and so by logit, found in two linear passes (the probabilities' binary exponents as buckets). */
+static int sampler_nucleus(struct sampler_cand *c, const float *p, int k, double mass)
+{
+	double bucket[256] = {0};
+	for (int i = 0; i < k; i++) {
+		uint32_t b;
+		memcpy(&b, &p[i], sizeof(b));
+		bucket[b >> 23 & 0xff] += p[i]; /* (p in [0, 1]: the sign bit is clear) */
+	}
+	double acc = 0;
+	int e = 255;
+	while (e > 0 && (acc += bucket[e]) < mass)
+		e--;
+	int n = 0;
+	for (int i = 0; i < k; i++) {
+		uint32_t b;
+		memcpy(&b, &p[i], sizeof(b));
+		if ((int)(b >> 23 & 0xff) >= e)
+			c[n++] = c[i];
+	}
+	return n;
+}
+
 /* temperature, top-p, min-p and the draw by u over c[0..k) (logits divided by the temperature;
  * sorted: larger first, lower id first among equal logits, as top-k leaves them); the arithmetic
  * is draw.h's, and sorted candidates are drawn from exactly as toast_draw_top draws (a
@@ -205,24 +230,22 @@ static int32_t sampler_draw(struct toast_sampler *sp, struct sampler_cand *c, in
 	double z = toast_draw_probs(p, k);
 	int part = k;
 	if (sp->p.top_p < 1 && !sorted) {
-		/* the nucleus in order of probability: the most likely `part` tokens, 4x more until
-		 * they hold top_p of the mass, then sorted */
-		for (int i = 0; i < k; i++)
-			c[i].logit = p[i];
-		part = k < SAMPLER_PARTIAL ? k : SAMPLER_PARTIAL;
-		for (;;) {
-			if (part < k)
-				sampler_select(c, k, part);
-			double zpart = 0;
-			for (int i = 0; i < part; i++)
-				zpart += c[i].logit;
-			if (part == k || zpart >= sp->p.top_p * z)
-				break;
-			part = part > k / 4 ? k : part * 4;
-		}
+		/* the nucleus: a prefix of the candidates by probability that holds top_p of z with
+		 * room to spare (the tail's running sum, in order, is within k ulps of this one: 2e-11
+		 * for 2^18 candidates), sorted by logit as top-k sorts (equal probabilities of
+		 * different logits in the logits' order), their probabilities made again */
+		part = sampler_nucleus(c, p, k, sp->p.top_p * z * (1 + 1e-9));
 		qsort(c, (size_t)part, sizeof(*c), sampler_cmp);
-		for (int i = 0; i < part; i++)
-			p[i] = c[i].logit;
+		for (int i = 0; i < part; i++) /* (c[0]: the largest, toast_draw_probs' max) */
+			p[i] = toast_draw_exp(c[i].logit - c[0].logit);
+	} else if (!sorted && sp->p.min_p > 0) {
+		/* only those min-p keeps take part in the draw, in their order */
+		part = 0;
+		for (int i = 0; i < k; i++)
+			if (p[i] >= sp->p.min_p || p[i] == 1.0f) {
+				c[part].id = c[i].id;
+				p[part++] = p[i];
+			}
 	}
 	return c[toast_draw_tail(p, part, z, sp->p.top_p, sp->p.min_p, u)].id;
 }
@@ -240,20 +263,26 @@ int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits)
 	}
 	double u = sampler_uniform(sp);
 	struct sampler_cand *c = sp->cand;
-	int n = 0;
-	for (int i = 0; i < V; i++)
-		if (!isnan(l[i]))
-			c[n++] = (struct sampler_cand){l[i] == 0.0f ? 0.0f : l[i], i};
-	if (n == 0)
-		return 0;
-	/* top-k on the logits themselves (what toast_session_top returns), then sorted */
-	int k = n;
-	if (sp->p.top_k > 0) {
-		k = sp->p.top_k < n ? sp->p.top_k : n;
-		if (k < n)
-			sampler_select(c, n, k);
-		qsort(c, (size_t)k, sizeof(*c), sampler_cmp);
+	int k = 0;
+	if (sp->p.top_k > 0 && sp->p.top_k <= TOAST_TOP_MAX) {
+		/* top-k on the logits themselves, sorted: what toast_session_top returns (a heap of
+		 * top_k in one pass, where a quickselect of every candidate took 5x longer) */
+		k = toast_top_host(l, V, sp->p.top_k, sp->top_ids, sp->top_vals);
+		for (int i = 0; i < k; i++)
+			c[i] = (struct sampler_cand){sp->top_vals[i], sp->top_ids[i]};
+	} else {
+		for (int i = 0; i < V; i++)
+			if (!isnan(l[i]))
+				c[k++] = (struct sampler_cand){l[i] == 0.0f ? 0.0f : l[i], i};
+		if (sp->p.top_k > 0 && sp->p.top_k < k) { /* the same, for a top_k over 256 */
+			sampler_select(c, k, sp->p.top_k);
+			k = sp->p.top_k;
+		}
+		if (sp->p.top_k > 0)
+			qsort(c, (size_t)k, sizeof(*c), sampler_cmp);
 	}
+	if (k == 0)
+		return 0;
 	for (int i = 0; i < k; i++)
 		c[i].logit /= sp->p.temperature;
 	return sampler_draw(sp, c, k, sp->p.top_k > 0, u);
