@@ -225,6 +225,24 @@ static int sampler_nucleus(struct sampler_cand *c, const float *p, int k, double
 static int32_t sampler_draw(struct toast_sampler *sp, struct sampler_cand *c, int k, bool sorted, double u)
 {
 	float *p = sp->prob;
+	if (!sorted && sp->p.top_p >= 1 && sp->p.min_p > 0) {
+		/* min-p alone: the draw is over those it keeps, in their order, and needs no z; a
+		 * candidate below log(min_p) by more than the exp's error is not kept, and its exp
+		 * is not made (toast_draw_probs' max and exps otherwise) */
+		float max = c[0].logit;
+		for (int i = 1; i < k; i++)
+			max = c[i].logit > max ? c[i].logit : max;
+		double cut = log(sp->p.min_p) - 1e-4;
+		int part = 0;
+		for (int i = 0; i < k; i++) {
+			float x = c[i].logit - max, pi;
+			if (x >= cut && ((pi = toast_draw_exp(x)) >= sp->p.min_p || pi == 1.0f)) {
+				c[part].id = c[i].id;
+				p[part++] = pi;
+			}
+		}
+		return c[toast_draw_tail(p, part, 1.0, sp->p.top_p, sp->p.min_p, u)].id;
+	}
 	for (int i = 0; i < k; i++)
 		p[i] = c[i].logit;
 	double z = toast_draw_probs(p, k);
@@ -238,14 +256,6 @@ static int32_t sampler_draw(struct toast_sampler *sp, struct sampler_cand *c, in
 		qsort(c, (size_t)part, sizeof(*c), sampler_cmp);
 		for (int i = 0; i < part; i++) /* (c[0]: the largest, toast_draw_probs' max) */
 			p[i] = toast_draw_exp(c[i].logit - c[0].logit);
-	} else if (!sorted && sp->p.min_p > 0) {
-		/* only those min-p keeps take part in the draw, in their order */
-		part = 0;
-		for (int i = 0; i < k; i++)
-			if (p[i] >= sp->p.min_p || p[i] == 1.0f) {
-				c[part].id = c[i].id;
-				p[part++] = p[i];
-			}
 	}
 	return c[toast_draw_tail(p, part, z, sp->p.top_p, sp->p.min_p, u)].id;
 }
