@@ -6,10 +6,11 @@
  * top-k, top-p, min-p, then a draw. Temperature 0 is argmax (lowest id on ties) after the
  * penalty. Reproducible: the same seed and the same logits give the same tokens (xoshiro256**
  * seeded through splitmix64; no global state).
- * Cost: O(n_vocab) per token: top-k and top-p select the most likely candidates in linear time
- * (quickselect; buckets by the probabilities' exponents) and sort only those. From the few largest logits
- * (toast_sampler_sample_top: what a GPU sends) the choice is draw.h's toast_draw_pick, the one a
- * backend makes on the device when generation chains its steps (toast_sampler_backend_draw).
+ * Cost: O(n_vocab) per token: top-k and top-p select the most likely candidates in one or two
+ * passes (top-k <= 256 by a heap, more by quickselect; top-p by buckets of the probabilities'
+ * exponents) and sort only those; min-p alone makes exps only near the top. From the few largest
+ * logits (toast_sampler_sample_top: what a GPU sends) the choice is draw.h's toast_draw_pick, the
+ * one a backend makes on the device when generation chains its steps (toast_sampler_backend_draw).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -22,7 +23,7 @@
 #include "util/err.h"
 
 struct sampler_cand {
-	float logit; /* logit / temperature, then exp(that - max) */
+	float logit; /* logit / temperature (the probabilities are kept apart, in prob) */
 	int32_t id;
 };
 
