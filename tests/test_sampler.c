@@ -36,7 +36,8 @@ static struct toast_sampler *mk_from(const struct toast_sampling *s, int n_vocab
 	return sp;
 }
 
-static struct toast_sampler *mk(float temp, int top_k, float top_p, float min_p, uint64_t seed, int n_vocab)
+/* the defaults (toast_sampling_init) with these settings */
+static struct toast_sampling sampling(float temp, int top_k, float top_p, float min_p, float penalty, uint64_t seed)
 {
 	struct toast_sampling s;
 	toast_sampling_init(&s);
@@ -44,7 +45,14 @@ static struct toast_sampler *mk(float temp, int top_k, float top_p, float min_p,
 	s.top_k = top_k;
 	s.top_p = top_p;
 	s.min_p = min_p;
+	s.repeat_penalty = penalty;
 	s.seed = seed;
+	return s;
+}
+
+static struct toast_sampler *mk(float temp, int top_k, float top_p, float min_p, uint64_t seed, int n_vocab)
+{
+	struct toast_sampling s = sampling(temp, top_k, top_p, min_p, 1, seed);
 	return mk_from(&s, n_vocab);
 }
 
@@ -240,14 +248,7 @@ static void test_from_top(void)
 	int V = 5000;
 	float *l = malloc((size_t)V * sizeof(float));
 	for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
-		struct toast_sampling s;
-		toast_sampling_init(&s);
-		s.temperature = cfg[c].temp;
-		s.top_k = cfg[c].top_k;
-		s.top_p = cfg[c].top_p;
-		s.min_p = cfg[c].min_p;
-		s.repeat_penalty = cfg[c].penalty;
-		s.seed = 7 + c;
+		struct toast_sampling s = sampling(cfg[c].temp, cfg[c].top_k, cfg[c].top_p, cfg[c].min_p, cfg[c].penalty, 7 + c);
 		struct toast_sampler *a = mk_from(&s, V), *b = mk_from(&s, V);
 		int need = toast_sampler_top_need(a);
 		CHECK(need == cfg[c].need, "config %zu: need %d, expected %d", c, need, cfg[c].need);
@@ -322,15 +323,9 @@ static void test_backend_draw(void)
 	int V = 3000;
 	float *l = malloc((size_t)V * sizeof(float));
 	for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
-		struct toast_sampling sg;
-		toast_sampling_init(&sg);
-		sg.temperature = cfg[c].temp;
-		sg.top_k = cfg[c].top_k;
-		sg.top_p = cfg[c].top_p;
-		sg.min_p = cfg[c].min_p;
-		sg.repeat_penalty = cfg[c].penalty;
+		struct toast_sampling sg =
+			sampling(cfg[c].temp, cfg[c].top_k, cfg[c].top_p, cfg[c].min_p, cfg[c].penalty, 100 + c);
 		sg.repeat_last_n = cfg[c].last_n;
-		sg.seed = 100 + c;
 		struct toast_sampler *a = mk_from(&sg, V), *b = mk_from(&sg, V);
 		int mode = toast_sampler_backend_draw(a, NULL);
 		CHECK(mode == cfg[c].mode, "config %zu: a backend's draw %d, expected %d", c, mode, cfg[c].mode);
