@@ -869,11 +869,20 @@ static void test_moe_types(struct ctx *c, int T, int E, int ne, int k, int F, in
 }
 
 /* what a pick of x[0..n) makes on the host: the largest's id (d NULL), else toast_draw_pick's
- * token from top()'s n_top largest (prev: the pick queued before it) */
+ * token from top()'s n_top largest, or toast_draw_every's from all (n_top 0) (prev: the pick
+ * queued before it) */
 static int32_t pick_ref(const float *x, int n, const struct toast_draw *d, int32_t prev)
 {
 	int32_t ids[TOAST_TOP_MAX];
 	float vals[TOAST_TOP_MAX], p[TOAST_TOP_MAX];
+	if (d && d->n_top == 0) {
+		float *l = malloc((size_t)n * sizeof(*l));
+		uint64_t *w = malloc(2 * (size_t)n * sizeof(*w));
+		int32_t id = toast_draw_every(x, n, d, prev, l, w);
+		free(l);
+		free(w);
+		return id;
+	}
 	int got = toast_top_host(x, n, d ? d->n_top : 1, ids, vals);
 	return d ? toast_draw_pick(vals, ids, got, d, prev, p) : got ? ids[0] : 0;
 }
@@ -881,22 +890,27 @@ static int32_t pick_ref(const float *x, int n, const struct toast_draw *d, int32
 #define DRAW(t, tp, mp, k, uu)                                                                                   \
 	{.temperature = t, .top_p = tp, .min_p = mp, .top_k = k, .n_top = k, .u = uu, .repeat_penalty = 1}
 
-/* pick(): greedy, and draws of every kind (top_k 1..32, 40 and 100: runs of 32, 64, 128; nucleus
- * or not, min-p, a flat and a sharp temperature, u at both ends; a repetition penalty over
- * tokens among the largest, greedy and drawn, with the pick before it pending and counted), each
- * exactly the host's token; picks queued two at a time are read in order */
+/* pick(): greedy, and draws of every kind (top_k 1..32, 40 and 100: runs of 32, 64, 128; top_k
+ * 0: from every logit; nucleus or not, min-p, a flat and a sharp temperature, u at both ends; a
+ * repetition penalty over tokens among the largest, greedy and drawn, from the top or from every
+ * logit (n_top 0, under 1 too), with the pick before it pending and counted), each exactly the
+ * host's token; picks queued two at a time are read in order */
 static void test_picks(struct ctx *c, const float *x, void *d, int n)
 {
 	struct toast_draw draws[] = {
 		DRAW(0.7f, 0.8f, 0, 20, 0.37),  DRAW(1.3f, 1, 0.05f, 32, 0.999999), DRAW(0.2f, 0.95f, 0, 7, 0.0),
 		DRAW(1, 1, 0, 1, 0.5),          DRAW(50, 0.5f, 0, 32, 0.61),        DRAW(0.7f, 0.8f, 0.2f, 20, 0.93),
-		DRAW(3, 0.999f, 0, 31, 0.0001), DRAW(1.5f, 0.95f, 0, 100, 0.71),    DRAW(0.7f, 0.8f, 0, 20, 0.45),
-		DRAW(0, 1, 0, 1, 0),            DRAW(2, 1, 0, 40, 0.2),             DRAW(0.7f, 0.9f, 0, 20, 0.8),
+		DRAW(3, 0.999f, 0, 31, 0.0001), DRAW(1.5f, 0.95f, 0, 100, 0.71),    DRAW(0.7f, 0.95f, 0, 0, 0.3),
+		DRAW(1.3f, 1, 0.05f, 0, 0.77),  DRAW(50, 0.5f, 0, 0, 0.999999),     DRAW(1, 1, 0, 0, 0.0),
+		DRAW(0.2f, 0.05f, 0, 0, 0.5),   DRAW(0.7f, 0.8f, 0, 20, 0.45),      DRAW(0, 1, 0, 1, 0),
+		DRAW(2, 1, 0, 40, 0.2),         DRAW(0.7f, 0.9f, 0, 20, 0.8),       DRAW(0.7f, 0.8f, 0, 20, 0.45),
+		DRAW(0, 1, 0, 1, 0),            DRAW(0.7f, 0.95f, 0, 0, 0.6),       DRAW(1, 0.9f, 0.02f, 0, 0.3),
 	};
 	int nd = (int)(sizeof(draws) / sizeof(draws[0]));
-	/* the last four with a penalty: tokens seen lately among the largest (every other one of the
+	/* the last eight with a penalty: tokens seen lately among the largest (every other one of the
 	 * 64 best, the best first), a window of 64 or of as many as are seen (full: the pending pick
-	 * pushes the oldest out) */
+	 * pushes the oldest out); the last five from every logit (n_top 0), the penalty under 1 in
+	 * three */
 	int32_t seen[TOAST_TOP_MAX];
 	float sv[TOAST_TOP_MAX];
 	int ns = toast_top_host(x, n, 64, seen, sv);
@@ -904,12 +918,13 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 		seen[i] = seen[2 * i];
 	if (ns / 2 >= 3)
 		seen[ns / 2 - 1] = seen[1]; /* (a token seen twice) */
-	for (int i = nd - 4; i < nd; i++) {
-		draws[i].repeat_penalty = i % 2 ? 1.3f : 2.5f;
-		draws[i].last_n = i == nd - 1 ? ns / 2 : 64;
+	for (int i = nd - 8; i < nd; i++) {
+		bool every = i >= nd - 5;
+		draws[i].repeat_penalty = every && i % 2 == 0 ? 0.7f : i % 2 ? 1.3f : 2.5f;
+		draws[i].last_n = i == nd - 1 || i == nd - 5 ? ns / 2 : 64;
 		draws[i].n_recent = ns / 2;
 		draws[i].recent = seen;
-		draws[i].n_top = draws[i].top_k + draws[i].last_n;
+		draws[i].n_top = every ? 0 : draws[i].top_k + draws[i].last_n;
 	}
 	/* every draw queued second after another (-1: greedy), counting it as seen when odd and in
 	 * the last three (penalised: greedy, top 40, and a full window) */
@@ -930,7 +945,8 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 	}
 	/* many uniforms through one draw: the boundaries between tokens fall where the host's do;
 	 * every third a random draw (top_k 1..32 or 1..200, a penalty over 1, under 1 or none, windows
-	 * of 1..ns/2 seen tokens, n_top with room for them or not) */
+	 * of 1..ns/2 seen tokens, n_top with room for them or not; or from every logit, top_k 0 or
+	 * n_top 0) */
 	for (int j = 0; j < 36; j++) {
 		struct toast_draw dr = draws[j % nd];
 		if (j % 3 == 2) {
@@ -945,6 +961,11 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 			dr.n_recent = dr.last_n < ns / 2 ? dr.last_n : ns / 2;
 			dr.recent = seen + ns / 2 - dr.n_recent;
 			dr.n_top = dr.top_k + (dr.repeat_penalty != 1 && rnd() < 0.5 ? dr.last_n : 0); /* (or too few) */
+			double e = rnd();
+			if (e < -0.4) /* from every logit: top_k 0, or the top_k best of the penalised */
+				dr.top_k = dr.n_top = 0;
+			else if (e < -0.1)
+				dr.n_top = 0;
 		}
 		dr.u = (rnd() + 1) / 2;
 		struct toast_error err = {0};

@@ -11,7 +11,9 @@
  *   (from top_k + repeat_last_n); the need is 0 when a penalty under 1, a top-k over the
  *   limit or the lack of one makes every logit matter; sessions sharing an engine keep
  *   their logits when another feeds (the pending-logits hand-off);
- * - the draw a backend makes (draw.h) chooses as the sampler does, with one uniform a token;
+ * - the draw a backend makes (draw.h) chooses as the sampler does, with one uniform a token,
+ *   from the top or from every logit (top-k 0, a penalty under 1: toast_draw_every), and the
+ *   draw from every logit (toast_draw_wide) is the one its definition gives, worked out plainly;
  * - toast_generate on models/qwen3next-vocab: greedy chat case 0 exactly, text streamed in
  *   whole characters, stop strings never emitted (and a partial match that fails loses
  *   nothing), the context limit ends generation with every token fed, the session holds prompt
@@ -197,38 +199,133 @@ static void test_big_vocab(void)
 	CHECK(toast_sampler_new(&s, 10, &sp, &err) == TOAST_ERR_INVALID, "negative temperature accepted");
 }
 
-/* The nucleus from every logit (top_k 0: the candidates found by their probabilities'
- * exponents, then sorted) is exactly the one a full sort gives (top_k = the vocabulary: every
- * candidate sorted): the same tokens from the same seed, over logits flat, peaked, tied, with
- * -inf, at nuclei of one token to thousands, with and without min-p. */
-static void test_nucleus_exact(void)
+static int cmp_desc(const void *a, const void *b)
 {
-	int V = 6000, bad = 0, n = 0;
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* toast_draw_wide's answer worked out plainly (every exp made; the nucleus by sorting the
+ * candidates, not by digit sums) */
+static int32_t wide_ref(const float *x, int n, uint64_t kmin, const struct toast_draw *d)
+{
+	int *c = malloc((size_t)n * sizeof(int)), k = 0, best = -1;
+	float *p = malloc((size_t)n * sizeof(float));
+	for (int i = 0; i < n; i++)
+		if (toast_draw_order(x[i]) && ((uint64_t)toast_draw_order(x[i]) << 32 | (0xffffffffu - (uint32_t)i)) >= kmin) {
+			c[k++] = i;
+			best = best < 0 || toast_draw_order(x[i]) > toast_draw_order(x[best]) ? i : best;
+		}
+	int32_t id = 0;
+	if (k > 0) {
+		float vmax = x[best] == 0.0f ? 0.0f : x[best];
+		uint64_t z = 0;
+		for (int j = 0; j < k; j++) {
+			int i = c[j];
+			p[i] = x[i] == vmax ? 1.0f : toast_draw_exp(x[i] / d->temperature - vmax / d->temperature);
+			z += toast_draw_weight(p[i]);
+		}
+		uint32_t least = 0;
+		if (d->top_p < 1) {
+			uint64_t *ok = malloc((size_t)k * sizeof(*ok)); /* order, index: sorted, larger first */
+			for (int j = 0; j < k; j++)
+				ok[j] = (uint64_t)toast_draw_order(x[c[j]]) << 32 | (uint32_t)c[j];
+			qsort(ok, (size_t)k, sizeof(*ok), cmp_desc);
+			uint64_t cut = toast_draw_cut(d->top_p, z), acc = 0;
+			for (int j = 0; j < k && acc <= cut; j++) {
+				acc += toast_draw_weight(p[(uint32_t)ok[j]]);
+				least = (uint32_t)(ok[j] >> 32);
+			}
+			free(ok);
+		}
+		uint64_t keep_z = 0, acc = 0;
+		bool *kept = calloc((size_t)n, 1);
+		for (int j = 0; j < k; j++) {
+			int i = c[j];
+			kept[i] = toast_draw_order(x[i]) >= least && (p[i] >= d->min_p || p[i] == 1.0f);
+			keep_z += kept[i] ? toast_draw_weight(p[i]) : 0;
+		}
+		uint64_t cut = toast_draw_cut(d->u, keep_z);
+		for (int i = 0; i < n; i++)
+			if (kept[i] && (acc += toast_draw_weight(p[i])) > cut) {
+				id = i;
+				break;
+			}
+		free(kept);
+	}
+	free(c);
+	free(p);
+	return id;
+}
+
+/* The draw from every logit (toast_draw_wide: integer weights, the nucleus' least logit by
+ * three rounds of digit sums) is exactly the one worked out plainly (wide_ref), over logits
+ * flat, peaked, tied, far apart, with NaN, -inf and -0, nuclei of one token to thousands, with
+ * and without min-p, every candidate or the top 300 / 2000 (kmin), u at both ends; and the
+ * sampler's top_k 0 and top_k over 256 draw so (toast_draw_wide's token from the same uniform). */
+static void test_wide_exact(void)
+{
+	int V = 6000, bad = 0, n = 0, bad_s = 0;
 	float *l = malloc((size_t)V * sizeof(float));
-	for (int shape = 0; shape < 5; shape++) {
+	uint64_t *p = malloc(2 * (size_t)V * sizeof(*p)), r = 99;
+#define RND() (r = r * 6364136223846793005ull + 1442695040888963407ull, ((double)(r >> 11) + 0.5) * 0x1.0p-53)
+	for (int shape = 0; shape < 6; shape++) {
 		for (int i = 0; i < V; i++) {
-			double u = (rand() + 1.0) / ((double)RAND_MAX + 2);
-			l[i] = shape == 0   ? (float)(u * 0.01)                        /* nearly flat: a big nucleus */
-			       : shape == 1 ? (float)(-log(u) * 3)                     /* a long tail */
-			       : shape == 2 ? (float)(int)(u * 8) * 0.5f                /* ties */
-			       : shape == 3 ? (i % 50 == 0 ? 30.0f - (float)(i % 7) : (float)u) /* a few far above */
-					    : (float)(u * 40) - 20;
+			double u = RND();
+			l[i] = shape == 0   ? (float)(u * 0.01)                                    /* nearly flat */
+			       : shape == 1 ? (float)(-log(u) * 3)                                 /* a long tail */
+			       : shape == 2 ? (float)(int)(u * 8) * 0.5f                            /* ties */
+			       : shape == 3 ? (i % 50 == 0 ? 30.0f - (float)(i % 7) : (float)u)    /* a few far above */
+			       : shape == 4 ? (float)(u * 40) - 20
+					    : (float)(int)(u * 3) * 1e-3f - 1e4f; /* all negative, tied */
 			if (i % 97 == 3)
 				l[i] = -INFINITY;
+			else if (i % 89 == 5)
+				l[i] = NAN;
+			else if (i % 83 == 7)
+				l[i] = -0.0f;
 		}
-		static const float tp[] = {0.3f, 0.8f, 0.95f, 0.999f}, mp[] = {0, 0.05f, 0.3f}, tt[] = {0.4f, 1, 2.5f};
-		for (int c = 0; c < 36; c++) {
-			uint64_t seed = 100 + (uint64_t)(shape * 36 + c);
-			struct toast_sampler *a = mk(tt[c % 3], 0, tp[c / 9], mp[c / 3 % 3], seed, V);
-			struct toast_sampler *b = mk(tt[c % 3], V, tp[c / 9], mp[c / 3 % 3], seed, V);
-			for (int j = 0; j < 40; j++, n++)
-				bad += toast_sampler_sample(a, l) != toast_sampler_sample(b, l);
-			toast_sampler_free(a);
-			toast_sampler_free(b);
+		/* kmin: none, or the 300th / 2000th largest key */
+		uint64_t keys[3] = {0, 0, 0}, *all = malloc((size_t)V * sizeof(uint64_t));
+		int na = 0;
+		for (int i = 0; i < V; i++)
+			if (toast_draw_order(l[i]))
+				all[na++] = (uint64_t)toast_draw_order(l[i]) << 32 | (0xffffffffu - (uint32_t)i);
+		qsort(all, (size_t)na, sizeof(*all), cmp_desc);
+		keys[1] = all[299];
+		keys[2] = all[1999];
+		free(all);
+		static const float tp[] = {0.05f, 0.3f, 0.8f, 0.95f, 0.999f, 1}, mp[] = {0, 0.05f, 0.3f}, tt[] = {0.4f, 1, 2.5f};
+		for (int c = 0; c < 54; c++) {
+			struct toast_draw d = {.temperature = tt[c % 3], .top_p = tp[c / 9], .min_p = mp[c / 3 % 3]};
+			for (int j = 0; j < 12; j++, n++) {
+				d.u = j == 0 ? 0.0 : j == 1 ? 1 - 0x1.0p-53 : RND();
+				uint64_t kmin = keys[(c + j) % 3];
+				bad += toast_draw_wide(l, V, kmin, &d, p) != wide_ref(l, V, kmin, &d);
+			}
+			/* the sampler: top_k 0 and 2000 against toast_draw_wide with the same uniform */
+			for (int kk = 0; kk < 2; kk++) {
+				struct toast_sampling sg = sampling(d.temperature, kk ? 2000 : 0, d.top_p, d.min_p, 1, 5 + (uint64_t)c);
+				struct toast_sampler *a = mk_from(&sg, V);
+				uint64_t st = 5 + (uint64_t)c, g[4]; /* the sampler's generator, as sampler.c seeds it */
+				for (int q = 0; q < 4; q++) {
+					uint64_t zz = (st += 0x9E3779B97F4A7C15ull);
+					zz = (zz ^ (zz >> 30)) * 0xBF58476D1CE4E5B9ull;
+					zz = (zz ^ (zz >> 27)) * 0x94D049BB133111EBull;
+					g[q] = zz ^ (zz >> 31);
+				}
+				uint64_t rr = ((g[1] * 5) << 7 | (g[1] * 5) >> 57) * 9;
+				d.u = (double)(rr >> 11) * 0x1.0p-53;
+				bad_s += toast_sampler_sample(a, l) != toast_draw_wide(l, V, kk ? keys[2] : 0, &d, p);
+				toast_sampler_free(a);
+			}
 		}
 	}
-	CHECK(bad == 0, "the nucleus from all logits: %d of %d draws differ from a full sort's", bad, n);
+#undef RND
+	CHECK(bad == 0 && bad_s == 0, "the draw from every logit: %d of %d draws differ from the plain reckoning's, %d "
+	      "of the sampler's from toast_draw_wide's", bad, n, bad_s);
 	free(l);
+	free(p);
 }
 
 static void test_from_top(void)
@@ -291,6 +388,25 @@ static void test_from_top(void)
 	free(l);
 }
 
+/* the token a backend's pick makes from l[0..V) (m: toast_sampler_backend_draw's answer, d its
+ * draw; pend the pending pick's token): the largest, toast_draw_pick's from the top, or, n_top
+ * 0, toast_draw_every's */
+static int32_t backend_pick(const float *l, int V, int m, const struct toast_draw *d, int32_t pend)
+{
+	int32_t ids[TOAST_SAMPLER_TOP_MAX];
+	float vals[TOAST_SAMPLER_TOP_MAX], p[TOAST_SAMPLER_TOP_MAX];
+	if (m == 1 && d->n_top == 0) {
+		float *pl = malloc((size_t)V * sizeof(*pl));
+		uint64_t *w = malloc(2 * (size_t)V * sizeof(*w));
+		int32_t x = toast_draw_every(l, V, d, pend, pl, w);
+		free(pl);
+		free(w);
+		return x;
+	}
+	int got = toast_top_host(l, V, m == 1 ? d->n_top : 1, ids, vals);
+	return m == 1 ? toast_draw_pick(vals, ids, got, d, pend, p) : got ? ids[0] : 0;
+}
+
 /* The draw a backend makes (draw.h, toast_sampler_backend_draw): its exp within an ulp of the
  * true one (exact nearly always); which samplers a backend can draw for; draws made as a chain
  * makes them (each queued before the sampler accepts the token before it, which counts as
@@ -316,9 +432,11 @@ static void test_backend_draw(void)
 		int top_k, last_n, mode;
 	} cfg[] = {
 		{0.7f, 0.8f, 0, 1, 20, 64, 1},   {1.3f, 1, 0.05f, 1, 32, 64, 1}, {0.2f, 0.95f, 0.1f, 1, 1, 64, 1},
-		{0, 0.8f, 0, 1, 20, 64, 0},      {0.7f, 0.8f, 0, 1, 33, 64, 1},  {0.7f, 0.8f, 0, 1, 0, 64, -1},
+		{0, 0.8f, 0, 1, 20, 64, 0},      {0.7f, 0.8f, 0, 1, 33, 64, 1},  {0.7f, 0.8f, 0, 1, 0, 64, 1},
 		{0.7f, 0.8f, 0, 1.1f, 20, 64, 1}, {0, 1, 0, 1.5f, 20, 64, 1},     {1, 0.9f, 0, 3, 5, 4, 1},
-		{0.7f, 0.8f, 0, 0.9f, 20, 64, -1}, {0, 1, 0, 2, 1, 3, 1},
+		{0.7f, 0.8f, 0, 0.9f, 20, 64, 1}, {0, 1, 0, 2, 1, 3, 1},     {1, 1, 0.05f, 1, 0, 64, 1},
+		{0.7f, 0.95f, 0, 0.8f, 0, 16, 1}, {0, 1, 0, 0.7f, 20, 64, 1},  {0.7f, 0.8f, 0, 1.2f, 230, 64, 1},
+		{0.7f, 0.8f, 0, 1, 257, 64, -1},
 	};
 	int V = 3000;
 	float *l = malloc((size_t)V * sizeof(float));
@@ -343,15 +461,12 @@ static void test_backend_draw(void)
 				if ((r >> 20) % 499 == 0)
 					l[i] = NAN;
 			}
-			int32_t ids[TOAST_SAMPLER_TOP_MAX];
-			float vals[TOAST_SAMPLER_TOP_MAX], p[TOAST_SAMPLER_TOP_MAX];
 			struct toast_draw d;
 			int m = toast_sampler_backend_draw(a, &d);
 			CHECK(m == mode && (m == 0 || (d.n_top == toast_sampler_top_need(a) && d.u >= 0 && d.u < 1)),
 			      "config %zu: a draw's parameters", c);
 			d.prev = pend >= 0;
-			int got = toast_top_host(l, V, m == 1 ? d.n_top : 1, ids, vals);
-			int32_t x = m == 1 ? toast_draw_pick(vals, ids, got, &d, pend, p) : got ? ids[0] : 0;
+			int32_t x = backend_pick(l, V, m, &d, pend);
 			if (pend >= 0)
 				toast_sampler_accept(a, pend);
 			pend = x;
@@ -407,19 +522,19 @@ static void test_draw_random(void)
 					l[i] = -0.0f;
 			}
 			int32_t ids[TOAST_SAMPLER_TOP_MAX];
-			float vals[TOAST_SAMPLER_TOP_MAX], p[TOAST_SAMPLER_TOP_MAX];
+			float vals[TOAST_SAMPLER_TOP_MAX];
 			struct toast_draw d;
 			int m = toast_sampler_backend_draw(a, &d);
 			d.prev = pend >= 0;
-			int got = toast_top_host(l, V, m == 1 ? d.n_top : 1, ids, vals);
-			int32_t x = m == 1 ? toast_draw_pick(vals, ids, got, &d, pend, p) : got ? ids[0] : 0;
+			int32_t x = backend_pick(l, V, m, &d, pend);
 			if (pend >= 0)
 				toast_sampler_accept(a, pend);
 			pend = x;
 			int32_t y = toast_sampler_sample(b, l);
 			toast_sampler_accept(b, y);
-			got = toast_top_host(l, V, toast_sampler_top_need(t), ids, vals);
-			int32_t z = toast_sampler_sample_top(t, ids, vals, got);
+			int need = toast_sampler_top_need(t); /* (0: every logit; t is not drawn from the top) */
+			int got = toast_top_host(l, V, need, ids, vals);
+			int32_t z = need > 0 ? toast_sampler_sample_top(t, ids, vals, got) : y;
 			toast_sampler_accept(t, y);
 			bad += x != y;
 			bad_top += z != y;
@@ -634,7 +749,7 @@ int main(void)
 	test_seed();
 	test_truncation();
 	test_big_vocab();
-	test_nucleus_exact();
+	test_wide_exact();
 	test_from_top();
 	test_top_host();
 	test_backend_draw();

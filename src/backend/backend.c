@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/draw.h"
 #include "backend/synth_quant.h"
 #include "util/half.h"
 
@@ -179,6 +180,27 @@ int toast_top_host(const float *x, int n, int m, int32_t *ids, float *vals)
 		top_sift(ids, vals, n_heap - 1, 0);
 	}
 	return k;
+}
+
+int32_t toast_draw_every(const float *x, int n, const struct toast_draw *d, int32_t prev, float *l, uint64_t *w)
+{
+	memcpy(l, x, (size_t)n * sizeof(*l));
+	if (d->repeat_penalty != 1.0f) /* (each from x: a token seen twice is penalised once) */
+		for (int j = -1; j < d->n_recent; j++) {
+			int32_t id = j < 0 ? (d->prev ? prev : -1) : d->recent[j];
+			if (id >= 0 && id < n && toast_draw_seen(d, d->recent, prev, id))
+				l[id] = toast_draw_penalize(x[id], d->repeat_penalty);
+		}
+	if (d->temperature > 0 && d->top_k == 0)
+		return toast_draw_wide(l, n, 0, d, w);
+	int k = d->temperature <= 0 ? 1 : d->top_k;
+	if (k > TOAST_TOP_MAX)
+		return -1;
+	int32_t ids[TOAST_TOP_MAX];
+	float vals[TOAST_TOP_MAX], p[TOAST_TOP_MAX];
+	struct toast_draw dk = *d;
+	dk.repeat_penalty = 1.0f; /* (applied) */
+	return toast_draw_pick(vals, ids, toast_top_host(l, n, k, ids, vals), &dk, prev, p);
 }
 
 size_t toast_kv_bytes(enum toast_kv_type t, int n_head_kv, int head_dim, size_t act_size, int64_t n)

@@ -193,4 +193,140 @@ static inline int32_t toast_draw_pick(float *vals, int32_t *ids, int n, const st
 	return ids[toast_draw_top(vals, k, d, p)];
 }
 
+/* ---- the draw over every logit: top_k 0 on a backend's pick (d->n_top 0), top_k 0 or over
+ * TOAST_TOP_MAX on the host ----
+ * Its sums are of integers, so that they do not depend on their order and a device makes them in
+ * parallel: each candidate's probability p (toast_draw_exp of its logit / temperature less the
+ * largest's; the largest's is 1) weighs p * 2^40, truncated (a candidate under 2^-40 of the best
+ * weighs 0: it is never drawn). The nucleus (top_p < 1) is every candidate whose logit is at
+ * least that of the first candidate, from the largest logit down, at which the weights so far
+ * exceed toast_draw_cut(top_p, z) of their sum z (equal logits are all in or all out); of it,
+ * min-p keeps those with p >= min_p (the largest, 1, always); the token drawn by u is the first
+ * kept candidate by index at which the kept weights so far exceed toast_draw_cut(u, their sum).
+ * The nucleus' least logit is found as a device finds it: three rounds over the digits of the
+ * logits' order (toast_draw_order; 11, 11 and 10 bits from the top), each summing the weights
+ * of the candidates that have the digits found so far by their next digit. */
+
+#define TOAST_DRAW_WIDE_MAX (1 << 23) /* logits at most: the weights' sum stays below 2^63 */
+
+/* a logit's place in the order of top() and the picks (larger first, -0 as +0); 0 for NaN,
+ * which is never a candidate */
+TOAST_HD static inline uint32_t toast_draw_order(float v)
+{
+	uint32_t u;
+	memcpy(&u, &v, sizeof(u));
+	/* (no branches: the signs of logits are not predictable) */
+	uint32_t o = u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u); /* negative: every bit flipped */
+	o = (u << 1) == 0 ? 0x80000000u : o;
+	return (u & 0x7fffffffu) > 0x7f800000u ? 0u : o;
+}
+
+TOAST_HD static inline uint64_t toast_draw_weight(float p)
+{
+	return (uint64_t)draw_mul(p, 0x1p40); /* (exact before the truncation) */
+}
+
+/* the weight a share f in [0, 1] of z (> 0) is: the first candidate at which the weights so far
+ * exceed it is drawn */
+TOAST_HD static inline uint64_t toast_draw_cut(double f, uint64_t z)
+{
+	uint64_t c = (uint64_t)draw_mul(f, (double)z);
+	return c < z ? c : z - 1;
+}
+
+/* round r (0, 1, 2) of the search for the nucleus' least logit: the digit of order o it sums by,
+ * and whether o has the digits found before it (pre) */
+TOAST_HD static inline unsigned toast_draw_digit(uint32_t o, int r)
+{
+	return r == 0 ? o >> 21 : r == 1 ? (o >> 10) & 0x7ffu : o & 0x3ffu;
+}
+
+TOAST_HD static inline bool toast_draw_has(uint32_t o, int r, uint32_t pre)
+{
+	return o != 0 && (r == 0 || o >> (r == 1 ? 21 : 10) == pre);
+}
+
+/* the digits found so far, with round r's d */
+TOAST_HD static inline uint32_t toast_draw_pre(uint32_t pre, int r, unsigned d)
+{
+	return r == 0 ? d : pre << (r == 1 ? 11 : 10) | d;
+}
+
+/* The draw d (temperature > 0; its top_k and penalty are not used) over the candidates of x[0..n)
+ * (n <= TOAST_DRAW_WIDE_MAX): those not NaN whose key, toast_draw_order's in the high word and
+ * the complement of the index in the low (top()'s order), is at least kmin (0: every one). w:
+ * scratch of 2n. The index chosen, 0 when there is no candidate. (Host code; a backend's pick
+ * makes the same on the device. Here only the candidates that can change the answer are kept,
+ * in order, after the first pass: not those whose weight is 0, nor, without a nucleus, those
+ * min-p cannot keep; the kept weights are summed by 4,096, so that the draw walks one part.) */
+static inline int32_t toast_draw_wide(const float *x, int n, uint64_t kmin, const struct toast_draw *d, uint64_t *w)
+{
+	enum { KEEP = 1, PART = 4096 }; /* w[j]: candidate j's weight << 1, whether p >= min_p; w[n + j] its index */
+	uint32_t omax = 0;
+	int best = 0;
+	for (int i = 0; i < n; i++) {
+		uint32_t o = toast_draw_order(x[i]);
+		if (o > omax && ((uint64_t)o << 32 | (0xffffffffu - (uint32_t)i)) >= kmin)
+			omax = o, best = i;
+	}
+	if (omax == 0)
+		return 0;
+	bool nucleus = d->top_p < 1;
+	float vmax = x[best] == 0.0f ? 0.0f : x[best], ymax = vmax / d->temperature;
+	/* (below e^-28.5 a weight is 0; below min_p by more than the exp's error, p is not kept) */
+	float low = !nucleus && d->min_p > 0 ? (float)log(d->min_p) - 1e-4f : -28.5f;
+	uint64_t z = 0, h[2048] = {0};
+	int m = 0;
+	for (int i = 0; i < n; i++) {
+		uint32_t o = toast_draw_order(x[i]);
+		float y = x[i] / d->temperature - ymax;
+		if (o == 0 || (y < low && x[i] != vmax) ||
+		    (kmin && ((uint64_t)o << 32 | (0xffffffffu - (uint32_t)i)) < kmin))
+			continue;
+		float p = x[i] == vmax ? 1.0f : toast_draw_exp(y);
+		uint64_t wi = toast_draw_weight(p);
+		w[m] = wi << 1 | (p >= d->min_p || p == 1.0f ? KEEP : 0);
+		w[n + m++] = (uint64_t)i;
+		z += wi;
+		h[toast_draw_digit(o, 0)] += wi;
+	}
+	uint32_t least = 0; /* the nucleus' least order */
+	if (nucleus) {
+		uint64_t cut = toast_draw_cut(d->top_p, z), above = 0;
+		for (int r = 0; r < 3; r++) {
+			if (r > 0) {
+				memset(h, 0, sizeof(h));
+				for (int j = 0; j < m; j++) {
+					uint32_t o = toast_draw_order(x[w[n + j]]);
+					if (toast_draw_has(o, r, least))
+						h[toast_draw_digit(o, r)] += w[j] >> 1;
+				}
+			}
+			unsigned g = r == 2 ? 1023 : 2047;
+			while (g > 0 && above + h[g] <= cut) /* (above <= cut < above + the sums: not 0) */
+				above += h[g--];
+			least = toast_draw_pre(least, r, g);
+		}
+	}
+	for (int j = 0; j < m; j++) /* (those the nucleus leaves out are not kept) */
+		if (least && toast_draw_order(x[w[n + j]]) < least)
+			w[j] &= ~(uint64_t)KEEP;
+	uint64_t part[TOAST_DRAW_WIDE_MAX / PART] = {0}, keep_z = 0, acc = 0;
+	for (int j0 = 0; j0 < m; j0 += PART) {
+		uint64_t s = 0;
+		for (int j = j0; j < m && j < j0 + PART; j++)
+			s += w[j] & KEEP ? w[j] >> 1 : 0;
+		part[j0 / PART] = s;
+		keep_z += s;
+	}
+	uint64_t cut = toast_draw_cut(d->u, keep_z);
+	int j0 = 0;
+	for (; acc + part[j0 / PART] <= cut; j0 += PART)
+		acc += part[j0 / PART];
+	for (int j = j0; j < m; j++)
+		if ((w[j] & KEEP) && (acc += w[j] >> 1) > cut)
+			return (int32_t)w[n + j];
+	return best; /* (not reached: the kept weights sum to keep_z > cut) */
+}
+
 #endif

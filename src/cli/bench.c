@@ -22,6 +22,7 @@ struct bench_opts {
 	int n_decode;
 	int top;                             /* --top M: the candidates each decode step picks from (0: all) */
 	float top_p;                         /* --top-p P: the draw's nucleus (1: none) */
+	float min_p;                         /* --min-p P: the draw's min-p (0: none) */
 	float repeat_penalty;                /* --repeat-penalty X: the sampler's, over the last 64 tokens */
 	bool cache;                          /* --cache: the session cache instead */
 	int history[BENCH_MAX_LIST], n_history;
@@ -186,6 +187,11 @@ int cli_bench(int argc, char **argv)
 			if (!cli_float("--top-p", v, 1e-6, 1, &d))
 				return 2;
 			o.top_p = (float)d;
+		} else if ((v = cli_optval(argc, argv, &i, "--min-p"))) {
+			double d;
+			if (!cli_float("--min-p", v, 0, 1, &d))
+				return 2;
+			o.min_p = (float)d;
 		} else if ((v = cli_optval(argc, argv, &i, "--repeat-penalty"))) {
 			double d;
 			if (!cli_float("--repeat-penalty", v, 0.01, 100, &d))
@@ -203,7 +209,7 @@ int cli_bench(int argc, char **argv)
 				"                      [--type bf16|q4_k|q8_0|mlx4|..|q4_k_m|q5_k_m]) [--backend cpu|cuda] [--threads N] [--chunk N]\n"
 				"                     [--kv-cache default|q8]\n"
 				"                     [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N] [--top M]\n"
-				"                     [--top-p P] [--repeat-penalty X]\n"
+				"                     [--top-p P] [--min-p P] [--repeat-penalty X]\n"
 				"                     | --cache [--history H1,H2,..] [--new N]\n");
 		return 2;
 	}
@@ -277,15 +283,15 @@ int cli_bench(int argc, char **argv)
 		toast_session_bench_seek(s, o.ctxs[i]);
 		st = toast_session_feed(s, ids, 1, NULL, &err); /* warm-up (and CUDA graph capture) */
 		/* steps as generation runs them (toast_generate, no end-of-text): greedy (--top 1), or a
-		 * draw (temperature 1, top-p --top-p) from the --top largest logits (the default
-		 * sampler's top_k is 20), chained on a backend that picks (unless --top is 0,
-		 * --repeat-penalty is under 1 or --top + 64 over 256: every logit to the host); timed
-		 * from the first token on, n_decode steps */
+		 * draw (temperature 1, --top-p, --min-p) from the --top largest logits (0: from all;
+		 * the default sampler's top_k is 20), chained on a backend that picks; timed from the
+		 * first token on, n_decode steps */
 		struct toast_gen_opts go = {.max_tokens = o.n_decode + 1, .ignore_eos = true};
 		toast_sampling_init(&go.sampling);
 		go.sampling.temperature = o.top == 1 ? 0.0f : 1.0f;
 		go.sampling.top_k = o.top;
 		go.sampling.top_p = o.top_p;
+		go.sampling.min_p = o.min_p;
 		go.sampling.repeat_penalty = o.repeat_penalty;
 		struct toast_gen_result res = {0};
 		if (st == TOAST_OK)

@@ -6,11 +6,13 @@
  * top-k, top-p, min-p, then a draw. Temperature 0 is argmax (lowest id on ties) after the
  * penalty. Reproducible: the same seed and the same logits give the same tokens (xoshiro256**
  * seeded through splitmix64; no global state).
- * Cost: O(n_vocab) per token: top-k and top-p select the most likely candidates in one or two
- * passes (top-k <= 256 by a heap, more by quickselect; top-p by buckets of the probabilities'
- * exponents) and sort only those; min-p alone makes exps only near the top. From the few largest
- * logits (toast_sampler_sample_top: what a GPU sends) the choice is draw.h's toast_draw_pick, the
- * one a backend makes on the device when generation chains its steps (toast_sampler_backend_draw).
+ * Cost: O(n_vocab) per token. Top-k <= 256 keeps the top_k by a heap in one pass, and the draw
+ * is over those (draw.h's toast_draw_top); top-k 0 or over 256 draws from every logit (draw.h's
+ * toast_draw_wide: sums of integer weights, the nucleus found by three passes of digit sums;
+ * over 256 the least of the top_k found first by a quickselect). Either is the draw a backend's
+ * pick makes on the device when generation chains its steps (toast_sampler_backend_draw): from
+ * the top, or (d->n_top 0) from every logit; from the few largest logits a GPU sends
+ * (toast_sampler_sample_top) it is toast_draw_pick.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -23,7 +25,7 @@
 #include "util/err.h"
 
 struct sampler_cand {
-	float logit; /* logit / temperature (the probabilities are kept apart, in prob) */
+	float logit; /* (-0 as +0) */
 	int32_t id;
 };
 
@@ -32,7 +34,7 @@ struct toast_sampler {
 	int n_vocab;
 	uint64_t rng[4];
 	struct sampler_cand *cand; /* [n_vocab] */
-	float *prob;               /* [n_vocab]: the draw's probabilities (draw.h) */
+	uint64_t *wide;            /* [2 n_vocab]: toast_draw_wide's scratch */
 	float *penalized;          /* [n_vocab], used only with a repetition penalty */
 	int32_t *recent;           /* ring of the last repeat_last_n accepted tokens */
 	int n_recent, recent_pos;
@@ -84,8 +86,9 @@ enum toast_status toast_sampler_new(const struct toast_sampling *s, int n_vocab,
 				    struct toast_error *err)
 {
 	*out = NULL;
-	if (n_vocab < 1)
-		return toast_err_set(err, TOAST_ERR_INVALID, "sampler: vocabulary of %d tokens", n_vocab);
+	if (n_vocab < 1 || n_vocab > TOAST_DRAW_WIDE_MAX)
+		return toast_err_set(err, TOAST_ERR_INVALID, "sampler: vocabulary of %d tokens (at most %d)", n_vocab,
+				     TOAST_DRAW_WIDE_MAX);
 	if (!(s->temperature >= 0) || !(s->top_p > 0 && s->top_p <= 1) || !(s->min_p >= 0 && s->min_p <= 1) ||
 	    s->top_k < 0 || !(s->repeat_penalty > 0) || s->repeat_last_n < 0 || s->repeat_last_n > (1 << 20))
 		return toast_err_set(err, TOAST_ERR_INVALID,
@@ -98,12 +101,12 @@ enum toast_status toast_sampler_new(const struct toast_sampling *s, int n_vocab,
 	sp->p = *s;
 	sp->n_vocab = n_vocab;
 	sp->cand = malloc((size_t)n_vocab * sizeof(*sp->cand));
-	sp->prob = malloc((size_t)n_vocab * sizeof(*sp->prob));
+	sp->wide = malloc(2 * (size_t)n_vocab * sizeof(*sp->wide));
 	sp->recent = malloc(((size_t)s->repeat_last_n + 1) * sizeof(*sp->recent));
 	sp->chrono = malloc(((size_t)s->repeat_last_n + 1) * sizeof(*sp->chrono));
 	if (s->repeat_penalty != 1.0f)
 		sp->penalized = malloc((size_t)n_vocab * sizeof(float));
-	if (!sp->cand || !sp->prob || !sp->recent || !sp->chrono || (s->repeat_penalty != 1.0f && !sp->penalized)) {
+	if (!sp->cand || !sp->wide || !sp->recent || !sp->chrono || (s->repeat_penalty != 1.0f && !sp->penalized)) {
 		toast_sampler_free(sp);
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	}
@@ -119,7 +122,7 @@ void toast_sampler_free(struct toast_sampler *sp)
 	if (!sp)
 		return;
 	free(sp->cand);
-	free(sp->prob);
+	free(sp->wide);
 	free(sp->penalized);
 	free(sp->recent);
 	free(sp->chrono);
@@ -193,74 +196,6 @@ static double sampler_uniform(struct toast_sampler *sp)
 	return (double)(sampler_next(sp) >> 11) * 0x1.0p-53;
 }
 
-/* the candidates of c[0..k) (p: their probabilities, any order) with p >= 2^e, where e is the
- * largest exponent whose candidates hold at least `mass` of z (all when none does), moved to
- * the front in their order; returns their number. A prefix of the candidates by probability,
- * and so by logit, found in two linear passes (the probabilities' binary exponents as buckets). */
-static int sampler_nucleus(struct sampler_cand *c, const float *p, int k, double mass)
-{
-	double bucket[256] = {0};
-	for (int i = 0; i < k; i++) {
-		uint32_t b;
-		memcpy(&b, &p[i], sizeof(b));
-		bucket[b >> 23 & 0xff] += p[i]; /* (p in [0, 1]: the sign bit is clear) */
-	}
-	double acc = 0;
-	int e = 255;
-	while (e > 0 && (acc += bucket[e]) < mass)
-		e--;
-	int n = 0;
-	for (int i = 0; i < k; i++) {
-		uint32_t b;
-		memcpy(&b, &p[i], sizeof(b));
-		if ((int)(b >> 23 & 0xff) >= e)
-			c[n++] = c[i];
-	}
-	return n;
-}
-
-/* temperature, top-p, min-p and the draw by u over c[0..k) (logits divided by the temperature;
- * sorted: larger first, lower id first among equal logits, as top-k leaves them); the arithmetic
- * is draw.h's, and sorted candidates are drawn from exactly as toast_draw_top draws (a
- * backend's pick) */
-static int32_t sampler_draw(struct toast_sampler *sp, struct sampler_cand *c, int k, bool sorted, double u)
-{
-	float *p = sp->prob;
-	if (!sorted && sp->p.top_p >= 1 && sp->p.min_p > 0) {
-		/* min-p alone: the draw is over those it keeps, in their order, and needs no z; a
-		 * candidate below log(min_p) by more than the exp's error is not kept, and its exp
-		 * is not made (toast_draw_probs' max and exps otherwise) */
-		float max = c[0].logit;
-		for (int i = 1; i < k; i++)
-			max = c[i].logit > max ? c[i].logit : max;
-		double cut = log(sp->p.min_p) - 1e-4;
-		int part = 0;
-		for (int i = 0; i < k; i++) {
-			float x = c[i].logit - max, pi;
-			if (x >= cut && ((pi = toast_draw_exp(x)) >= sp->p.min_p || pi == 1.0f)) {
-				c[part].id = c[i].id;
-				p[part++] = pi;
-			}
-		}
-		return c[toast_draw_tail(p, part, 1.0, sp->p.top_p, sp->p.min_p, u)].id;
-	}
-	for (int i = 0; i < k; i++)
-		p[i] = c[i].logit;
-	double z = toast_draw_probs(p, k);
-	int part = k;
-	if (sp->p.top_p < 1 && !sorted) {
-		/* the nucleus: a prefix of the candidates by probability that holds top_p of z with
-		 * room to spare (the tail's running sum, in order, is within k ulps of this one: 2e-11
-		 * for 2^18 candidates), sorted by logit as top-k sorts (equal probabilities of
-		 * different logits in the logits' order), their probabilities made again */
-		part = sampler_nucleus(c, p, k, sp->p.top_p * z * (1 + 1e-9));
-		qsort(c, (size_t)part, sizeof(*c), sampler_cmp);
-		for (int i = 0; i < part; i++) /* (c[0]: the largest, toast_draw_probs' max) */
-			p[i] = toast_draw_exp(c[i].logit - c[0].logit);
-	}
-	return c[toast_draw_tail(p, part, z, sp->p.top_p, sp->p.min_p, u)].id;
-}
-
 int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits)
 {
 	const float *l = sampler_penalize(sp, logits);
@@ -272,31 +207,35 @@ int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits)
 				best = i;
 		return best;
 	}
-	double u = sampler_uniform(sp);
-	struct sampler_cand *c = sp->cand;
-	int k = 0;
+	struct toast_draw d = {.temperature = sp->p.temperature,
+			       .top_p = sp->p.top_p,
+			       .min_p = sp->p.min_p,
+			       .u = sampler_uniform(sp),
+			       .repeat_penalty = 1.0f};
 	if (sp->p.top_k > 0 && sp->p.top_k <= TOAST_TOP_MAX) {
 		/* top-k on the logits themselves, sorted: what toast_session_top returns (a heap of
-		 * top_k in one pass, where a quickselect of every candidate took 5x longer) */
-		k = toast_top_host(l, V, sp->p.top_k, sp->top_ids, sp->top_vals);
-		for (int i = 0; i < k; i++)
-			c[i] = (struct sampler_cand){sp->top_vals[i], sp->top_ids[i]};
-	} else {
+		 * top_k in one pass), and the draw a backend's pick makes from it */
+		int k = toast_top_host(l, V, sp->p.top_k, sp->top_ids, sp->top_vals);
+		return k > 0 ? sp->top_ids[toast_draw_top(sp->top_vals, k, &d, sp->top_p)] : 0;
+	}
+	/* from every logit (top_k 0), or the top_k largest (over 256: the least of them found by a
+	 * quickselect), as a backend's pick draws from every logit (draw.h) */
+	uint64_t kmin = 0;
+	if (sp->p.top_k > 0) {
+		struct sampler_cand *c = sp->cand;
+		int k = 0;
 		for (int i = 0; i < V; i++)
 			if (!isnan(l[i]))
 				c[k++] = (struct sampler_cand){l[i] == 0.0f ? 0.0f : l[i], i};
-		if (sp->p.top_k > 0 && sp->p.top_k < k) { /* the same, for a top_k over 256 */
+		if (sp->p.top_k < k) {
 			sampler_select(c, k, sp->p.top_k);
-			k = sp->p.top_k;
+			struct sampler_cand *least = &c[0];
+			for (int i = 1; i < sp->p.top_k; i++)
+				least = sampler_cmp(&c[i], least) > 0 ? &c[i] : least;
+			kmin = (uint64_t)toast_draw_order(least->logit) << 32 | (0xffffffffu - (uint32_t)least->id);
 		}
-		if (sp->p.top_k > 0)
-			qsort(c, (size_t)k, sizeof(*c), sampler_cmp);
 	}
-	if (k == 0)
-		return 0;
-	for (int i = 0; i < k; i++)
-		c[i].logit /= sp->p.temperature;
-	return sampler_draw(sp, c, k, sp->p.top_k > 0, u);
+	return toast_draw_wide(l, V, kmin, &d, sp->wide);
 }
 
 /* a repetition penalty is in force (one that can change a logit) */
@@ -355,8 +294,8 @@ int32_t toast_sampler_sample_top(struct toast_sampler *sp, const int32_t *ids, c
 
 int toast_sampler_backend_draw(struct toast_sampler *sp, struct toast_draw *d)
 {
-	int need = toast_sampler_top_need(sp);
-	if (need < 1)
+	int need = toast_sampler_top_need(sp); /* 0: the pick draws from every logit (n_top 0) */
+	if (need < 1 && sp->p.temperature > 0 && sp->p.top_k > TOAST_TOP_MAX)
 		return -1;
 	if (sp->p.temperature <= 0 && !sampler_penalizes(sp))
 		return 0;

@@ -228,14 +228,27 @@ static void cpu_pick(struct toast_backend *be, const float *x, int n, const stru
 	struct cpu_backend *cb = cpu_of(be);
 	int32_t ids[TOAST_TOP_MAX];
 	float vals[TOAST_TOP_MAX], p[TOAST_TOP_MAX];
-	if (cb->pick_pending == 2 || (d && (d->n_top < 1 || d->n_top > TOAST_TOP_MAX || d->n_recent > TOAST_TOP_MAX ||
+	if (cb->pick_pending == 2 || (d && (d->n_top < 0 || d->n_top > TOAST_TOP_MAX || d->n_recent > TOAST_TOP_MAX ||
 					    (d->prev && cb->pick_pending == 0)))) {
 		cb->pick_bad = true;
 		return;
 	}
-	int got = toast_top_host(x, n, d ? d->n_top : 1, ids, vals);
 	int32_t prev = cb->picks[cb->pick_next ^ 1]; /* (the last queued, when d->prev) */
-	cb->picks[cb->pick_next] = d ? toast_draw_pick(vals, ids, got, d, prev, p) : got ? ids[0] : 0;
+	if (d && d->n_top == 0) { /* from every logit */
+		float *l = n <= TOAST_DRAW_WIDE_MAX ? malloc((size_t)n * sizeof(*l)) : NULL;
+		uint64_t *w = l ? malloc(2 * (size_t)n * sizeof(*w)) : NULL;
+		int32_t id = w ? toast_draw_every(x, n, d, prev, l, w) : -1;
+		free(l);
+		free(w);
+		if (id < 0) {
+			cb->pick_bad = true;
+			return;
+		}
+		cb->picks[cb->pick_next] = id;
+	} else {
+		int got = toast_top_host(x, n, d ? d->n_top : 1, ids, vals);
+		cb->picks[cb->pick_next] = d ? toast_draw_pick(vals, ids, got, d, prev, p) : got ? ids[0] : 0;
+	}
 	cb->pick_next ^= 1;
 	cb->pick_pending++;
 }
@@ -251,7 +264,8 @@ static int32_t cpu_pick_read(struct toast_backend *be, struct toast_error *err)
 {
 	struct cpu_backend *cb = cpu_of(be);
 	if (cb->pick_bad || cb->pick_pending == 0) {
-		toast_err_set(err, TOAST_ERR_BACKEND, "cpu backend: picks used out of turn, or a draw over more than %d logits",
+		toast_err_set(err, TOAST_ERR_BACKEND,
+			      "cpu backend: picks used out of turn, a draw over more than %d logits, or no memory for one",
 			      TOAST_TOP_MAX);
 		return -1;
 	}

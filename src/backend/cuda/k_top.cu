@@ -2,9 +2,9 @@
  * k_top.cu - the m largest logits on the device, so that sampling moves m (id, value) pairs to
  * the host instead of the whole vocabulary (contract: toast_backend_ops.top); and the picks
  * (toast_backend_ops.pick), where only a token crosses, written by the device into pinned
- * memory and into the next step's input: the largest (k_pick), or the sampler's draw over the
- * top 256 at most, penalised or not (k_pick_draw): draw.h's arithmetic, so the same token as
- * the host's draw.
+ * memory and into the next step's input: the largest (k_pick), the sampler's draw over the
+ * top 256 at most, penalised or not (k_pick_draw), or over every logit (top-k 0: k_pick_wide):
+ * draw.h's arithmetic, so the same token as the host's draw.
  *
  * Each value becomes one 64-bit key: the float's bits made order-preserving in the high word
  * (-0 as +0, NaN below everything), the complement of the index in the low word. Keys are then
@@ -18,10 +18,11 @@
  * left, took 66 barriers of 1024 threads a stage: the top 20 cost a decode step 16-29 us more
  * than the top 1, 8-13 us as runs; a draw from the top 40 ~50 us, as stages.)
  *
- * A repetition penalty over 1 is applied as the runs are made (each block marks the tokens seen
- * in its chunk, top_seen_bits), so the run is of the penalised logits over the whole vocabulary;
- * otherwise (under 1, or a draw whose n_top leaves no room for the tokens seen) the last block
- * penalises the n_top largest and sorts them again, as toast_draw_pick does.
+ * A repetition penalty is applied as the runs are made (each block marks the tokens seen in its
+ * chunk, top_seen_bits), so the run is of the penalised logits over the whole vocabulary: for a
+ * draw from every logit (n_top 0), and for one from the n_top largest where a penalty over 1
+ * leaves the k drawn from among them; otherwise (a penalty under 1, or no room for the tokens
+ * seen) the last block penalises the n_top largest and sorts them again, as toast_draw_pick does.
  */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -29,9 +30,7 @@
 
 __device__ __forceinline__ unsigned long long top_key(float v, int i)
 {
-	unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
-	unsigned o = isnan(v) ? 0u : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-	return ((unsigned long long)o << 32) | (0xffffffffu - (unsigned)i);
+	return ((unsigned long long)toast_draw_order(v) << 32) | (0xffffffffu - (unsigned)i);
 }
 
 /* a key's value (top_key's inverse; -0 comes back as +0) */
@@ -165,12 +164,12 @@ struct top_pen {
 	const unsigned long long *prev_key;
 };
 
-/* the bits of the tokens pen counts as seen among [c0, c0 + top_chunk(C)), into seen (shared
- * memory), by the block */
-template <int C>
+/* the bits of the tokens pen counts as seen among [c0, c0 + N), into seen (shared memory), by
+ * the block */
+template <int N>
 __device__ __forceinline__ void top_seen_bits(struct top_pen pen, int c0, unsigned *seen)
 {
-	for (int j = threadIdx.x; j < top_chunk(C) / 32; j += blockDim.x)
+	for (int j = threadIdx.x; j < N / 32; j += blockDim.x)
 		seen[j] = 0;
 	__syncthreads();
 	int j0 = pen.prev && pen.n_recent >= pen.last_n ? 1 : 0; /* (prev pushes the oldest out) */
@@ -178,7 +177,7 @@ __device__ __forceinline__ void top_seen_bits(struct top_pen pen, int c0, unsign
 	for (int j = threadIdx.x; j < nw; j += blockDim.x) {
 		int32_t id = j0 + j < pen.n_recent ? pen.r[j0 + j] : cu_key_id(__ldcg(pen.prev_key));
 		unsigned o = (unsigned)(id - c0);
-		if (o < (unsigned)top_chunk(C))
+		if (o < (unsigned)N)
 			atomicOr(&seen[o >> 5], 1u << (o & 31));
 	}
 	__syncthreads();
@@ -202,7 +201,7 @@ __device__ __forceinline__ bool top_runs_last(const float *x, int n, struct top_
 	for (int q = 0; q < P; q++)
 		v[q] = i + 32 * q < n ? x[i + 32 * q] : 0.0f;
 	if (penal)
-		top_seen_bits<C>(pen, c0, seen);
+		top_seen_bits<top_chunk(C)>(pen, c0, seen);
 	top_run_chunk<C, false>(
 		[&](int j, int q) {
 			if (j >= n)
@@ -390,12 +389,243 @@ __global__ void __launch_bounds__(TOP_RWARPS * 32)
 	}
 }
 
+/* ---- a draw from every logit (d.n_top 0, top_k 0): toast_draw_wide's, in one cooperative
+ * launch. Every block is resident at once, WIDE_THREADS threads with E logits each (a block's
+ * chunk of WIDE_THREADS * E, a thread's E in a row, so that threads in order are logits in
+ * order), kept in registers from the first phase to the last; the phases are parted by grid
+ * barriers: the largest logit (the penalty applied as in k_pick_draw); the weights, their sum
+ * z and the first round's digit sums; each round's digit found by every block from the grid's
+ * sums (in d_pick, zeroed at the start) and the next round's sums; the kept weights, each
+ * block's sum; then the block holding the token drawn finds it by its threads' prefix sums. */
+
+#define WIDE_THREADS 1024
+#define WIDE_BINS 2048 /* a round's digits at most (11 bits) */
+/* d_pick as the draw's sums: the three rounds' digit sums, z, then a sum a block */
+#define WIDE_Z (3 * WIDE_BINS)
+#define WIDE_BSUM (WIDE_Z + 1)
+
+/* a barrier of the whole grid (a cooperative launch: every block resident): bar[0] counts the
+ * blocks come, bar[1] the barriers passed (the last block to come moves it on) */
+__device__ __forceinline__ void wide_sync(unsigned *bar)
+{
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		volatile unsigned *gen = bar + 1;
+		unsigned g = *gen;
+		__threadfence();
+		if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+			atomicExch(bar, 0u);
+			__threadfence();
+			atomicAdd(bar + 1, 1u);
+		} else {
+			while (*gen == g)
+				;
+		}
+		__threadfence();
+	}
+	__syncthreads();
+}
+
+/* the sum of v over the block's threads before this one (in every thread), *total the block's
+ * (sh: 32 words of shared memory; synchronises) */
+__device__ __forceinline__ unsigned long long wide_scan(unsigned long long v, unsigned long long *sh,
+							unsigned long long *total)
+{
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	unsigned long long s = v;
+#pragma unroll
+	for (int o = 1; o < 32; o <<= 1) {
+		unsigned long long t = __shfl_up_sync(0xffffffffu, s, o);
+		s += lane >= o ? t : 0;
+	}
+	if (lane == 31)
+		sh[warp] = s;
+	__syncthreads();
+	if (warp == 0) {
+		unsigned long long w = sh[lane]; /* (WIDE_THREADS / 32 = 32 warps) */
+#pragma unroll
+		for (int o = 1; o < 32; o <<= 1) {
+			unsigned long long t = __shfl_up_sync(0xffffffffu, w, o);
+			w += lane >= o ? t : 0;
+		}
+		sh[lane] = w;
+	}
+	__syncthreads();
+	unsigned long long before = (warp ? sh[warp - 1] : 0) + s - v;
+	*total = sh[31];
+	__syncthreads();
+	return before;
+}
+
+/* the digit of nb at which the grid's sums (sums[nb], read from the top digit down, after
+ * *above) first exceed cut; *above becomes the sum above it (every thread; sh: 34 words) */
+__device__ __forceinline__ unsigned wide_digit(const unsigned long long *sums, int nb, unsigned long long cut,
+					       unsigned long long *above, unsigned long long *sh)
+{
+	int t2 = 2 * (int)threadIdx.x;
+	unsigned hi = (unsigned)(nb - 1 - t2); /* this thread's two digits: hi, hi - 1 */
+	unsigned long long a = t2 < nb ? __ldcg(sums + hi) : 0, b = t2 + 1 < nb ? __ldcg(sums + hi - 1) : 0, tot;
+	unsigned long long before = *above + wide_scan(a + b, sh, &tot);
+	if (before <= cut && cut < before + a)
+		sh[32] = hi, sh[33] = before;
+	else if (before + a <= cut && cut < before + a + b)
+		sh[32] = hi - 1, sh[33] = before + a;
+	__syncthreads(); /* (exactly one thread writes: above <= cut < above + every sum) */
+	*above = sh[33];
+	return (unsigned)sh[32];
+}
+
+template <int E>
+__global__ void __launch_bounds__(WIDE_THREADS)
+	k_pick_wide(const float *x, int n, struct toast_draw d, const __grid_constant__ struct top_recent r,
+		    const unsigned long long *prev_key, unsigned long long *g, unsigned *bar, struct pick_out o)
+{
+	__shared__ unsigned long long sums[WIDE_BINS], sh[34];
+	__shared__ unsigned seen[WIDE_THREADS * E / 32];
+	int tid = threadIdx.x, c0 = blockIdx.x * WIDE_THREADS * E, i0 = c0 + tid * E;
+	float v[E], p[E];
+	unsigned ov[E], m = 0;
+#pragma unroll
+	for (int q = 0; q < E; q++)
+		v[q] = i0 + q < n ? x[i0 + q] : NAN;
+	for (int j = blockIdx.x * WIDE_THREADS + tid; j <= WIDE_Z; j += gridDim.x * WIDE_THREADS)
+		g[j] = 0; /* (the sums and z: first added to after the first barrier) */
+	bool penal = d.repeat_penalty != 1.0f;
+	if (penal)
+		top_seen_bits<WIDE_THREADS * E>(
+			(struct top_pen){d.repeat_penalty, d.n_recent, d.last_n, d.prev, r.id, prev_key}, c0, seen);
+#pragma unroll
+	for (int q = 0; q < E; q++) {
+		int j = tid * E + q;
+		if (penal && (seen[j >> 5] >> (j & 31) & 1u))
+			v[q] = toast_draw_penalize(v[q], d.repeat_penalty);
+		ov[q] = toast_draw_order(v[q]);
+		m = ov[q] > m ? ov[q] : m;
+	}
+	for (int s = 16; s > 0; s >>= 1)
+		m = max(m, __shfl_xor_sync(0xffffffffu, m, s));
+	if ((tid & 31) == 0)
+		atomicMax(bar + 2, m);
+	wide_sync(bar);
+	unsigned omax = __ldcg(bar + 2);
+	if (omax == 0) { /* nothing but NaN: token 0 */
+		if (blockIdx.x == 0 && tid == 0)
+			pick_emit(0ull, o, NULL);
+		wide_sync(bar);
+		if (blockIdx.x == 0 && tid == 0)
+			bar[2] = 0;
+		return;
+	}
+	float vmax = top_key_val((unsigned long long)omax << 32), ymax = vmax / d.temperature;
+	unsigned long long zs = 0, tot;
+#pragma unroll
+	for (int q = 0; q < E; q++) {
+		p[q] = ov[q] == 0 ? -1.0f : v[q] == vmax ? 1.0f : toast_draw_exp(v[q] / d.temperature - ymax);
+		zs += ov[q] ? toast_draw_weight(p[q]) : 0;
+	}
+	wide_scan(zs, sh, &tot);
+	if (tid == 0)
+		atomicAdd(g + WIDE_Z, tot);
+	unsigned least = 0; /* the nucleus' least order */
+	if (d.top_p < 1) {
+		unsigned long long above = 0, cut = 0;
+		for (int rd = 0; rd < 3; rd++) {
+			for (int j = tid; j < WIDE_BINS; j += WIDE_THREADS)
+				sums[j] = 0;
+			__syncthreads();
+#pragma unroll
+			for (int q = 0; q < E; q++) {
+				unsigned long long w = ov[q] ? toast_draw_weight(p[q]) : 0;
+				if (w && toast_draw_has(ov[q], rd, least))
+					atomicAdd(&sums[toast_draw_digit(ov[q], rd)], w);
+			}
+			__syncthreads();
+			for (int j = tid; j < WIDE_BINS; j += WIDE_THREADS)
+				if (sums[j])
+					atomicAdd(g + rd * WIDE_BINS + j, sums[j]);
+			wide_sync(bar);
+			if (rd == 0)
+				cut = toast_draw_cut(d.top_p, __ldcg(g + WIDE_Z));
+			least = toast_draw_pre(least, rd, wide_digit(g + rd * WIDE_BINS, rd == 2 ? 1024 : 2048, cut, &above, sh));
+		}
+	}
+	unsigned long long ts = 0;
+	bool kept[E];
+#pragma unroll
+	for (int q = 0; q < E; q++) {
+		kept[q] = ov[q] != 0 && ov[q] >= least && (p[q] >= d.min_p || p[q] == 1.0f);
+		ts += kept[q] ? toast_draw_weight(p[q]) : 0;
+	}
+	unsigned long long excl = wide_scan(ts, sh, &tot);
+	if (tid == 0)
+		g[WIDE_BSUM + blockIdx.x] = tot;
+	wide_sync(bar);
+	if (tid < 32) { /* the kept weights' sum, and those of the blocks before this one */
+		unsigned long long kz = 0, off = 0;
+		for (int b = tid; b < (int)gridDim.x; b += 32) {
+			unsigned long long s = __ldcg(g + WIDE_BSUM + b);
+			kz += s;
+			off += b < (int)blockIdx.x ? s : 0;
+		}
+		for (int s = 16; s > 0; s >>= 1) {
+			kz += __shfl_xor_sync(0xffffffffu, kz, s);
+			off += __shfl_xor_sync(0xffffffffu, off, s);
+		}
+		if (tid == 0)
+			sh[0] = toast_draw_cut(d.u, kz) - off; /* (wraps below this block's: not here) */
+	}
+	__syncthreads();
+	unsigned long long cut = sh[0];
+	if (cut < tot && excl <= cut && cut < excl + ts) { /* the token is this thread's */
+		unsigned long long acc = excl;
+#pragma unroll
+		for (int q = 0; q < E; q++)
+			if (kept[q] && (acc += toast_draw_weight(p[q])) > cut) {
+				pick_emit(top_key(v[q], i0 + q), o, NULL);
+				break;
+			}
+	}
+	if (blockIdx.x == 0 && tid == 0)
+		bar[2] = 0; /* (every block read it before the last barrier) */
+}
+
+static void (*const pick_wide_k[])(const float *, int, struct toast_draw, const struct top_recent, const unsigned long long *,
+				   unsigned long long *, unsigned *, struct pick_out) = {
+	k_pick_wide<1>, k_pick_wide<2>, k_pick_wide<4>, k_pick_wide<8>};
+
 /* the instances by log2 C (top_ci) */
 static void (*const top_runs_k[])(const float *, int, int, unsigned long long *, unsigned long long *, unsigned *) = {
 	k_top_runs<1>, k_top_runs<2>, k_top_runs<4>, k_top_runs<8>};
 static void (*const pick_draw_k[])(const float *, int, struct toast_draw, const struct top_recent, const unsigned long long *,
 				   bool, unsigned long long *, unsigned *, struct pick_out) = {
 	k_pick_draw<1>, k_pick_draw<2>, k_pick_draw<4>, k_pick_draw<8>};
+
+/* the draw d over every logit (top_k 0) by k_pick_wide: E logits a thread, the least E that lets
+ * every block be resident at once */
+static void pick_wide(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d,
+		      const struct top_recent &r, struct pick_out o, const unsigned long long *prev_key)
+{
+	for (int ei = 0; ei < 4; ei++) {
+		int per = cu_per_sm((const void *)pick_wide_k[ei], WIDE_THREADS, 0);
+		unsigned blocks = cu_blocks((size_t)n, WIDE_THREADS << ei);
+		if (blocks > (unsigned)(per * cb->n_sm) || blocks > CU_PICK_KEYS - WIDE_BSUM)
+			continue;
+		cudaLaunchAttribute attr;
+		attr.id = cudaLaunchAttributeCooperative;
+		attr.val.cooperative = 1;
+		cudaLaunchConfig_t cfg = {};
+		cfg.gridDim = blocks;
+		cfg.blockDim = WIDE_THREADS;
+		cfg.stream = cb->stream;
+		cfg.attrs = &attr;
+		cfg.numAttrs = 1;
+		cudaLaunchKernelEx(&cfg, pick_wide_k[ei], x, n, *d, r, prev_key, cb->d_pick, cb->counters + CU_CTR_WIDE, o);
+		cu_launched(cb, "pick (every logit)");
+		return;
+	}
+	cu_fail_msg(cb, "pick: a draw from every one of %d logits (at most %d on this device)", n,
+		    cu_per_sm((const void *)pick_wide_k[3], WIDE_THREADS, 0) * cb->n_sm * WIDE_THREADS * 8);
+}
 
 /* a pick of x[0, n) (d NULL: the largest; else drawn by d) into o; prev_key (device memory):
  * the key of the pick queued before it */
@@ -411,13 +641,18 @@ static void pick_launch(struct cuda_backend *cb, const float *x, int n, const st
 	}
 	/* with a penalty over 1, the runs are made of the penalised logits (scan) where the draw's k
 	 * best of them are among the n_top largest, as toast_sampler_top_need says: where the k it
-	 * draws from and the tokens seen fit in n_top (toast_draw_pick's answer is then the same) */
-	int k = d->temperature <= 0 ? 1 : d->top_k > 0 && d->top_k < d->n_top ? d->top_k : d->n_top;
+	 * draws from and the tokens seen fit in n_top (toast_draw_pick's answer is then the same);
+	 * from every logit (n_top 0), with any penalty: toast_draw_every's answer */
+	struct toast_draw dd = *d;
+	bool every = d->n_top == 0, wide = every && d->temperature > 0 && d->top_k == 0;
+	if (every)
+		dd.n_top = d->temperature <= 0 ? 1 : d->top_k;
+	int k = d->temperature <= 0 ? 1 : d->top_k > 0 && d->top_k < dd.n_top ? d->top_k : dd.n_top;
 	int seen = d->n_recent + (d->prev ? 1 : 0) - (d->prev && d->n_recent >= d->last_n ? 1 : 0);
-	bool scan = d->repeat_penalty > 1.0f && d->n_top >= k + seen;
-	int ci = top_ci(scan ? k : d->n_top);
-	if (d->n_top < 1 || d->n_top > TOAST_TOP_MAX || d->n_recent < 0 || d->n_recent > TOAST_TOP_MAX ||
-	    top_parts(n, 1 << ci) > CU_PICK_KEYS) {
+	bool scan = every || (d->repeat_penalty > 1.0f && d->n_top >= k + seen);
+	int ci = top_ci(scan ? k : dd.n_top);
+	if ((!wide && (dd.n_top < 1 || dd.n_top > TOAST_TOP_MAX || top_parts(n, 1 << ci) > CU_PICK_KEYS)) || d->n_recent < 0 ||
+	    d->n_recent > TOAST_TOP_MAX) {
 		cu_fail_msg(cb, "pick: a draw from the %d best of %d logits, %d seen lately (at most %d of %d)", d->n_top,
 			    n, d->n_recent, TOAST_TOP_MAX, CU_PICK_KEYS * 16);
 		return;
@@ -425,7 +660,11 @@ static void pick_launch(struct cuda_backend *cb, const float *x, int n, const st
 	struct top_recent r = {};
 	if (d->repeat_penalty != 1.0f && d->n_recent > 0)
 		memcpy(r.id, d->recent, (size_t)d->n_recent * sizeof(r.id[0]));
-	cu_launch(cb, pick_draw_k[ci], cu_blocks((size_t)n, top_chunk(1 << ci)), TOP_RWARPS * 32, 0, x, n, *d, r,
+	if (wide) {
+		pick_wide(cb, x, n, &dd, r, o, prev_key);
+		return;
+	}
+	cu_launch(cb, pick_draw_k[ci], cu_blocks((size_t)n, top_chunk(1 << ci)), TOP_RWARPS * 32, 0, x, n, dd, r,
 		  prev_key, scan, cb->d_pick, counter, o);
 	cu_launched(cb, "pick");
 }
