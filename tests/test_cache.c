@@ -443,13 +443,29 @@ static int collect_id(void *ud, int32_t id, const char *text, size_t len)
 	return c->cut > 0 && c->n >= c->cut;
 }
 
+/* the next token of session h by hand: the top the sampler needs and a draw from it, or, where
+ * it needs every logit, a draw from them */
+static int32_t hand_pick(struct toast_session *h, struct toast_sampler *sp, struct toast_error *err)
+{
+	int32_t ids[TOAST_SAMPLER_TOP_MAX];
+	float vals[TOAST_SAMPLER_TOP_MAX];
+	int need = toast_sampler_top_need(sp), n;
+	if (need == 0) {
+		const float *l = toast_session_logits(h);
+		return l ? toast_sampler_sample(sp, l) : -1;
+	}
+	n = toast_session_top(h, need, ids, vals, err);
+	return n < 0 ? -1 : toast_sampler_sample_top(sp, ids, vals, n);
+}
+
 /* Generation feeds every token it streams, the last included, also where a step runs while the
  * host streams the token before it (an asynchronous backend, CUDA, or the CPU told it is one:
  * the token fed before its text is found; steps chained, each queued before its token
  * is read): the ids a loop of top and feed picks, the session then holding prompt + reply with
  * that loop's logits bit for bit; a reply the callback cuts holds its tokens too. Greedy, and
- * drawn from the top 20, with and without a repetition penalty (chained too: the draw made
- * where the logits are, draw.h). The session cache's snapshot of a request's end relies on it. */
+ * drawn from the top 20, with and without a repetition penalty, and from every logit (top-k 0
+ * with a nucleus; a penalty under 1) (chained too: the draw made where the logits are, draw.h).
+ * The session cache's snapshot of a request's end relies on it. */
 static void test_generate_fed(bool async)
 {
 	struct toast_session *s, *h = NULL;
@@ -463,13 +479,17 @@ static void test_generate_fed(bool async)
 	int32_t p[30];
 	fill_ids(p, 30, 9, V);
 	float *ref = malloc((size_t)V * sizeof(float));
-	for (int mode = 0; ref && mode < 4; mode++) {
-		bool drawn = mode % 2;
-		const char *how = (const char *[]){"greedy", "drawn", "greedy, penalised", "drawn, penalised"}[mode];
+	for (int mode = 0; ref && mode < 6; mode++) {
+		bool drawn = mode % 2 || mode == 4;
+		const char *how = (const char *[]){"greedy",           "drawn",
+						   "greedy, penalised", "drawn, penalised",
+						   "drawn from every logit", "drawn, penalised under 1"}[mode];
 		struct toast_gen_opts go = {.max_tokens = 12};
 		toast_sampling_init(&go.sampling);
 		go.sampling.temperature = drawn ? 0.7f : 0.0f;
-		go.sampling.repeat_penalty = mode >= 2 ? 5.0f : 1.0f;
+		go.sampling.repeat_penalty = mode == 5 ? 0.8f : mode >= 2 && mode < 4 ? 5.0f : 1.0f;
+		go.sampling.top_k = mode == 4 ? 0 : go.sampling.top_k;
+		go.sampling.top_p = mode == 4 ? 0.9f : go.sampling.top_p;
 		go.sampling.repeat_last_n = 4; /* (greedy repeats a token 5 later here: the window's edge) */
 		go.sampling.seed = 42;
 		struct toast_gen_result res;
@@ -489,10 +509,7 @@ static void test_generate_fed(bool async)
 		for (int i = 0; sp && h && i < 30; i++)
 			toast_sampler_accept(sp, p[i]);
 		for (int i = 0; sp && h && i < 12; i++) {
-			int32_t ids[TOAST_SAMPLER_TOP_MAX];
-			float vals[TOAST_SAMPLER_TOP_MAX];
-			int n = toast_session_top(h, toast_sampler_top_need(sp), ids, vals, &err);
-			int32_t id = n < 0 ? -1 : toast_sampler_sample_top(sp, ids, vals, n);
+			int32_t id = hand_pick(h, sp, &err);
 			toast_sampler_accept(sp, id);
 			CHECK(id == got.ids[i], "%s %s: token %d is %d, by hand %d", backend, how, i, got.ids[i], id);
 			feed(h, &id, 1);
@@ -515,10 +532,7 @@ static void test_generate_fed(bool async)
 			for (int i = 0; sp && i < toast_session_n_past(h); i++) /* (the penalty's window) */
 				toast_sampler_accept(sp, toast_session_tokens(h)[i]);
 			for (int i = 0; sp && i < 6; i++) {
-				int32_t ids[TOAST_SAMPLER_TOP_MAX];
-				float vals[TOAST_SAMPLER_TOP_MAX];
-				int n = toast_session_top(h, toast_sampler_top_need(sp), ids, vals, &err);
-				int32_t id = n < 0 ? -1 : toast_sampler_sample_top(sp, ids, vals, n);
+				int32_t id = hand_pick(h, sp, &err);
 				CHECK(more.n == 6 && id == more.ids[i], "%s %s: continued, token %d is %d, by hand %d", backend, how,
 				      i, more.ids[i], id);
 				toast_sampler_accept(sp, id);
