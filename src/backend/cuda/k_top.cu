@@ -404,23 +404,19 @@ __global__ void __launch_bounds__(TOP_RWARPS * 32)
 #define WIDE_Z (3 * WIDE_BINS)
 #define WIDE_BSUM (WIDE_Z + 1)
 
-/* a barrier of the whole grid (a cooperative launch: every block resident): bar[0] counts the
- * blocks come, bar[1] the barriers passed (the last block to come moves it on) */
+/* a barrier of the whole grid (a cooperative launch: every block resident). *bar's top bit flips
+ * once a barrier: block 0 adds 2^31 - (blocks - 1), every other block 1, and each waits until the
+ * bit it arrived with has changed (one atomic a block, nothing to reset, as cooperative groups'
+ * grid sync) */
 __device__ __forceinline__ void wide_sync(unsigned *bar)
 {
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		volatile unsigned *gen = bar + 1;
-		unsigned g = *gen;
+		unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
 		__threadfence();
-		if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-			atomicExch(bar, 0u);
-			__threadfence();
-			atomicAdd(bar + 1, 1u);
-		} else {
-			while (*gen == g)
-				;
-		}
+		unsigned old = atomicAdd(bar, add);
+		while (((old ^ *(volatile unsigned *)bar) & 0x80000000u) == 0)
+			;
 		__threadfence();
 	}
 	__syncthreads();
@@ -505,15 +501,15 @@ __global__ void __launch_bounds__(WIDE_THREADS)
 	for (int s = 16; s > 0; s >>= 1)
 		m = max(m, __shfl_xor_sync(0xffffffffu, m, s));
 	if ((tid & 31) == 0)
-		atomicMax(bar + 2, m);
+		atomicMax(bar + 1, m);
 	wide_sync(bar);
-	unsigned omax = __ldcg(bar + 2);
+	unsigned omax = __ldcg(bar + 1);
 	if (omax == 0) { /* nothing but NaN: token 0 */
 		if (blockIdx.x == 0 && tid == 0)
 			pick_emit(0ull, o, NULL);
 		wide_sync(bar);
 		if (blockIdx.x == 0 && tid == 0)
-			bar[2] = 0;
+			bar[1] = 0;
 		return;
 	}
 	float vmax = top_key_val((unsigned long long)omax << 32), ymax = vmax / d.temperature;
@@ -586,7 +582,7 @@ __global__ void __launch_bounds__(WIDE_THREADS)
 			}
 	}
 	if (blockIdx.x == 0 && tid == 0)
-		bar[2] = 0; /* (every block read it before the last barrier) */
+		bar[1] = 0; /* (every block read it before the last barrier) */
 }
 
 static void (*const pick_wide_k[])(const float *, int, struct toast_draw, const struct top_recent, const unsigned long long *,
