@@ -891,7 +891,7 @@ static int32_t pick_ref(const float *x, int n, const struct toast_draw *d, int32
 	{.temperature = t, .top_p = tp, .min_p = mp, .top_k = k, .n_top = k, .u = uu, .repeat_penalty = 1}
 
 /* pick(): greedy, and draws of every kind (top_k 1..32, 40 and 100: runs of 32, 64, 128; top_k
- * 0: from every logit; nucleus or not, min-p, a flat and a sharp temperature, u at both ends; a
+ * 0, 300 and 1000: from every logit; nucleus or not, min-p, a flat and a sharp temperature, u at both ends; a
  * repetition penalty over tokens among the largest, greedy and drawn, from the top or from every
  * logit (n_top 0, under 1 too), with the pick before it pending and counted), each exactly the
  * host's token; picks queued two at a time are read in order */
@@ -902,11 +902,14 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 		DRAW(1, 1, 0, 1, 0.5),          DRAW(50, 0.5f, 0, 32, 0.61),        DRAW(0.7f, 0.8f, 0.2f, 20, 0.93),
 		DRAW(3, 0.999f, 0, 31, 0.0001), DRAW(1.5f, 0.95f, 0, 100, 0.71),    DRAW(0.7f, 0.95f, 0, 0, 0.3),
 		DRAW(1.3f, 1, 0.05f, 0, 0.77),  DRAW(50, 0.5f, 0, 0, 0.999999),     DRAW(1, 1, 0, 0, 0.0),
-		DRAW(0.2f, 0.05f, 0, 0, 0.5),   DRAW(0.7f, 0.8f, 0, 20, 0.45),      DRAW(0, 1, 0, 1, 0),
+		DRAW(0.2f, 0.05f, 0, 0, 0.5),   DRAW(0.8f, 0.9f, 0, 300, 0.42),     DRAW(1.5f, 1, 0.02f, 1000, 0.9),
+		DRAW(0.7f, 0.8f, 0, 20, 0.45),  DRAW(0, 1, 0, 1, 0),
 		DRAW(2, 1, 0, 40, 0.2),         DRAW(0.7f, 0.9f, 0, 20, 0.8),       DRAW(0.7f, 0.8f, 0, 20, 0.45),
 		DRAW(0, 1, 0, 1, 0),            DRAW(0.7f, 0.95f, 0, 0, 0.6),       DRAW(1, 0.9f, 0.02f, 0, 0.3),
 	};
 	int nd = (int)(sizeof(draws) / sizeof(draws[0]));
+	for (int i = 0; i < nd; i++) /* (a top_k over 256: from every logit) */
+		draws[i].n_top = draws[i].top_k > TOAST_TOP_MAX ? 0 : draws[i].n_top;
 	/* the last eight with a penalty: tokens seen lately among the largest (every other one of the
 	 * 64 best, the best first), a window of 64 or of as many as are seen (full: the pending pick
 	 * pushes the oldest out); the last five from every logit (n_top 0), the penalty under 1 in
@@ -946,7 +949,7 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 	/* many uniforms through one draw: the boundaries between tokens fall where the host's do;
 	 * every third a random draw (top_k 1..32 or 1..200, a penalty over 1, under 1 or none, windows
 	 * of 1..ns/2 seen tokens, n_top with room for them or not; or from every logit, top_k 0 or
-	 * n_top 0) */
+	 * over 256, or n_top 0) */
 	for (int j = 0; j < 36; j++) {
 		struct toast_draw dr = draws[j % nd];
 		if (j % 3 == 2) {
@@ -962,8 +965,10 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 			dr.recent = seen + ns / 2 - dr.n_recent;
 			dr.n_top = dr.top_k + (dr.repeat_penalty != 1 && rnd() < 0.5 ? dr.last_n : 0); /* (or too few) */
 			double e = rnd();
-			if (e < -0.4) /* from every logit: top_k 0, or the top_k best of the penalised */
+			if (e < -0.4) /* from every logit: top_k 0 or over 256, or the top_k best of the penalised */
 				dr.top_k = dr.n_top = 0;
+			else if (e < -0.25)
+				dr.top_k = 257 + (int)(1800 * (rnd() + 1) / 2), dr.n_top = 0;
 			else if (e < -0.1)
 				dr.n_top = 0;
 		}

@@ -182,6 +182,43 @@ int toast_top_host(const float *x, int n, int m, int32_t *ids, float *vals)
 	return k;
 }
 
+uint64_t toast_top_key(const float *x, int n, int k, uint64_t *keys)
+{
+	int m = 0;
+	for (int i = 0; i < n; i++) {
+		uint32_t o = toast_draw_order(x[i]);
+		if (o != 0)
+			keys[m++] = (uint64_t)o << 32 | (0xffffffffu - (uint32_t)i);
+	}
+	if (k < 1 || k >= m)
+		return 0;
+	/* the k largest to the front by quickselect (keys are distinct), the least of them left at
+	 * k - 1 */
+	int lo = 0, hi = m - 1, t = k - 1;
+	while (lo < hi) {
+		uint64_t pivot = keys[lo + (hi - lo) / 2];
+		int i = lo, j = hi;
+		while (i <= j) {
+			while (keys[i] > pivot)
+				i++;
+			while (keys[j] < pivot)
+				j--;
+			if (i <= j) {
+				uint64_t tmp = keys[i];
+				keys[i++] = keys[j];
+				keys[j--] = tmp;
+			}
+		}
+		if (t <= j)
+			hi = j;
+		else if (t >= i)
+			lo = i;
+		else
+			break;
+	}
+	return keys[t];
+}
+
 int32_t toast_draw_every(const float *x, int n, const struct toast_draw *d, int32_t prev, float *l, uint64_t *w)
 {
 	memcpy(l, x, (size_t)n * sizeof(*l));
@@ -191,11 +228,9 @@ int32_t toast_draw_every(const float *x, int n, const struct toast_draw *d, int3
 			if (id >= 0 && id < n && toast_draw_seen(d, d->recent, prev, id))
 				l[id] = toast_draw_penalize(x[id], d->repeat_penalty);
 		}
-	if (d->temperature > 0 && d->top_k == 0)
-		return toast_draw_wide(l, n, 0, d, w);
+	if (d->temperature > 0 && (d->top_k == 0 || d->top_k > TOAST_TOP_MAX))
+		return toast_draw_wide(l, n, toast_top_key(l, n, d->top_k, w), d, w);
 	int k = d->temperature <= 0 ? 1 : d->top_k;
-	if (k > TOAST_TOP_MAX)
-		return -1;
 	int32_t ids[TOAST_TOP_MAX];
 	float vals[TOAST_TOP_MAX], p[TOAST_TOP_MAX];
 	struct toast_draw dk = *d;

@@ -368,12 +368,16 @@ struct toast_backend_ops {
 #define TOAST_TOP_MAX 256
 /* top() on host memory: the reference every backend's top() matches exactly */
 int toast_top_host(const float *x, int n, int m, int32_t *ids, float *vals);
+/* The key (top()'s order: the value's order, toast_draw_order's, in the high word, the complement
+ * of the index in the low) of the k-th largest of x[0..n) that are not NaN; 0 when k is 0 or
+ * there are no more than k. keys: scratch of n. */
+uint64_t toast_top_key(const float *x, int n, int k, uint64_t *keys);
 struct toast_draw;
 /* The draw d with d->n_top 0 over every logit of x[0..n) (host memory; n <= TOAST_DRAW_WIDE_MAX),
  * prev the pending pick's token (counted when d->prev): the penalty on every token seen, then
  * the best (temperature 0), toast_draw_pick's draw from the top_k best (top_k 1..TOAST_TOP_MAX),
- * or toast_draw_wide's from all (top_k 0). Scratch: l of n, w of 2n. The token; -1 for a top_k
- * over TOAST_TOP_MAX. */
+ * or toast_draw_wide's from all or (top_k over TOAST_TOP_MAX) from the top_k best. Scratch: l of
+ * n, w of 2n. The token. */
 int32_t toast_draw_every(const float *x, int n, const struct toast_draw *d, int32_t prev, float *l, uint64_t *w);
 
 struct toast_backend {

@@ -179,7 +179,7 @@ int cli_bench(int argc, char **argv)
 				return 2;
 			o.n_decode = (int)n;
 		} else if ((v = cli_optval(argc, argv, &i, "--top"))) {
-			if (!cli_int("--top", v, 0, TOAST_SAMPLER_TOP_MAX, &n))
+			if (!cli_int("--top", v, 0, 1 << 20, &n))
 				return 2;
 			o.top = (int)n;
 		} else if ((v = cli_optval(argc, argv, &i, "--top-p"))) {

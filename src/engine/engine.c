@@ -369,7 +369,7 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 static void session_pick(struct toast_engine *e, struct toast_sampler *sp, bool prev)
 {
 	struct toast_draw d;
-	bool drawn = toast_sampler_backend_draw(sp, &d) > 0;
+	bool drawn = toast_sampler_backend_draw(sp, &d);
 	d.prev = prev;
 	e->be->ops->pick(e->be, e->work.logits, e->model.hp.n_vocab, drawn ? &d : NULL);
 	e->picks_pending++;
@@ -379,7 +379,7 @@ bool toast_session_chain_begin(struct toast_session *s, struct toast_sampler *sp
 {
 	struct toast_engine *e = s->e;
 	struct toast_error err;
-	if (!e->be->ops->pick || toast_sampler_backend_draw(sp, NULL) < 0 || !s->have_logits || !s->logits_dev ||
+	if (!e->be->ops->pick || !s->have_logits || !s->logits_dev ||
 	    e->logits_owner != s)
 		return false;
 	/* a chain's last pick, never read, is dropped first */

@@ -48,10 +48,10 @@ void toast_session_logits_on_host(struct toast_session *s);
 bool toast_session_chain_begin(struct toast_session *s, struct toast_sampler *sp);
 int32_t toast_session_chain_step(struct toast_session *s, struct toast_sampler *sp, struct toast_error *err);
 
-/* The draw of the next token on a backend (toast_backend_ops.pick): 1 with *d set (prev false)
+/* The draw of the next token on a backend (toast_backend_ops.pick): true with *d set (prev false)
  * and its uniform taken from the generator (d NULL: nothing taken; d->n_top 0 where the draw is
- * from every logit, toast_sampler_top_need 0), 0 for greedy with no penalty (no draw), -1 for a
- * top_k over TOAST_TOP_MAX (the host's). */
-int toast_sampler_backend_draw(struct toast_sampler *sp, struct toast_draw *d);
+ * from every logit, toast_sampler_top_need 0), false for greedy with no penalty (no draw: the
+ * largest). */
+bool toast_sampler_backend_draw(struct toast_sampler *sp, struct toast_draw *d);
 
 #endif

@@ -180,7 +180,7 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	 * each token is fed as it is picked, before the host knows it (engine.h), and the host
 	 * streams it while the next step runs; from the first token whose logits are on the
 	 * backend (not yet those a cache restore put on the host) */
-	bool chainable = s->e->be->async_steps && toast_sampler_backend_draw(sp, NULL) >= 0;
+	bool chainable = s->e->be->async_steps;
 	bool chain = false;
 	for (;;) {
 		if (chainable && !chain)

@@ -8,11 +8,11 @@
  * seeded through splitmix64; no global state).
  * Cost: O(n_vocab) per token. Top-k <= 256 keeps the top_k by a heap in one pass, and the draw
  * is over those (draw.h's toast_draw_top); top-k 0 or over 256 draws from every logit (draw.h's
- * toast_draw_wide: sums of integer weights, the nucleus found by three passes of digit sums;
- * over 256 the least of the top_k found first by a quickselect). Either is the draw a backend's
- * pick makes on the device when generation chains its steps (toast_sampler_backend_draw): from
- * the top, or (d->n_top 0) from every logit; from the few largest logits a GPU sends
- * (toast_sampler_sample_top) it is toast_draw_pick.
+ * toast_draw_wide: sums of integer weights, the nucleus found by three rounds of digit sums;
+ * over 256 the least of the top_k found first by a quickselect, toast_top_key). Either is the
+ * draw a backend's pick makes on the device when generation chains its steps
+ * (toast_sampler_backend_draw): from the top, or (d->n_top 0) from every logit; from the few
+ * largest logits a GPU sends (toast_sampler_sample_top) it is toast_draw_pick.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -24,16 +24,10 @@
 #include "toasted.h"
 #include "util/err.h"
 
-struct sampler_cand {
-	float logit; /* (-0 as +0) */
-	int32_t id;
-};
-
 struct toast_sampler {
 	struct toast_sampling p;
 	int n_vocab;
 	uint64_t rng[4];
-	struct sampler_cand *cand; /* [n_vocab] */
 	uint64_t *wide;            /* [2 n_vocab]: toast_draw_wide's scratch */
 	float *penalized;          /* [n_vocab], used only with a repetition penalty */
 	int32_t *recent;           /* ring of the last repeat_last_n accepted tokens */
@@ -100,13 +94,12 @@ enum toast_status toast_sampler_new(const struct toast_sampling *s, int n_vocab,
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	sp->p = *s;
 	sp->n_vocab = n_vocab;
-	sp->cand = malloc((size_t)n_vocab * sizeof(*sp->cand));
 	sp->wide = malloc(2 * (size_t)n_vocab * sizeof(*sp->wide));
 	sp->recent = malloc(((size_t)s->repeat_last_n + 1) * sizeof(*sp->recent));
 	sp->chrono = malloc(((size_t)s->repeat_last_n + 1) * sizeof(*sp->chrono));
 	if (s->repeat_penalty != 1.0f)
 		sp->penalized = malloc((size_t)n_vocab * sizeof(float));
-	if (!sp->cand || !sp->wide || !sp->recent || !sp->chrono || (s->repeat_penalty != 1.0f && !sp->penalized)) {
+	if (!sp->wide || !sp->recent || !sp->chrono || (s->repeat_penalty != 1.0f && !sp->penalized)) {
 		toast_sampler_free(sp);
 		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
 	}
@@ -121,7 +114,6 @@ void toast_sampler_free(struct toast_sampler *sp)
 {
 	if (!sp)
 		return;
-	free(sp->cand);
 	free(sp->wide);
 	free(sp->penalized);
 	free(sp->recent);
@@ -154,41 +146,6 @@ static const float *sampler_penalize(struct toast_sampler *sp, const float *logi
 	return sp->penalized;
 }
 
-static int sampler_cmp(const void *a, const void *b)
-{
-	const struct sampler_cand *x = a, *y = b;
-	if (x->logit != y->logit)
-		return x->logit > y->logit ? -1 : 1;
-	return x->id < y->id ? -1 : x->id > y->id;
-}
-
-/* Move the k largest of c[0..n) to the front (in any order); quickselect, O(n) on average. */
-static void sampler_select(struct sampler_cand *c, int n, int k)
-{
-	int lo = 0, hi = n - 1;
-	while (lo < hi) {
-		struct sampler_cand pivot = c[lo + (hi - lo) / 2];
-		int i = lo, j = hi;
-		while (i <= j) {
-			while (sampler_cmp(&c[i], &pivot) < 0)
-				i++;
-			while (sampler_cmp(&c[j], &pivot) > 0)
-				j--;
-			if (i <= j) {
-				struct sampler_cand t = c[i];
-				c[i++] = c[j];
-				c[j--] = t;
-			}
-		}
-		if (k - 1 <= j)
-			hi = j;
-		else if (k - 1 >= i)
-			lo = i;
-		else
-			break;
-	}
-}
-
 /* a uniform in [0, 1): one a sampled token, whatever the logits (a chain on the backend takes
  * each token's before its logits exist) */
 static double sampler_uniform(struct toast_sampler *sp)
@@ -218,24 +175,10 @@ int32_t toast_sampler_sample(struct toast_sampler *sp, const float *logits)
 		int k = toast_top_host(l, V, sp->p.top_k, sp->top_ids, sp->top_vals);
 		return k > 0 ? sp->top_ids[toast_draw_top(sp->top_vals, k, &d, sp->top_p)] : 0;
 	}
-	/* from every logit (top_k 0), or the top_k largest (over 256: the least of them found by a
-	 * quickselect), as a backend's pick draws from every logit (draw.h) */
-	uint64_t kmin = 0;
-	if (sp->p.top_k > 0) {
-		struct sampler_cand *c = sp->cand;
-		int k = 0;
-		for (int i = 0; i < V; i++)
-			if (!isnan(l[i]))
-				c[k++] = (struct sampler_cand){l[i] == 0.0f ? 0.0f : l[i], i};
-		if (sp->p.top_k < k) {
-			sampler_select(c, k, sp->p.top_k);
-			struct sampler_cand *least = &c[0];
-			for (int i = 1; i < sp->p.top_k; i++)
-				least = sampler_cmp(&c[i], least) > 0 ? &c[i] : least;
-			kmin = (uint64_t)toast_draw_order(least->logit) << 32 | (0xffffffffu - (uint32_t)least->id);
-		}
-	}
-	return toast_draw_wide(l, V, kmin, &d, sp->wide);
+	/* from every logit (top_k 0), or the top_k largest (over 256: the least of them found first),
+	 * as a backend's pick draws from every logit (draw.h) */
+	uint64_t kmin = toast_top_key(l, V, sp->p.top_k, sp->wide);
+	return toast_draw_wide(l, V, kmin, &d, sp->wide); /* (kmin made, the scratch is free) */
 }
 
 /* a repetition penalty is in force (one that can change a logit) */
@@ -292,14 +235,11 @@ int32_t toast_sampler_sample_top(struct toast_sampler *sp, const int32_t *ids, c
 	return toast_draw_pick(sp->top_vals, sp->top_ids, n, &d, -1, sp->top_p);
 }
 
-int toast_sampler_backend_draw(struct toast_sampler *sp, struct toast_draw *d)
+bool toast_sampler_backend_draw(struct toast_sampler *sp, struct toast_draw *d)
 {
-	int need = toast_sampler_top_need(sp); /* 0: the pick draws from every logit (n_top 0) */
-	if (need < 1 && sp->p.temperature > 0 && sp->p.top_k > TOAST_TOP_MAX)
-		return -1;
 	if (sp->p.temperature <= 0 && !sampler_penalizes(sp))
-		return 0;
-	if (d)
-		sampler_params(sp, need, d);
-	return 1;
+		return false;
+	if (d) /* (a need of 0: the pick draws from every logit, n_top 0) */
+		sampler_params(sp, toast_sampler_top_need(sp), d);
+	return true;
 }

@@ -389,20 +389,26 @@ __global__ void __launch_bounds__(TOP_RWARPS * 32)
 	}
 }
 
-/* ---- a draw from every logit (d.n_top 0, top_k 0): toast_draw_wide's, in one cooperative
- * launch. Every block is resident at once, WIDE_THREADS threads with E logits each (a block's
- * chunk of WIDE_THREADS * E, a thread's E in a row, so that threads in order are logits in
- * order), kept in registers from the first phase to the last; the phases are parted by grid
- * barriers: the largest logit (the penalty applied as in k_pick_draw); the weights, their sum
- * z and the first round's digit sums; each round's digit found by every block from the grid's
- * sums (in d_pick, zeroed at the start) and the next round's sums; the kept weights, each
- * block's sum; then the block holding the token drawn finds it by its threads' prefix sums. */
+/* ---- a draw from every logit (d.n_top 0; top_k 0 or over TOAST_TOP_MAX): toast_draw_wide's,
+ * in one cooperative launch. Every block is resident at once, WIDE_THREADS threads with E logits
+ * each (a block's chunk of WIDE_THREADS * E, a thread's E in a row, so that threads in order are
+ * logits in order), kept in registers from the first phase to the last; the phases are parted
+ * by grid barriers: the largest logit (the penalty applied as in k_pick_draw); with a top_k,
+ * the candidates (three rounds of counts and the ties by index); the weights, their sum z and
+ * the first round's digit sums; each round's digit found by every block from the grid's sums
+ * (in d_pick, zeroed at the start) and the next round's sums; the kept weights, each block's
+ * sum; then the block holding the token drawn finds it by its threads' prefix sums. */
 
 #define WIDE_THREADS 1024
 #define WIDE_BINS 2048 /* a round's digits at most (11 bits) */
-/* d_pick as the draw's sums: the three rounds' digit sums, z, then a sum a block */
+/* d_pick as the draw's sums (zeroed by the kernel before its first barrier, up to WIDE_TIE): the
+ * nucleus' three rounds of digit sums, z, the candidates' count, the top-k's three rounds of
+ * counts; then a block's tied candidates, a block's kept weights */
 #define WIDE_Z (3 * WIDE_BINS)
-#define WIDE_BSUM (WIDE_Z + 1)
+#define WIDE_N (WIDE_Z + 1)
+#define WIDE_CNT (WIDE_N + 1)
+#define WIDE_TIE (WIDE_CNT + 3 * WIDE_BINS)
+#define WIDE_BSUM (WIDE_TIE + 1024)
 
 /* a barrier of the whole grid (a cooperative launch: every block resident). *bar's top bit flips
  * once a barrier: block 0 adds 2^31 - (blocks - 1), every other block 1, and each waits until the
@@ -471,6 +477,44 @@ __device__ __forceinline__ unsigned wide_digit(const unsigned long long *sums, i
 	return (unsigned)sh[32];
 }
 
+/* a round's sums: val (each thread's E; 0 adds nothing) of the orders ov that have the digits
+ * found before (pre), by round rd's digit, added into the grid's (gsum) through the block's (s);
+ * the caller's barrier then makes them whole */
+template <int E>
+__device__ __forceinline__ void wide_sums(const unsigned (&ov)[E], const unsigned long long (&val)[E], int rd,
+					  unsigned pre, unsigned long long *gsum, unsigned long long *s)
+{
+	for (int j = threadIdx.x; j < WIDE_BINS; j += WIDE_THREADS)
+		s[j] = 0;
+	__syncthreads();
+#pragma unroll
+	for (int q = 0; q < E; q++)
+		if (val[q] && toast_draw_has(ov[q], rd, pre))
+			atomicAdd(&s[toast_draw_digit(ov[q], rd)], val[q]);
+	__syncthreads();
+	for (int j = threadIdx.x; j < WIDE_BINS; j += WIDE_THREADS)
+		if (s[j])
+			atomicAdd(gsum + j, s[j]);
+}
+
+/* the sum of what the blocks before this one left at part[b] (warp 0; in every thread after) */
+__device__ __forceinline__ unsigned long long wide_before(const unsigned long long *part, unsigned long long *sh)
+{
+	if (threadIdx.x < 32) {
+		unsigned long long off = 0;
+		for (int b = threadIdx.x; b < (int)blockIdx.x; b += 32)
+			off += __ldcg(part + b);
+		for (int s = 16; s > 0; s >>= 1)
+			off += __shfl_xor_sync(0xffffffffu, off, s);
+		if (threadIdx.x == 0)
+			sh[0] = off;
+	}
+	__syncthreads();
+	unsigned long long off = sh[0];
+	__syncthreads();
+	return off;
+}
+
 template <int E>
 __global__ void __launch_bounds__(WIDE_THREADS)
 	k_pick_wide(const float *x, int n, struct toast_draw d, const __grid_constant__ struct top_recent r,
@@ -484,8 +528,8 @@ __global__ void __launch_bounds__(WIDE_THREADS)
 #pragma unroll
 	for (int q = 0; q < E; q++)
 		v[q] = i0 + q < n ? x[i0 + q] : NAN;
-	for (int j = blockIdx.x * WIDE_THREADS + tid; j <= WIDE_Z; j += gridDim.x * WIDE_THREADS)
-		g[j] = 0; /* (the sums and z: first added to after the first barrier) */
+	for (int j = blockIdx.x * WIDE_THREADS + tid; j < WIDE_TIE; j += gridDim.x * WIDE_THREADS)
+		g[j] = 0; /* (first added to after the first barrier) */
 	bool penal = d.repeat_penalty != 1.0f;
 	if (penal)
 		top_seen_bits<WIDE_THREADS * E>(
@@ -512,12 +556,58 @@ __global__ void __launch_bounds__(WIDE_THREADS)
 			bar[1] = 0;
 		return;
 	}
-	float vmax = top_key_val((unsigned long long)omax << 32), ymax = vmax / d.temperature;
-	unsigned long long zs = 0, tot;
+	unsigned long long w[E], tot;
+	bool cand[E];
 #pragma unroll
 	for (int q = 0; q < E; q++) {
-		p[q] = ov[q] == 0 ? -1.0f : v[q] == vmax ? 1.0f : toast_draw_exp(v[q] / d.temperature - ymax);
-		zs += ov[q] ? toast_draw_weight(p[q]) : 0;
+		w[q] = ov[q] != 0; /* (first a count) */
+		cand[q] = ov[q] != 0;
+	}
+	if (d.top_k > 0) {
+		/* the top_k largest keys (toast_top_key's): the order of the k-th found by three rounds
+		 * of counts, then, of the candidates of that order, the first need by index */
+		unsigned long long cnt = 0;
+#pragma unroll
+		for (int q = 0; q < E; q++)
+			cnt += w[q];
+		wide_sums<E>(ov, w, 0, 0, g + WIDE_CNT, sums);
+		wide_scan(cnt, sh, &tot);
+		if (tid == 0)
+			atomicAdd(g + WIDE_N, tot);
+		wide_sync(bar);
+		if ((unsigned long long)d.top_k < __ldcg(g + WIDE_N)) {
+			unsigned long long above = 0, cut = (unsigned long long)d.top_k - 1, ties = 0;
+			unsigned kth = 0;
+			for (int rd = 0; rd < 3; rd++) {
+				unsigned long long *gs = g + WIDE_CNT + rd * WIDE_BINS;
+				if (rd > 0) {
+					wide_sums<E>(ov, w, rd, kth, gs, sums);
+					wide_sync(bar);
+				}
+				kth = toast_draw_pre(kth, rd, wide_digit(gs, rd == 2 ? 1024 : 2048, cut, &above, sh));
+			}
+#pragma unroll
+			for (int q = 0; q < E; q++)
+				ties += ov[q] == kth;
+			unsigned long long before = wide_scan(ties, sh, &tot), need = (unsigned long long)d.top_k - above;
+			if (tid == 0)
+				g[WIDE_TIE + blockIdx.x] = tot;
+			wide_sync(bar);
+			before += wide_before(g + WIDE_TIE, sh);
+#pragma unroll
+			for (int q = 0; q < E; q++) {
+				cand[q] = ov[q] > kth || (ov[q] == kth && before < need);
+				before += ov[q] == kth;
+			}
+		}
+	}
+	float vmax = top_key_val((unsigned long long)omax << 32), ymax = vmax / d.temperature;
+	unsigned long long zs = 0;
+#pragma unroll
+	for (int q = 0; q < E; q++) {
+		p[q] = !cand[q] ? -1.0f : v[q] == vmax ? 1.0f : toast_draw_exp(v[q] / d.temperature - ymax);
+		w[q] = cand[q] ? toast_draw_weight(p[q]) : 0;
+		zs += w[q];
 	}
 	wide_scan(zs, sh, &tot);
 	if (tid == 0)
@@ -526,19 +616,7 @@ __global__ void __launch_bounds__(WIDE_THREADS)
 	if (d.top_p < 1) {
 		unsigned long long above = 0, cut = 0;
 		for (int rd = 0; rd < 3; rd++) {
-			for (int j = tid; j < WIDE_BINS; j += WIDE_THREADS)
-				sums[j] = 0;
-			__syncthreads();
-#pragma unroll
-			for (int q = 0; q < E; q++) {
-				unsigned long long w = ov[q] ? toast_draw_weight(p[q]) : 0;
-				if (w && toast_draw_has(ov[q], rd, least))
-					atomicAdd(&sums[toast_draw_digit(ov[q], rd)], w);
-			}
-			__syncthreads();
-			for (int j = tid; j < WIDE_BINS; j += WIDE_THREADS)
-				if (sums[j])
-					atomicAdd(g + rd * WIDE_BINS + j, sums[j]);
+			wide_sums<E>(ov, w, rd, least, g + rd * WIDE_BINS, sums);
 			wide_sync(bar);
 			if (rd == 0)
 				cut = toast_draw_cut(d.top_p, __ldcg(g + WIDE_Z));
@@ -549,34 +627,28 @@ __global__ void __launch_bounds__(WIDE_THREADS)
 	bool kept[E];
 #pragma unroll
 	for (int q = 0; q < E; q++) {
-		kept[q] = ov[q] != 0 && ov[q] >= least && (p[q] >= d.min_p || p[q] == 1.0f);
-		ts += kept[q] ? toast_draw_weight(p[q]) : 0;
+		kept[q] = cand[q] && ov[q] >= least && (p[q] >= d.min_p || p[q] == 1.0f);
+		ts += kept[q] ? w[q] : 0;
 	}
 	unsigned long long excl = wide_scan(ts, sh, &tot);
 	if (tid == 0)
 		g[WIDE_BSUM + blockIdx.x] = tot;
 	wide_sync(bar);
-	if (tid < 32) { /* the kept weights' sum, and those of the blocks before this one */
-		unsigned long long kz = 0, off = 0;
-		for (int b = tid; b < (int)gridDim.x; b += 32) {
-			unsigned long long s = __ldcg(g + WIDE_BSUM + b);
-			kz += s;
-			off += b < (int)blockIdx.x ? s : 0;
-		}
-		for (int s = 16; s > 0; s >>= 1) {
+	if (tid < 32) { /* the kept weights' sum */
+		unsigned long long kz = 0;
+		for (int b = tid; b < (int)gridDim.x; b += 32)
+			kz += __ldcg(g + WIDE_BSUM + b);
+		for (int s = 16; s > 0; s >>= 1)
 			kz += __shfl_xor_sync(0xffffffffu, kz, s);
-			off += __shfl_xor_sync(0xffffffffu, off, s);
-		}
 		if (tid == 0)
-			sh[0] = toast_draw_cut(d.u, kz) - off; /* (wraps below this block's: not here) */
+			sh[1] = toast_draw_cut(d.u, kz);
 	}
-	__syncthreads();
-	unsigned long long cut = sh[0];
+	unsigned long long off = wide_before(g + WIDE_BSUM, sh), cut = sh[1] - off; /* (wraps below: not here) */
 	if (cut < tot && excl <= cut && cut < excl + ts) { /* the token is this thread's */
 		unsigned long long acc = excl;
 #pragma unroll
 		for (int q = 0; q < E; q++)
-			if (kept[q] && (acc += toast_draw_weight(p[q])) > cut) {
+			if (kept[q] && (acc += w[q]) > cut) {
 				pick_emit(top_key(v[q], i0 + q), o, NULL);
 				break;
 			}
@@ -596,8 +668,8 @@ static void (*const pick_draw_k[])(const float *, int, struct toast_draw, const 
 				   bool, unsigned long long *, unsigned *, struct pick_out) = {
 	k_pick_draw<1>, k_pick_draw<2>, k_pick_draw<4>, k_pick_draw<8>};
 
-/* the draw d over every logit (top_k 0) by k_pick_wide: E logits a thread, the least E that lets
- * every block be resident at once */
+/* the draw d over every logit (top_k 0 or over TOAST_TOP_MAX) by k_pick_wide: E logits a thread,
+ * the least E that lets every block be resident at once */
 static void pick_wide(struct cuda_backend *cb, const float *x, int n, const struct toast_draw *d,
 		      const struct top_recent &r, struct pick_out o, const unsigned long long *prev_key)
 {
@@ -640,7 +712,8 @@ static void pick_launch(struct cuda_backend *cb, const float *x, int n, const st
 	 * draws from and the tokens seen fit in n_top (toast_draw_pick's answer is then the same);
 	 * from every logit (n_top 0), with any penalty: toast_draw_every's answer */
 	struct toast_draw dd = *d;
-	bool every = d->n_top == 0, wide = every && d->temperature > 0 && d->top_k == 0;
+	bool every = d->n_top == 0,
+	     wide = every && d->temperature > 0 && (d->top_k == 0 || d->top_k > TOAST_TOP_MAX);
 	if (every)
 		dd.n_top = d->temperature <= 0 ? 1 : d->top_k;
 	int k = d->temperature <= 0 ? 1 : d->top_k > 0 && d->top_k < dd.n_top ? d->top_k : dd.n_top;
