@@ -868,25 +868,6 @@ static void test_moe_types(struct ctx *c, int T, int E, int ne, int k, int F, in
 	test_moe_up(c, T, E, ne, k, F, Fs, norm_topk, sh_gate, ty, ty->gate_up);
 }
 
-/* what a pick of x[0..n) makes on the host: the largest's id (d NULL), else toast_draw_pick's
- * token from top()'s n_top largest, or toast_draw_every's from all (n_top 0) (prev: the pick
- * queued before it) */
-static int32_t pick_ref(const float *x, int n, const struct toast_draw *d, int32_t prev)
-{
-	int32_t ids[TOAST_TOP_MAX];
-	float vals[TOAST_TOP_MAX], p[TOAST_TOP_MAX];
-	if (d && d->n_top == 0) {
-		float *l = malloc((size_t)n * sizeof(*l));
-		uint64_t *w = malloc(2 * (size_t)n * sizeof(*w));
-		int32_t id = toast_draw_every(x, n, d, prev, l, w);
-		free(l);
-		free(w);
-		return id;
-	}
-	int got = toast_top_host(x, n, d ? d->n_top : 1, ids, vals);
-	return d ? toast_draw_pick(vals, ids, got, d, prev, p) : got ? ids[0] : 0;
-}
-
 #define DRAW(t, tp, mp, k, uu)                                                                                   \
 	{.temperature = t, .top_p = tp, .min_p = mp, .top_k = k, .n_top = k, .u = uu, .repeat_penalty = 1}
 
@@ -940,7 +921,7 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 		c->be->ops->pick(c->be, d, n, a);
 		c->be->ops->pick(c->be, d, nb, b);
 		int32_t got = c->be->ops->pick_read(c->be, &err), got2 = c->be->ops->pick_read(c->be, &err);
-		int32_t want = pick_ref(x, n, a, -1), want2 = pick_ref(x, nb, b, want);
+		int32_t want = toast_pick_host(x, n, a, -1), want2 = toast_pick_host(x, nb, b, want);
 		CHECK(got == want && got2 == want2, "%s: picks of %d (draw %d) and %d (draw %d%s): %d and %d (%d and %d expected) %s",
 		      c->name, n, i, nb, i + 1, b && b->prev ? ", the first seen" : "", got, got2, want, want2, err.msg);
 		if (b)
@@ -975,7 +956,7 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 		dr.u = (rnd() + 1) / 2;
 		struct toast_error err = {0};
 		c->be->ops->pick(c->be, d, n, &dr);
-		int32_t got = c->be->ops->pick_read(c->be, &err), want = pick_ref(x, n, &dr, -1);
+		int32_t got = c->be->ops->pick_read(c->be, &err), want = toast_pick_host(x, n, &dr, -1);
 		CHECK(got == want, "%s: a draw of %d (u %.17g): %d (%d expected) %s", c->name, n, dr.u, got, want, err.msg);
 	}
 }

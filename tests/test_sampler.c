@@ -391,25 +391,6 @@ static void test_from_top(void)
 	free(l);
 }
 
-/* the token a backend's pick makes from l[0..V) (m: toast_sampler_backend_draw's answer, d its
- * draw; pend the pending pick's token): the largest, toast_draw_pick's from the top, or, n_top
- * 0, toast_draw_every's */
-static int32_t backend_pick(const float *l, int V, int m, const struct toast_draw *d, int32_t pend)
-{
-	int32_t ids[TOAST_SAMPLER_TOP_MAX];
-	float vals[TOAST_SAMPLER_TOP_MAX], p[TOAST_SAMPLER_TOP_MAX];
-	if (m == 1 && d->n_top == 0) {
-		float *pl = malloc((size_t)V * sizeof(*pl));
-		uint64_t *w = malloc(2 * (size_t)V * sizeof(*w));
-		int32_t x = toast_draw_every(l, V, d, pend, pl, w);
-		free(pl);
-		free(w);
-		return x;
-	}
-	int got = toast_top_host(l, V, m == 1 ? d->n_top : 1, ids, vals);
-	return m == 1 ? toast_draw_pick(vals, ids, got, d, pend, p) : got ? ids[0] : 0;
-}
-
 /* The draw a backend makes (draw.h, toast_sampler_backend_draw): its exp within an ulp of the
  * true one (exact nearly always); which samplers are drawn (all but greedy without a penalty,
  * from the top or from every logit); draws made as a chain
@@ -470,7 +451,7 @@ static void test_backend_draw(void)
 			CHECK(m == mode && (m == 0 || (d.n_top == toast_sampler_top_need(a) && d.u >= 0 && d.u < 1)),
 			      "config %zu: a draw's parameters", c);
 			d.prev = pend >= 0;
-			int32_t x = backend_pick(l, V, m, &d, pend);
+			int32_t x = toast_pick_host(l, V, m ? &d : NULL, pend);
 			if (pend >= 0)
 				toast_sampler_accept(a, pend);
 			pend = x;
@@ -529,7 +510,7 @@ static void test_draw_random(void)
 			struct toast_draw d;
 			int m = toast_sampler_backend_draw(a, &d);
 			d.prev = pend >= 0;
-			int32_t x = backend_pick(l, V, m, &d, pend);
+			int32_t x = toast_pick_host(l, V, m ? &d : NULL, pend);
 			if (pend >= 0)
 				toast_sampler_accept(a, pend);
 			pend = x;

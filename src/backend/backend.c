@@ -2,6 +2,7 @@
 #include "backend/backend.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/draw.h"
@@ -236,6 +237,22 @@ int32_t toast_draw_every(const float *x, int n, const struct toast_draw *d, int3
 	struct toast_draw dk = *d;
 	dk.repeat_penalty = 1.0f; /* (applied) */
 	return toast_draw_pick(vals, ids, toast_top_host(l, n, k, ids, vals), &dk, prev, p);
+}
+
+int32_t toast_pick_host(const float *x, int n, const struct toast_draw *d, int32_t prev)
+{
+	if (d && d->n_top == 0) {
+		float *l = n <= TOAST_DRAW_WIDE_MAX ? malloc((size_t)n * sizeof(*l)) : NULL;
+		uint64_t *w = l ? malloc(2 * (size_t)n * sizeof(*w)) : NULL;
+		int32_t id = w ? toast_draw_every(x, n, d, prev, l, w) : -1;
+		free(l);
+		free(w);
+		return id;
+	}
+	int32_t ids[TOAST_TOP_MAX];
+	float vals[TOAST_TOP_MAX], p[TOAST_TOP_MAX];
+	int got = toast_top_host(x, n, d ? d->n_top : 1, ids, vals);
+	return d ? toast_draw_pick(vals, ids, got, d, prev, p) : got ? ids[0] : 0;
 }
 
 size_t toast_kv_bytes(enum toast_kv_type t, int n_head_kv, int head_dim, size_t act_size, int64_t n)

@@ -379,6 +379,10 @@ struct toast_draw;
  * or toast_draw_wide's from all or (top_k over TOAST_TOP_MAX) from the top_k best. Scratch: l of
  * n, w of 2n. The token. */
 int32_t toast_draw_every(const float *x, int n, const struct toast_draw *d, int32_t prev, float *l, uint64_t *w);
+/* What a pick (toast_backend_ops.pick) of x[0..n) (host memory) chooses, prev the pending pick's
+ * token: the largest (d NULL), toast_draw_pick's draw from top()'s d->n_top largest, or, n_top 0,
+ * toast_draw_every's; -1 when its scratch cannot be had. */
+int32_t toast_pick_host(const float *x, int n, const struct toast_draw *d, int32_t prev);
 
 struct toast_backend {
 	const struct toast_backend_ops *ops;

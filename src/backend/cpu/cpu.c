@@ -226,29 +226,17 @@ static void cpu_begin_step(struct toast_backend *be, const int32_t *ids, int T, 
 static void cpu_pick(struct toast_backend *be, const float *x, int n, const struct toast_draw *d)
 {
 	struct cpu_backend *cb = cpu_of(be);
-	int32_t ids[TOAST_TOP_MAX];
-	float vals[TOAST_TOP_MAX], p[TOAST_TOP_MAX];
 	if (cb->pick_pending == 2 || (d && (d->n_top < 0 || d->n_top > TOAST_TOP_MAX || d->n_recent > TOAST_TOP_MAX ||
 					    (d->prev && cb->pick_pending == 0)))) {
 		cb->pick_bad = true;
 		return;
 	}
-	int32_t prev = cb->picks[cb->pick_next ^ 1]; /* (the last queued, when d->prev) */
-	if (d && d->n_top == 0) { /* from every logit */
-		float *l = n <= TOAST_DRAW_WIDE_MAX ? malloc((size_t)n * sizeof(*l)) : NULL;
-		uint64_t *w = l ? malloc(2 * (size_t)n * sizeof(*w)) : NULL;
-		int32_t id = w ? toast_draw_every(x, n, d, prev, l, w) : -1;
-		free(l);
-		free(w);
-		if (id < 0) {
-			cb->pick_bad = true;
-			return;
-		}
-		cb->picks[cb->pick_next] = id;
-	} else {
-		int got = toast_top_host(x, n, d ? d->n_top : 1, ids, vals);
-		cb->picks[cb->pick_next] = d ? toast_draw_pick(vals, ids, got, d, prev, p) : got ? ids[0] : 0;
+	int32_t id = toast_pick_host(x, n, d, cb->picks[cb->pick_next ^ 1]); /* (prev: the last queued) */
+	if (id < 0) {
+		cb->pick_bad = true;
+		return;
 	}
+	cb->picks[cb->pick_next] = id;
 	cb->pick_next ^= 1;
 	cb->pick_pending++;
 }

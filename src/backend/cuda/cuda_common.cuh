@@ -156,20 +156,39 @@ static inline int cu_per_sm(const void *fn, int threads, size_t smem)
  * triggered at every kernel's start decoded 7% slower).
  */
 template <typename... KArgs, typename... Args>
+static inline cudaError_t cu_launch_attr(cudaStream_t stream, cudaLaunchAttribute *attr, void (*kernel)(KArgs...),
+					 dim3 grid, dim3 block, size_t smem, Args &&...args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = stream;
+	cfg.attrs = attr;
+	cfg.numAttrs = attr ? 1 : 0;
+	return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+}
+
+template <typename... KArgs, typename... Args>
 static inline cudaError_t cu_launch_on(cudaStream_t stream, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block,
 				       size_t smem, Args &&...args)
 {
 	cudaLaunchAttribute attr;
 	attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
 	attr.val.programmaticStreamSerializationAllowed = 1;
-	cudaLaunchConfig_t cfg = {};
-	cfg.gridDim = grid;
-	cfg.blockDim = block;
-	cfg.dynamicSmemBytes = smem;
-	cfg.stream = stream;
-	cfg.attrs = &attr;
-	cfg.numAttrs = pdl ? 1 : 0;
-	return cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...);
+	return cu_launch_attr(stream, pdl ? &attr : NULL, kernel, grid, block, smem, static_cast<Args &&>(args)...);
+}
+
+/* a cooperative launch: every block of the grid resident at once (or the launch fails), so that
+ * they may wait for each other */
+template <typename... KArgs, typename... Args>
+static inline void cu_launch_coop(struct cuda_backend *cb, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+				  Args &&...args)
+{
+	cudaLaunchAttribute attr;
+	attr.id = cudaLaunchAttributeCooperative;
+	attr.val.cooperative = 1;
+	cu_launch_attr(cb->stream, &attr, kernel, grid, block, smem, static_cast<Args &&>(args)...); /* cu_launched checks */
 }
 
 template <typename... KArgs, typename... Args>

@@ -678,16 +678,8 @@ static void pick_wide(struct cuda_backend *cb, const float *x, int n, const stru
 		unsigned blocks = cu_blocks((size_t)n, WIDE_THREADS << ei);
 		if (blocks > (unsigned)(per * cb->n_sm) || blocks > CU_PICK_KEYS - WIDE_BSUM)
 			continue;
-		cudaLaunchAttribute attr;
-		attr.id = cudaLaunchAttributeCooperative;
-		attr.val.cooperative = 1;
-		cudaLaunchConfig_t cfg = {};
-		cfg.gridDim = blocks;
-		cfg.blockDim = WIDE_THREADS;
-		cfg.stream = cb->stream;
-		cfg.attrs = &attr;
-		cfg.numAttrs = 1;
-		cudaLaunchKernelEx(&cfg, pick_wide_k[ei], x, n, *d, r, prev_key, cb->d_pick, cb->counters + CU_CTR_WIDE, o);
+		cu_launch_coop(cb, pick_wide_k[ei], blocks, WIDE_THREADS, 0, x, n, *d, r, prev_key, cb->d_pick,
+			       cb->counters + CU_CTR_WIDE, o);
 		cu_launched(cb, "pick (every logit)");
 		return;
 	}
