@@ -193,8 +193,8 @@ static inline int32_t toast_draw_pick(float *vals, int32_t *ids, int n, const st
 	return ids[toast_draw_top(vals, k, d, p)];
 }
 
-/* ---- the draw over every logit: top_k 0 on a backend's pick (d->n_top 0), top_k 0 or over
- * TOAST_TOP_MAX on the host ----
+/* ---- the draw over every logit: top_k 0 or over TOAST_TOP_MAX, on the host and in a backend's
+ * pick (d->n_top 0) ----
  * Its sums are of integers, so that they do not depend on their order and a device makes them in
  * parallel: each candidate's probability p (toast_draw_exp of its logit / temperature less the
  * largest's; the largest's is 1) weighs p * 2^40, truncated (a candidate under 2^-40 of the best

@@ -3,8 +3,8 @@
  * the host instead of the whole vocabulary (contract: toast_backend_ops.top); and the picks
  * (toast_backend_ops.pick), where only a token crosses, written by the device into pinned
  * memory and into the next step's input: the largest (k_pick), the sampler's draw over the
- * top 256 at most, penalised or not (k_pick_draw), or over every logit (top-k 0: k_pick_wide):
- * draw.h's arithmetic, so the same token as the host's draw.
+ * top 256 at most, penalised or not (k_pick_draw), or over every logit (top-k 0 or over 256:
+ * k_pick_wide): draw.h's arithmetic, so the same token as the host's draw.
  *
  * Each value becomes one 64-bit key: the float's bits made order-preserving in the high word
  * (-0 as +0, NaN below everything), the complement of the index in the low word. Keys are then
