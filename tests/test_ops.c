@@ -963,12 +963,13 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 
 /* top(): exactly toast_top_host's answer (ties, -0, NaN, -inf; sizes around the GPU's
  * 2048-key blocks, the real vocabulary, and more blocks' bests than one block merges at once;
- * m around the runs of 32, 64, 128 and 256 keys) */
+ * m around the runs of 32, 64, 128 and 256 keys); the picks on each (k_pick_wide with 1, 2, 4
+ * and 8 logits a thread on 132 SMs: up to 135K, 270K, 540K and 1.08M) */
 static void test_top(struct ctx *c)
 {
-	int sizes[] = {1, 5, 2047, 2048, 2049, 12289, 151936, 65537, 1000003};
+	int sizes[] = {1, 5, 2047, 2048, 2049, 12289, 151936, 65537, 1000003, 300007};
 	int ms[] = {1, 7, 20, 32, 33, 64, 65, 128, 129, 200, 256};
-	for (int si = 0; si < 9; si++) {
+	for (int si = 0; si < (int)(sizeof(sizes) / sizeof(sizes[0])); si++) {
 		int n = sizes[si];
 		float *x = malloc((size_t)n * sizeof(float));
 		for (int i = 0; i < n; i++) {
