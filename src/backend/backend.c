@@ -185,13 +185,15 @@ int toast_top_host(const float *x, int n, int m, int32_t *ids, float *vals)
 
 uint64_t toast_top_key(const float *x, int n, int k, uint64_t *keys)
 {
+	if (k < 1 || k >= n)
+		return 0;
 	int m = 0;
 	for (int i = 0; i < n; i++) {
 		uint32_t o = toast_draw_order(x[i]);
 		if (o != 0)
 			keys[m++] = (uint64_t)o << 32 | (0xffffffffu - (uint32_t)i);
 	}
-	if (k < 1 || k >= m)
+	if (k >= m)
 		return 0;
 	/* the k largest to the front by quickselect (keys are distinct), the least of them left at
 	 * k - 1 */
