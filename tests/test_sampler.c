@@ -12,7 +12,7 @@
  *   limit or the lack of one makes every logit matter; sessions sharing an engine keep
  *   their logits when another feeds (the pending-logits hand-off);
  * - the draw a backend makes (draw.h) chooses as the sampler does, with one uniform a token,
- *   from the top or from every logit (top-k 0, a penalty under 1: toast_draw_every), and the
+ *   from the top or from every logit (top-k 0, a penalty under 1: toast_pick_host), and the
  *   draw from every logit (toast_draw_wide) is the one its definition gives, worked out plainly;
  * - toast_generate on models/qwen3next-vocab: greedy chat case 0 exactly, text streamed in
  *   whole characters, stop strings never emitted (and a partial match that fails loses
@@ -470,7 +470,7 @@ static void test_backend_draw(void)
 /* Random samplers (temperature from 0.01 to 5 or greedy, top_k 1..60, 257..656 or off, top_p,
  * min_p, a penalty under or over 1 or none, windows of 1..40), random logits with ties, -0, NaN
  * and -inf, now and then all negative, and tokens seen lately among the best: the chain's draw
- * (toast_sampler_backend_draw: toast_draw_pick from the top, or toast_draw_every; the pending
+ * (toast_sampler_backend_draw, toast_pick_host: from the top, or from every logit; the pending
  * token counted) chooses what sampling from all the logits does, and toast_sampler_sample_top
  * from the top (toast_sampler_top_need) does too where the sampler needs only the top. */
 static void test_draw_random(void)

@@ -222,7 +222,11 @@ uint64_t toast_top_key(const float *x, int n, int k, uint64_t *keys)
 	return keys[t];
 }
 
-int32_t toast_draw_every(const float *x, int n, const struct toast_draw *d, int32_t prev, float *l, uint64_t *w)
+/* the draw d with d->n_top 0 over every logit of x[0..n) (toast_pick_host's): the penalty on
+ * every token seen, then the best (temperature 0), toast_draw_pick's draw from the top_k best
+ * (top_k 1..TOAST_TOP_MAX), or toast_draw_wide's from all or (top_k over TOAST_TOP_MAX) from the
+ * top_k best. Scratch: l of n, w of 2n. */
+static int32_t pick_every(const float *x, int n, const struct toast_draw *d, int32_t prev, float *l, uint64_t *w)
 {
 	memcpy(l, x, (size_t)n * sizeof(*l));
 	if (d->repeat_penalty != 1.0f) /* (each from x: a token seen twice is penalised once) */
@@ -246,7 +250,7 @@ int32_t toast_pick_host(const float *x, int n, const struct toast_draw *d, int32
 	if (d && d->n_top == 0) {
 		float *l = n <= TOAST_DRAW_WIDE_MAX ? malloc((size_t)n * sizeof(*l)) : NULL;
 		uint64_t *w = l ? malloc(2 * (size_t)n * sizeof(*w)) : NULL;
-		int32_t id = w ? toast_draw_every(x, n, d, prev, l, w) : -1;
+		int32_t id = w ? pick_every(x, n, d, prev, l, w) : -1;
 		free(l);
 		free(w);
 		return id;

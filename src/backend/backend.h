@@ -354,8 +354,8 @@ struct toast_backend_ops {
 	 * NULL the largest (top()'s order: the lower index among equals, NaN never, id 0 when all
 	 * are NaN), else the draw d (d->n_top <= TOAST_TOP_MAX, d->n_recent too) as
 	 * toast_draw_pick makes it on the host from top()'s answer (draw.h; with d->prev, the
-	 * token of the pick queued before this one counts as seen), or, d->n_top 0, as
-	 * toast_draw_every makes it from every logit; at most two are pending.
+	 * token of the pick queued before this one counts as seen), or, d->n_top 0, from every
+	 * logit, as toast_pick_host makes it; at most two are pending.
 	 * begin_step_pick(pos) is begin_step for one token at pos that is the last pick queued,
 	 * read on the device. pick_read() waits for the oldest pending pick and returns its token
 	 * (-1 on a backend failure, err set).
@@ -373,15 +373,12 @@ int toast_top_host(const float *x, int n, int m, int32_t *ids, float *vals);
  * there are no more than k. keys: scratch of n. */
 uint64_t toast_top_key(const float *x, int n, int k, uint64_t *keys);
 struct toast_draw;
-/* The draw d with d->n_top 0 over every logit of x[0..n) (host memory; n <= TOAST_DRAW_WIDE_MAX),
- * prev the pending pick's token (counted when d->prev): the penalty on every token seen, then
- * the best (temperature 0), toast_draw_pick's draw from the top_k best (top_k 1..TOAST_TOP_MAX),
- * or toast_draw_wide's from all or (top_k over TOAST_TOP_MAX) from the top_k best. Scratch: l of
- * n, w of 2n. The token. */
-int32_t toast_draw_every(const float *x, int n, const struct toast_draw *d, int32_t prev, float *l, uint64_t *w);
 /* What a pick (toast_backend_ops.pick) of x[0..n) (host memory) chooses, prev the pending pick's
- * token: the largest (d NULL), toast_draw_pick's draw from top()'s d->n_top largest, or, n_top 0,
- * toast_draw_every's; -1 when its scratch cannot be had. */
+ * token (counted when d->prev): the largest (d NULL), toast_draw_pick's draw from top()'s
+ * d->n_top largest, or, n_top 0, the draw from every logit (n <= TOAST_DRAW_WIDE_MAX): the penalty
+ * on every token seen, then the best (temperature 0), toast_draw_pick's draw from the top_k best
+ * (top_k 1..TOAST_TOP_MAX), or toast_draw_wide's from all or (top_k over TOAST_TOP_MAX) from the
+ * top_k best; -1 when its scratch cannot be had. */
 int32_t toast_pick_host(const float *x, int n, const struct toast_draw *d, int32_t prev);
 
 struct toast_backend {

@@ -702,7 +702,7 @@ static void pick_launch(struct cuda_backend *cb, const float *x, int n, const st
 	/* with a penalty over 1, the runs are made of the penalised logits (scan) where the draw's k
 	 * best of them are among the n_top largest, as toast_sampler_top_need says: where the k it
 	 * draws from and the tokens seen fit in n_top (toast_draw_pick's answer is then the same);
-	 * from every logit (n_top 0), with any penalty: toast_draw_every's answer */
+	 * from every logit (n_top 0), with any penalty: toast_pick_host's answer */
 	struct toast_draw dd = *d;
 	bool every = d->n_top == 0,
 	     wide = every && d->temperature > 0 && (d->top_k == 0 || d->top_k > TOAST_TOP_MAX);
