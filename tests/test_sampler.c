@@ -306,21 +306,17 @@ static void test_wide_exact(void)
 				uint64_t kmin = keys[(c + j) % 3];
 				bad += toast_draw_wide(l, V, kmin, &d, p) != wide_ref(l, V, kmin, &d);
 			}
-			/* the sampler: top_k 0 and 2000 against toast_draw_wide with the same uniform */
+			/* the sampler: top_k 0 and 2000 against toast_draw_wide with the same uniform (the
+			 * first a twin sampler gives a backend's draw) */
 			for (int kk = 0; kk < 2; kk++) {
 				struct toast_sampling sg = sampling(d.temperature, kk ? 2000 : 0, d.top_p, d.min_p, 1, 5 + (uint64_t)c);
-				struct toast_sampler *a = mk_from(&sg, V);
-				uint64_t st = 5 + (uint64_t)c, g[4]; /* the sampler's generator, as sampler.c seeds it */
-				for (int q = 0; q < 4; q++) {
-					uint64_t zz = (st += 0x9E3779B97F4A7C15ull);
-					zz = (zz ^ (zz >> 30)) * 0xBF58476D1CE4E5B9ull;
-					zz = (zz ^ (zz >> 27)) * 0x94D049BB133111EBull;
-					g[q] = zz ^ (zz >> 31);
-				}
-				uint64_t rr = ((g[1] * 5) << 7 | (g[1] * 5) >> 57) * 9;
-				d.u = (double)(rr >> 11) * 0x1.0p-53;
+				struct toast_sampler *a = mk_from(&sg, V), *b = mk_from(&sg, V);
+				struct toast_draw bd;
+				CHECK(toast_sampler_backend_draw(b, &bd), "a sampled draw");
+				d.u = bd.u;
 				bad_s += toast_sampler_sample(a, l) != toast_draw_wide(l, V, kk ? keys[2] : 0, &d, p);
 				toast_sampler_free(a);
+				toast_sampler_free(b);
 			}
 		}
 	}
