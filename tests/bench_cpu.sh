@@ -2,9 +2,9 @@
 # toasted bench end to end on the CPU, on the small synthetic Qwen3-Next shape
 # (bench/qwen3next-small.json: random weights made at load): decode through generation, greedy
 # and drawn from the top 20 with a repetition penalty (the sampler's top + penalty window), and
-# from every logit (top-k 0: a nucleus; top-k 300; min-p with a penalty under 1), a row for every --ctx; a bad option fails with exit
-# status 2. Speed is not judged here
-# (docs/PERF.md holds the figures); that the benchmark runs and reports is.
+# from every logit (top-k 0: a nucleus; top-k 300; min-p with a penalty under 1), a row for every
+# --ctx; a bad option fails with exit status 2. Speed is not judged here (docs/PERF.md holds the
+# figures); that the benchmark runs and reports is.
 set -u
 BIN=${TOASTED_BIN:-build}/toasted
 CFG=bench/qwen3next-small.json
