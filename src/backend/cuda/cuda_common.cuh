@@ -68,6 +68,7 @@ struct cuda_backend {
 	cudaEvent_t pick_done[2];
 	int pick_pos[2];
 	int pick_next, pick_pending;
+	int wide_per_sm[4]; /* blocks of k_pick_wide<1 << i> resident on an SM (0: not asked yet) */
 	/* device scratch for ops, grown outside graph capture; scratch2 for buffers sized later in an
 	 * op than the first (growing one must not move the other); scratch3 for an op around another
 	 * (a dense MLP's gate and up products around the matmul that makes them) */

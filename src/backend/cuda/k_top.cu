@@ -497,22 +497,55 @@ __device__ __forceinline__ void wide_sums(const unsigned (&ov)[E], const unsigne
 			atomicAdd(gsum + j, s[j]);
 }
 
-/* the sum of what the blocks before this one left at part[b] (warp 0; in every thread after) */
-__device__ __forceinline__ unsigned long long wide_before(const unsigned long long *part, unsigned long long *sh)
+/* the sum of what the blocks before this one left at part[b] (warp 0; in every thread after);
+ * *all (when not NULL) the sum of every block's */
+__device__ __forceinline__ unsigned long long wide_before(const unsigned long long *part, unsigned long long *sh,
+							  unsigned long long *all)
 {
 	if (threadIdx.x < 32) {
-		unsigned long long off = 0;
-		for (int b = threadIdx.x; b < (int)blockIdx.x; b += 32)
-			off += __ldcg(part + b);
-		for (int s = 16; s > 0; s >>= 1)
+		unsigned long long off = 0, tot = 0;
+		for (int b = threadIdx.x; b < (int)(all ? gridDim.x : blockIdx.x); b += 32) {
+			unsigned long long v = __ldcg(part + b);
+			off += b < (int)blockIdx.x ? v : 0;
+			tot += v;
+		}
+		for (int s = 16; s > 0; s >>= 1) {
 			off += __shfl_xor_sync(0xffffffffu, off, s);
+			tot += __shfl_xor_sync(0xffffffffu, tot, s);
+		}
 		if (threadIdx.x == 0)
-			sh[0] = off;
+			sh[0] = off, sh[1] = tot;
 	}
 	__syncthreads();
 	unsigned long long off = sh[0];
+	if (all)
+		*all = sh[1];
 	__syncthreads();
 	return off;
+}
+
+/* the order at which val's sums (the grid's, from the top order down) first exceed cut, by three
+ * rounds of digits, each round's sums at gs + rd * WIDE_BINS made whole by a barrier. Round 0's
+ * are summed here when f >= 0, and cut is then toast_draw_cut(f, *z) once they are whole; else
+ * they are the caller's, whole. *above becomes the sum above the order found. */
+template <int E>
+__device__ __forceinline__ unsigned wide_search(const unsigned (&ov)[E], const unsigned long long (&val)[E],
+						unsigned long long *gs, double f, const unsigned long long *z,
+						unsigned long long cut, unsigned long long *above,
+						unsigned long long *sums, unsigned long long *sh, unsigned *bar)
+{
+	unsigned o = 0;
+	*above = 0;
+	for (int rd = 0; rd < 3; rd++) {
+		if (rd > 0 || f >= 0) {
+			wide_sums<E>(ov, val, rd, o, gs + rd * WIDE_BINS, sums);
+			wide_sync(bar);
+		}
+		if (rd == 0 && f >= 0)
+			cut = toast_draw_cut(f, __ldcg(z));
+		o = toast_draw_pre(o, rd, wide_digit(gs + rd * WIDE_BINS, rd == 2 ? 1024 : 2048, cut, above, sh));
+	}
+	return o;
 }
 
 template <int E>
@@ -576,16 +609,9 @@ __global__ void __launch_bounds__(WIDE_THREADS)
 			atomicAdd(g + WIDE_N, tot);
 		wide_sync(bar);
 		if ((unsigned long long)d.top_k < __ldcg(g + WIDE_N)) {
-			unsigned long long above = 0, cut = (unsigned long long)d.top_k - 1, ties = 0;
-			unsigned kth = 0;
-			for (int rd = 0; rd < 3; rd++) {
-				unsigned long long *gs = g + WIDE_CNT + rd * WIDE_BINS;
-				if (rd > 0) {
-					wide_sums<E>(ov, w, rd, kth, gs, sums);
-					wide_sync(bar);
-				}
-				kth = toast_draw_pre(kth, rd, wide_digit(gs, rd == 2 ? 1024 : 2048, cut, &above, sh));
-			}
+			unsigned long long above, ties = 0;
+			unsigned kth = wide_search<E>(ov, w, g + WIDE_CNT, -1, NULL, (unsigned long long)d.top_k - 1, &above,
+						      sums, sh, bar);
 #pragma unroll
 			for (int q = 0; q < E; q++)
 				ties += ov[q] == kth;
@@ -593,7 +619,7 @@ __global__ void __launch_bounds__(WIDE_THREADS)
 			if (tid == 0)
 				g[WIDE_TIE + blockIdx.x] = tot;
 			wide_sync(bar);
-			before += wide_before(g + WIDE_TIE, sh);
+			before += wide_before(g + WIDE_TIE, sh, NULL);
 #pragma unroll
 			for (int q = 0; q < E; q++) {
 				cand[q] = ov[q] > kth || (ov[q] == kth && before < need);
@@ -614,14 +640,8 @@ __global__ void __launch_bounds__(WIDE_THREADS)
 		atomicAdd(g + WIDE_Z, tot);
 	unsigned least = 0; /* the nucleus' least order */
 	if (d.top_p < 1) {
-		unsigned long long above = 0, cut = 0;
-		for (int rd = 0; rd < 3; rd++) {
-			wide_sums<E>(ov, w, rd, least, g + rd * WIDE_BINS, sums);
-			wide_sync(bar);
-			if (rd == 0)
-				cut = toast_draw_cut(d.top_p, __ldcg(g + WIDE_Z));
-			least = toast_draw_pre(least, rd, wide_digit(g + rd * WIDE_BINS, rd == 2 ? 1024 : 2048, cut, &above, sh));
-		}
+		unsigned long long above;
+		least = wide_search<E>(ov, w, g, d.top_p, g + WIDE_Z, 0, &above, sums, sh, bar);
 	}
 	unsigned long long ts = 0;
 	bool kept[E];
@@ -634,16 +654,8 @@ __global__ void __launch_bounds__(WIDE_THREADS)
 	if (tid == 0)
 		g[WIDE_BSUM + blockIdx.x] = tot;
 	wide_sync(bar);
-	if (tid < 32) { /* the kept weights' sum */
-		unsigned long long kz = 0;
-		for (int b = tid; b < (int)gridDim.x; b += 32)
-			kz += __ldcg(g + WIDE_BSUM + b);
-		for (int s = 16; s > 0; s >>= 1)
-			kz += __shfl_xor_sync(0xffffffffu, kz, s);
-		if (tid == 0)
-			sh[1] = toast_draw_cut(d.u, kz);
-	}
-	unsigned long long off = wide_before(g + WIDE_BSUM, sh), cut = sh[1] - off; /* (wraps below: not here) */
+	unsigned long long kz, off = wide_before(g + WIDE_BSUM, sh, &kz);
+	unsigned long long cut = toast_draw_cut(d.u, kz) - off; /* (wraps below: not here) */
 	if (cut < tot && excl <= cut && cut < excl + ts) { /* the token is this thread's */
 		unsigned long long acc = excl;
 #pragma unroll
@@ -674,9 +686,10 @@ static void pick_wide(struct cuda_backend *cb, const float *x, int n, const stru
 		      const struct top_recent &r, struct pick_out o, const unsigned long long *prev_key)
 {
 	for (int ei = 0; ei < 4; ei++) {
-		int per = cu_per_sm((const void *)pick_wide_k[ei], WIDE_THREADS, 0);
+		if (!cb->wide_per_sm[ei])
+			cb->wide_per_sm[ei] = cu_per_sm((const void *)pick_wide_k[ei], WIDE_THREADS, 0);
 		unsigned blocks = cu_blocks((size_t)n, WIDE_THREADS << ei);
-		if (blocks > (unsigned)(per * cb->n_sm) || blocks > CU_PICK_KEYS - WIDE_BSUM)
+		if (blocks > (unsigned)(cb->wide_per_sm[ei] * cb->n_sm) || blocks > CU_PICK_KEYS - WIDE_BSUM)
 			continue;
 		cu_launch_coop(cb, pick_wide_k[ei], blocks, WIDE_THREADS, 0, x, n, *d, r, prev_key, cb->d_pick,
 			       cb->counters + CU_CTR_WIDE, o);
@@ -684,7 +697,7 @@ static void pick_wide(struct cuda_backend *cb, const float *x, int n, const stru
 		return;
 	}
 	cu_fail_msg(cb, "pick: a draw from every one of %d logits (at most %d on this device)", n,
-		    cu_per_sm((const void *)pick_wide_k[3], WIDE_THREADS, 0) * cb->n_sm * WIDE_THREADS * 8);
+		    cb->wide_per_sm[3] * cb->n_sm * WIDE_THREADS * 8);
 }
 
 /* a pick of x[0, n) (d NULL: the largest; else drawn by d) into o; prev_key (device memory):
