@@ -750,6 +750,24 @@ static const struct moe_types moe_mlx4 = {TOAST_DT_MLX8, TOAST_DT_MLX4, TOAST_DT
 static const struct moe_types moe_mlx8 = {TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8, TOAST_DT_MLX8};
 static const struct moe_types moe_q5k = {TOAST_DT_BF16, TOAST_DT_Q5_K, TOAST_DT_Q5_K, TOAST_DT_Q5_K};
 
+/* the experts' planes one after another in one buffer a plane, as a GGUF or MLX tensor holds
+ * them (the CUDA backend then uploads many at once); j: the three buffers, to free */
+static void join_experts(struct toast_experts *X, void *j[3])
+{
+	const struct toast_weight *w0 = &X->w[0];
+	bool mlx = w0->type == TOAST_DT_MLX4 || w0->type == TOAST_DT_MLX8;
+	size_t ns = mlx ? (size_t)w0->n_out * (size_t)(w0->n_in / w0->group_size) * (w0->sb_type == TOAST_DT_F32 ? 4 : 2) : 0;
+	size_t nq = w0->n_bytes - 2 * ns, n[3] = {nq, ns, ns};
+	for (int p = 0; p < 3; p++) {
+		j[p] = n[p] ? malloc(n[p] * (size_t)X->n_expert) : NULL;
+		for (int e = 0; n[p] && e < X->n_expert; e++) {
+			const void **at = p == 0 ? &X->w[e].data : p == 1 ? &X->w[e].scales : &X->w[e].biases;
+			memcpy((char *)j[p] + n[p] * (size_t)e, *at, n[p]);
+			*at = (char *)j[p] + n[p] * (size_t)e;
+		}
+	}
+}
+
 /* the routed experts' up of type up (gate: ty->gate_up) */
 static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int Fs, bool norm_topk, bool sh_gate,
 			const struct moe_types *ty, enum toast_dtype up)
@@ -779,6 +797,8 @@ static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int F
 		dw[e] = mkw(ty->down, E, F, 0.2, 0);
 		G.w[e] = gw[e].w, U.w[e] = uw[e].w, D.w[e] = dw[e].w;
 	}
+	void *gj[3]; /* gate's experts in one buffer (a file's way), up's and down's each its own */
+	join_experts(&G, gj);
 	enum toast_dtype st = Fs ? ty->shared : TOAST_DT_BF16;
 	struct hw sg = mkw(st, Fs ? Fs : 1, E, 0.2, 0), su = mkw(st, Fs ? Fs : 1, E, 0.2, 0);
 	struct hw sd = mkw(st, E, Fs ? Fs : 1, 0.2, 0), sgi = mkw(TOAST_DT_BF16, 1, E, 0.3, 0);
@@ -857,7 +877,7 @@ static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int F
 	freew(&nw), free(hd);
 	for (int e2 = 0; e2 < ne; e2++)
 		freew(&gw[e2]), freew(&uw[e2]), freew(&dw[e2]);
-	free(gw), free(uw), free(dw), free(G.w), free(U.w), free(D.w);
+	free(gw), free(uw), free(dw), free(G.w), free(U.w), free(D.w), free(gj[0]), free(gj[1]), free(gj[2]);
 	freew(&router), freew(&sg), freew(&su), freew(&sd), freew(&sgi);
 	free(h), free(x0), free(x), free(ref), free(p), free(act), free(sel);
 }

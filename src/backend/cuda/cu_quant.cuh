@@ -1459,9 +1459,13 @@ static bool cu_with_kq(int type, Fn fn)
 
 /* ---- k_quant.cu ---- */
 
-/* Write w's data (host, file layout) into dst in the device layout l. */
-enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l,
-			      struct toast_error *err);
+/* Write the data (host, file layout) of w[0, count) into dst + i * stride in the device layout l.
+ * With count > 1 each weight's planes follow the one's before in memory (cu_q_follows), as the
+ * experts of a GGUF or MLX tensor do, and are copied many at a time. */
+enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, size_t stride, const struct toast_weight *w, int count,
+			      const cu_layout &l, struct toast_error *err);
+/* whether b's planes lie right after a's (both of layout l) */
+bool cu_q_follows(const struct toast_weight *a, const struct toast_weight *b, const cu_layout &l);
 /* Fill dst with the synthetic weight w (backend/synth_quant.h) in the device layout l. */
 void cu_q_fill_synthetic(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l);
 /* Rows [r0, r0 + n) of matrix e of w, dequantised to bf16 [n][n_in] in out; lo (if not NULL)

@@ -8,10 +8,12 @@
  * f32 (quantised ones dequantised at upload). Expert sets are packed into one buffer whose base
  * is toast_experts.dev, expert e at e * cu_wd_experts().stride.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cuda/cu_quant.cuh"
 
@@ -273,13 +275,91 @@ static enum toast_status cu_own(struct cuda_backend *cb, size_t n, void **out, c
 	return TOAST_OK;
 }
 
-/* n bytes from host memory to dst, ordered on the backend's stream: a plain cudaMemcpy runs on
- * the legacy stream, which the non-blocking stream does not wait for, and returns before its
- * DMA lands, so a kernel reading dst could see part of the old bytes. A pageable src is staged
- * before this returns: it may be freed at once. */
+#define CU_STAGE_BYTES ((size_t)32 << 20) /* a pinned upload slot's */
+
+/* memcpy by up to `threads` threads: what bounds a weight upload on one core is reading the
+ * mapped file (its page faults, the page cache) */
+struct cu_part {
+	char *dst;
+	const char *src;
+	size_t n;
+};
+
+static void *cu_part_copy(void *arg)
+{
+	struct cu_part *c = (struct cu_part *)arg;
+	memcpy(c->dst, c->src, c->n);
+	return NULL;
+}
+
+static void cu_memcpy_par(void *dst, const void *src, size_t n, int threads)
+{
+	enum { MAX_T = 16 };
+	int t = n < ((size_t)4 << 20) ? 1 : threads < MAX_T ? threads : MAX_T;
+	size_t per = (n / t + 4095) & ~(size_t)4095;
+	struct cu_part part[MAX_T];
+	pthread_t th[MAX_T];
+	bool started[MAX_T] = {false};
+	for (int i = 0; i < t; i++) {
+		size_t at = per * i < n ? per * i : n;
+		part[i] = (struct cu_part){(char *)dst + at, (const char *)src + at, n - at < per ? n - at : per};
+	}
+	for (int i = 1; i < t; i++)
+		if (part[i].n && !(started[i] = pthread_create(&th[i], NULL, cu_part_copy, &part[i]) == 0))
+			cu_part_copy(&part[i]);
+	cu_part_copy(&part[0]);
+	for (int i = 1; i < t; i++)
+		if (started[i])
+			pthread_join(th[i], NULL);
+}
+
+static void cu_stage_free(struct cuda_backend *cb)
+{
+	for (int i = 0; i < 2; i++) {
+		if (cb->stage_done[i])
+			cudaEventSynchronize(cb->stage_done[i]), cudaEventDestroy(cb->stage_done[i]);
+		cudaFreeHost(cb->stage[i]); /* (NULL: nothing) */
+		cb->stage[i] = NULL;
+		cb->stage_done[i] = NULL;
+	}
+}
+
+static bool cu_stage_init(struct cuda_backend *cb)
+{
+	for (int i = 0; i < 2; i++)
+		if (cudaMallocHost(&cb->stage[i], CU_STAGE_BYTES) != cudaSuccess ||
+		    cudaEventCreateWithFlags(&cb->stage_done[i], cudaEventDisableTiming) != cudaSuccess) {
+			cudaGetLastError();
+			cu_stage_free(cb);
+			return false;
+		}
+	long c = sysconf(_SC_NPROCESSORS_ONLN);
+	cb->copy_threads = c < 4 ? 1 : c > 32 ? 16 : (int)(c / 2);
+	return true;
+}
+
+/* n bytes from host memory to dst, ordered on the backend's stream (a plain cudaMemcpy runs on
+ * the legacy stream, which the non-blocking stream does not wait for). src is copied before this
+ * returns (it may be freed at once): into a pinned slot whose copy to the device then runs while
+ * the next upload fills the other slot, or, where pinned memory is short, by the driver's own
+ * staging of pageable memory. */
 bool cu_copy_in(struct cuda_backend *cb, void *dst, const void *src, size_t n)
 {
-	return cu_fail(cb, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cb->stream), "weight upload");
+	if (!cb->stage[0] && !cu_stage_init(cb))
+		return cu_fail(cb, cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cb->stream), "weight upload");
+	for (size_t at = 0; at < n; at += CU_STAGE_BYTES) {
+		size_t k = n - at < CU_STAGE_BYTES ? n - at : CU_STAGE_BYTES;
+		int s = cb->stage_next;
+		cb->stage_next ^= 1;
+		if (cu_fail(cb, cudaEventSynchronize(cb->stage_done[s]), "weight upload"))
+			return true;
+		cu_memcpy_par(cb->stage[s], (const char *)src + at, k, cb->copy_threads);
+		if (cu_fail(cb, cudaMemcpyAsync((char *)dst + at, cb->stage[s], k, cudaMemcpyHostToDevice, cb->stream),
+			    "weight upload") ||
+		    cu_fail(cb, cudaEventRecord(cb->stage_done[s], cb->stream), "weight upload"))
+			return true;
+	}
+	return false;
 }
 
 /* Upload host weight data (F32, F16 or BF16) into dst as dst_type (BF16 or F32). */
@@ -369,7 +449,7 @@ static enum toast_status cu_prepare_into(struct cuda_backend *cb, struct toast_w
 		return cb->failed ? toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", w->name, cb->fail_msg) : TOAST_OK;
 	}
 	if (quant)
-		return cu_q_upload(cb, dst, w, l, err);
+		return cu_q_upload(cb, dst, 0, w, 1, l, err);
 	if (toast_dtype_is_quant(w->type))
 		return cu_upload_qvector(cb, dst, w, err);
 	return cu_upload(cb, dst, w->dev_type, w, err);
@@ -419,7 +499,17 @@ static enum toast_status cuda_prepare_experts(struct toast_backend *be, struct t
 		    (cu_is_mlx(w->type) && (w->sb_type != w0->sb_type || w->group_size != w0->group_size)))
 			return toast_err_set(err, TOAST_ERR_FORMAT, "%s: experts of different shapes or types", w->name);
 		w->dev_type = w0->dev_type;
-		rc = cu_prepare_into(cb, w, (char *)d + stride * (size_t)e, l, err);
+		w->dev = (char *)d + stride * (size_t)e;
+	}
+	/* quantised experts whose bytes lie one after another (a GGUF or MLX tensor of them) go up
+	 * many at a time; any others one by one */
+	bool quant = toast_dtype_is_quant(w0->dev_type);
+	for (int e = 0, run; rc == TOAST_OK && e < x->n_expert; e += run) {
+		struct toast_weight *w = &x->w[e];
+		run = 1;
+		while (quant && w->data && e + run < x->n_expert && cu_q_follows(&w[run - 1], &w[run], l))
+			run++;
+		rc = run > 1 ? cu_q_upload(cb, w->dev, stride, w, run, l, err) : cu_prepare_into(cb, w, w->dev, l, err);
 	}
 	return rc == TOAST_OK ? cuda_sync(be, err) : rc;
 }
@@ -687,6 +777,7 @@ static void cuda_free(struct toast_backend *be)
 	cudaFreeHost(cb->h_step);
 	cudaFreeHost(cb->h_top);
 	cudaFreeHost(cb->h_pick);
+	cu_stage_free(cb);
 	cudaFree(cb->d_pick);
 	cudaFree(cb->cublas_ws);
 	cudaFree(cb->counters);

@@ -69,6 +69,12 @@ struct cuda_backend {
 	int pick_pos[2];
 	int pick_next, pick_pending;
 	int wide_per_sm[4]; /* blocks of k_pick_wide<1 << i> resident on an SM (0: not asked yet) */
+	/* weight uploads (cu_copy_in) go through two pinned slots of 32 MB, filled by up to
+	 * copy_threads threads while the other slot's copy to the device runs; stage_done[i]: the
+	 * copy that last read slot i. Allocated at the first upload. */
+	void *stage[2];
+	cudaEvent_t stage_done[2];
+	int stage_next, copy_threads;
 	/* device scratch for ops, grown outside graph capture; scratch2 for buffers sized later in an
 	 * op than the first (growing one must not move the other); scratch3 for an op around another
 	 * (a dense MLP's gate and up products around the matmul that makes them) */

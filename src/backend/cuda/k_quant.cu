@@ -57,70 +57,99 @@ static enum toast_status q_copy(struct cuda_backend *cb, void *dst, const void *
 	return TOAST_OK;
 }
 
-/* a tiled weight's padding rows are zeros (kernels read them, and drop what they give) */
-static void q_zero_tiles(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l)
+/* a tiled weight's padding rows are zeros (kernels read them, and drop what they give); count
+ * weights stride bytes apart */
+static void q_zero_tiles(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l,
+			 size_t stride, int count)
 {
 	if (l.tiled && w->n_out % 16)
-		cu_fail(cb, cudaMemsetAsync(dst, 0, l.bytes, cb->stream), "weight padding");
+		cu_fail(cb, cudaMemsetAsync(dst, 0, stride * (size_t)(count - 1) + l.bytes, cb->stream), "weight padding");
 }
 
-/* n file bytes to the scratch buffer, then place(tmp) puts them where they go on the device (a
- * kernel named what) */
+/* count items of n file bytes each, one after another at src: copied to the device scratch, many
+ * at a time (up to 64 MB), then each put where it goes by place(tmp, i) (a kernel named what).
+ * Nothing waits for those kernels here: the stream orders the scratch's next copy after them. */
 template <typename Fn>
-static enum toast_status q_placed(struct cuda_backend *cb, const void *src, size_t n, const char *name, const char *what,
-				  struct toast_error *err, Fn place)
+static enum toast_status q_placed(struct cuda_backend *cb, const void *src, size_t n, int count, const char *name,
+				  const char *what, struct toast_error *err, Fn place)
 {
-	uint8_t *tmp = (uint8_t *)cu_scratch(cb, n);
+	const size_t batch = (size_t)64 << 20;
+	int per = n >= batch ? 1 : (int)(batch / n) < count ? (int)(batch / n) : count;
+	uint8_t *tmp = (uint8_t *)cu_scratch(cb, n * (size_t)per);
 	if (!tmp)
 		return toast_err_set(err, TOAST_ERR_NOMEM, "%s: %s", name, cb->fail_msg);
-	enum toast_status rc = q_copy(cb, tmp, src, n, name, err);
-	if (rc != TOAST_OK)
-		return rc;
-	place((const uint8_t *)tmp);
-	cu_launched(cb, what);
-	/* the scratch is reused by the next upload: finish this one */
-	if (cu_fail(cb, cudaStreamSynchronize(cb->stream), what) || cb->failed)
-		return toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", name, cb->fail_msg);
+	for (int i = 0; i < count; i += per) {
+		int k = count - i < per ? count - i : per;
+		enum toast_status rc = q_copy(cb, tmp, (const uint8_t *)src + n * (size_t)i, n * (size_t)k, name, err);
+		if (rc != TOAST_OK)
+			return rc;
+		for (int j = 0; j < k; j++)
+			place(tmp + n * (size_t)j, i + j);
+		cu_launched(cb, what);
+		if (cb->failed)
+			return toast_err_set(err, TOAST_ERR_BACKEND, "%s: %s", name, cb->fail_msg);
+	}
 	return TOAST_OK;
 }
 
-/* n bytes of a row-major plane into dst tiled (cu_tile_pos) */
-static enum toast_status q_tile_copy(struct cuda_backend *cb, uint8_t *dst, const void *src, size_t n, int64_t row_bytes,
-				     int mu, const char *name, struct toast_error *err)
+/* a row-major plane of n bytes a weight (count of them one after another at src) into each
+ * weight's place at dst + i * stride, tiled (cu_tile_pos) */
+static enum toast_status q_tile_copy(struct cuda_backend *cb, uint8_t *dst, size_t stride, const void *src, size_t n,
+				     int count, int64_t row_bytes, int mu, const char *name, struct toast_error *err)
 {
-	return q_placed(cb, src, n, name, "weight tiles", err, [&](const uint8_t *tmp) {
-		cu_launch(cb, k_q_tile, q_grid(n), 256, 0, dst, tmp, n, row_bytes, mu);
+	return q_placed(cb, src, n, count, name, "weight tiles", err, [&](const uint8_t *tmp, int i) {
+		cu_launch(cb, k_q_tile, q_grid(n), 256, 0, dst + stride * (size_t)i, tmp, n, row_bytes, mu);
 	});
 }
 
-enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l,
-			      struct toast_error *err)
+/* a plane's bytes a weight in the file: codes, and for MLX the scales' and the biases' */
+static void q_planes(const struct toast_weight *w, const cu_layout &l, size_t *nq, size_t *ns)
+{
+	*nq = cu_is_mlx(w->type) ? (size_t)l.q_row * (size_t)w->n_out : w->n_bytes;
+	*ns = cu_is_mlx(w->type) ? (size_t)l.m_row * (size_t)w->n_out : 0;
+}
+
+bool cu_q_follows(const struct toast_weight *a, const struct toast_weight *b, const cu_layout &l)
+{
+	size_t nq, ns;
+	q_planes(a, l, &nq, &ns);
+	return b->data == (const uint8_t *)a->data + nq &&
+	       (!ns || (b->scales == (const uint8_t *)a->scales + ns && b->biases == (const uint8_t *)a->biases + ns));
+}
+
+enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, size_t stride, const struct toast_weight *w, int count,
+			      const cu_layout &l, struct toast_error *err)
 {
 	uint8_t *d = (uint8_t *)dst;
-	size_t nq = (size_t)l.q_row * (size_t)w->n_out;
-	if (cu_is_mlx(w->type)) {
-		size_t ns = (size_t)l.m_row * (size_t)w->n_out;
-		if (l.tiled) {
-			int mu = toast_dtypes[w->sb_type].type_size;
-			q_zero_tiles(cb, d, w, l);
-			enum toast_status rc = q_tile_copy(cb, d, w->data, nq, l.q_row, 0, w->name, err);
-			if (rc == TOAST_OK)
-				rc = q_tile_copy(cb, d + l.m_off, w->scales, ns, l.m_row, mu, w->name, err);
-			return rc == TOAST_OK ? q_tile_copy(cb, d + l.b_off, w->biases, ns, l.m_row, mu, w->name, err) : rc;
-		}
-		enum toast_status rc = q_copy(cb, d, w->data, nq, w->name, err);
+	size_t nq, ns;
+	q_planes(w, l, &nq, &ns);
+	if (cu_is_mlx(w->type) && l.tiled) {
+		int mu = toast_dtypes[w->sb_type].type_size;
+		q_zero_tiles(cb, d, w, l, stride, count);
+		enum toast_status rc = q_tile_copy(cb, d, stride, w->data, nq, count, l.q_row, 0, w->name, err);
 		if (rc == TOAST_OK)
-			rc = q_copy(cb, d + l.m_off, w->scales, ns, w->name, err);
-		return rc == TOAST_OK ? q_copy(cb, d + l.b_off, w->biases, ns, w->name, err) : rc;
+			rc = q_tile_copy(cb, d + l.m_off, stride, w->scales, ns, count, l.m_row, mu, w->name, err);
+		return rc == TOAST_OK ? q_tile_copy(cb, d + l.b_off, stride, w->biases, ns, count, l.m_row, mu, w->name, err)
+				      : rc;
 	}
-	cu_qgeo g = cu_qgeo_for(w->type, w->n_in);
-	if (g.qb == g.bs)
-		return q_copy(cb, d, w->data, w->n_bytes, w->name, err);
-	/* split (and tiled) on the device */
-	q_zero_tiles(cb, d, w, l);
-	return q_placed(cb, w->data, w->n_bytes, w->name, "weight split", err, [&](const uint8_t *tmp) {
-		cu_launch(cb, k_q_split, q_grid(w->n_bytes), 256, 0, d, tmp, w->n_bytes, g, l.m_off, (int64_t)(w->n_in / g.blck));
-	});
+	cu_qgeo g = cu_is_mlx(w->type) ? cu_qgeo{} : cu_qgeo_for(w->type, w->n_in);
+	if (!cu_is_mlx(w->type) && g.qb != g.bs) { /* split (and tiled) on the device */
+		q_zero_tiles(cb, d, w, l, stride, count);
+		return q_placed(cb, w->data, nq, count, w->name, "weight split", err, [&](const uint8_t *tmp, int i) {
+			cu_launch(cb, k_q_split, q_grid(nq), 256, 0, d + stride * (size_t)i, tmp, nq, g, l.m_off,
+				  (int64_t)(w->n_in / g.blck));
+		});
+	}
+	/* as in the file: each weight's planes by a copy of their own */
+	enum toast_status rc = TOAST_OK;
+	for (int i = 0; rc == TOAST_OK && i < count; i++, d += stride) {
+		rc = q_copy(cb, d, (const uint8_t *)w->data + nq * (size_t)i, nq, w->name, err);
+		if (rc == TOAST_OK && ns)
+			rc = q_copy(cb, d + l.m_off, (const uint8_t *)w->scales + ns * (size_t)i, ns, w->name, err);
+		if (rc == TOAST_OK && ns)
+			rc = q_copy(cb, d + l.b_off, (const uint8_t *)w->biases + ns * (size_t)i, ns, w->name, err);
+	}
+	return rc;
 }
 
 void cu_q_fill_synthetic(struct cuda_backend *cb, void *dst, const struct toast_weight *w, const cu_layout &l)
@@ -129,7 +158,7 @@ void cu_q_fill_synthetic(struct cuda_backend *cb, void *dst, const struct toast_
 	uint64_t seed = toast_synthetic_seed(w->name);
 	size_t nq = cu_is_mlx(w->type) ? (size_t)l.q_row * (size_t)w->n_out : w->n_bytes;
 	bool mlx = cu_is_mlx(w->type);
-	q_zero_tiles(cb, d, w, l);
+	q_zero_tiles(cb, d, w, l, 0, 1);
 	cu_launch(cb, k_q_synth, q_grid(nq), 256, 0, d, nq, (int)w->type, cu_qgeo_for(w->type, w->n_in), l.m_off, seed, w->n_in,
 		  (int64_t)(mlx && l.tiled ? l.q_row : 0));
 	if (mlx) {
