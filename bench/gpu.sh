@@ -2,7 +2,7 @@
 # One GPU session's work in one call: correctness of every CUDA op and model against the CPU
 # oracle, then timing. Run on the device machine from the repository root, with carry/gpu
 # (made here by tools/gpu-bundle.sh) carried. Full logs go to $OUT; a short table is printed last.
-# Usage: bench/gpu.sh [quick|full|perf|cache|quant|ab|dab|pab|prec|probe|demo]   (cache: only the session cache's checks and benchmark)
+# Usage: bench/gpu.sh [quick|full|perf|cache|quant|ab|dab|pab|prec|probe|demo|load]   (cache: only the session cache's checks and benchmark)
 #   demo: the product on the GPU: the real demo model (SmolLM2-135M-Instruct, 98 MB: more than a
 #   run carries with the tree, so it comes in parts, see below) through test_smollm (CUDA against
 #   the CPU), tests/smollm_run.sh on the CUDA backend (`toasted run`, the daemon, `toast`), its
@@ -40,6 +40,28 @@ if [ "$MODE" = probe ]; then
 	for mb in 139 1600; do # DRAM read rate by grid shape: decode attention's at 68K, and a long stream
 		timeout 60 $B/read_probe $mb | tee -a "$OUT/probe.log"
 	done
+	exit 0
+fi
+# load: `toasted bench` of a whole-model GGUF file (Qwen3-Next-80B-A3B at Q4_K, 48 layers, ~45 GB)
+# whose data is a hole (bench/sparse-gguf.py; its metadata from the real-vocabulary test model's
+# conversion): the time from the file to a model on the GPU, twice (the first run's page cache
+# fill, then from the page cache), and decode from a file's layout. LOAD_LAYERS: fewer layers.
+if [ "$MODE" = load ]; then
+	D=${LOAD_DIR:-/tmp}
+	$B/toasted convert build/testdata/models/qwen3next-vocab -o $D/vocab.gguf --type q4_k_m >/dev/null &&
+		python3 bench/sparse-gguf.py $D/vocab.gguf $D/big.gguf --layers ${LOAD_LAYERS:-48} || exit 1
+	free -g | head -2
+	for r in 1 2; do
+		t0=$(date +%s.%N)
+		timeout 400 $B/toasted bench $D/big.gguf --backend cuda --prompt 1 --ctx 0 --decode 64 >"$OUT/load$r.log" 2>&1
+		rc=$?
+		summary+=("load run $r: rc=$rc, $(grep -o 'loaded in [0-9.]* s' "$OUT/load$r.log"), the whole run $(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $t0}") s; decode $(awk '/^0 +[0-9.]+ / {print $2 " tok/s, " $6 "x floor"}' "$OUT/load$r.log")")
+		cat "$OUT/load$r.log"
+	done
+	rm -f $D/big.gguf $D/vocab.gguf
+	echo
+	echo "==== summary ===="
+	printf '%s\n' "${summary[@]}"
 	exit 0
 fi
 # the session cache: restores and files bit for bit on the GPU, then time to first token with a
