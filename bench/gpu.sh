@@ -44,21 +44,30 @@ if [ "$MODE" = probe ]; then
 fi
 # load: `toasted bench` of a whole-model GGUF file (Qwen3-Next-80B-A3B at Q4_K, 48 layers, ~45 GB)
 # whose data is a hole (bench/sparse-gguf.py; its metadata from the real-vocabulary test model's
-# conversion): the time from the file to a model on the GPU, twice (the first run's page cache
-# fill, then from the page cache), and decode from a file's layout. LOAD_LAYERS: fewer layers.
+# conversion): the time from the file to a model on the GPU, in LOAD_ROUNDS rounds (default 2:
+# the first fills the page cache), and decode from a file's layout. LOAD_LAYERS: fewer layers;
+# LOAD_FILL=1: the data written (random bytes), and each run starts with the file's pages out of
+# the page cache (read from the disk); LOAD_ENVS="VAR=1,...": settings each round also runs under.
 if [ "$MODE" = load ]; then
 	D=${LOAD_DIR:-/tmp}
 	$B/toasted convert build/testdata/models/qwen3next-vocab -o $D/vocab.gguf --type q4_k_m >/dev/null &&
-		python3 bench/sparse-gguf.py $D/vocab.gguf $D/big.gguf --layers ${LOAD_LAYERS:-48} || exit 1
+		python3 bench/sparse-gguf.py $D/vocab.gguf $D/big.gguf --layers ${LOAD_LAYERS:-48} \
+			${LOAD_FILL:+--fill} || exit 1
 	free -g | head -2
-	for r in 1 2; do
-		t0=$(date +%s.%N)
-		timeout 400 $B/toasted bench $D/big.gguf --backend cuda --prompt 1 --ctx 0 --decode 64 >"$OUT/load$r.log" 2>&1
-		rc=$?
-		summary+=("load run $r: rc=$rc, $(grep -o 'loaded in [0-9.]* s' "$OUT/load$r.log"), the whole run $(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $t0}") s; decode $(awk '/^0 +[0-9.]+ / {print $2 " tok/s, " $6 "x floor"}' "$OUT/load$r.log")")
-		cat "$OUT/load$r.log"
+	IFS=, read -ra envs <<<"${LOAD_ENVS:-}"
+	for r in $(seq ${LOAD_ROUNDS:-2}); do
+		for ev in "" "${envs[@]}"; do
+			[ -n "${LOAD_FILL:-}" ] && python3 -c 'import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' $D/big.gguf
+			t0=$(date +%s.%N)
+			timeout 400 env $ev $B/toasted bench $D/big.gguf --backend cuda --prompt 1 --ctx 0 --decode 64 \
+				>"$OUT/load.tmp" 2>&1
+			rc=$?
+			summary+=("load round $r ${ev:-default}: rc=$rc, $(grep -o 'loaded in [0-9.]* s' "$OUT/load.tmp"), the whole run $(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $t0}") s; decode $(awk '/^0 +[0-9.]+ / {print $2 " tok/s, " $6 "x floor"}' "$OUT/load.tmp")")
+			cat "$OUT/load.tmp" >>"$OUT/load.log"
+		done
 	done
-	rm -f $D/big.gguf $D/vocab.gguf
+	rm -f $D/big.gguf $D/vocab.gguf "$OUT/load.tmp"
 	echo
 	echo "==== summary ===="
 	printf '%s\n' "${summary[@]}"

@@ -5,7 +5,9 @@ zeros that take no disk (ftruncate). It times what `toasted start` does with a r
 once its bytes are in the page cache: reading the header, mapping the data, and every upload to
 the GPU, with no download and no disk in the way (reading a hole costs a page of zeros).
 
-    python3 bench/sparse-gguf.py SMALL.gguf OUT.gguf [--layers N]
+    python3 bench/sparse-gguf.py SMALL.gguf OUT.gguf [--layers N] [--fill]
+
+--fill writes the data instead (random bytes, ~1 GB a layer), for a load from the disk.
 
 SMALL.gguf gives the metadata that is not the shape (the tokenizer, its merges, the chat
 template): a qwen3next file of `toasted convert` with the real vocabulary, e.g. of
@@ -90,6 +92,7 @@ def main():
     ap.add_argument("small")
     ap.add_argument("out")
     ap.add_argument("--layers", type=int, default=48)
+    ap.add_argument("--fill", action="store_true", help="write the data (random bytes) instead of a hole")
     a = ap.parse_args()
     with open(a.small, "rb") as f:
         r = Reader(f.read())
@@ -131,8 +134,15 @@ def main():
     head += b"\0" * (-len(head) % align)
     with open(a.out, "wb") as f:
         f.write(head)
-        f.truncate(len(head) + off)
-    print(f"{a.out}: {a.layers} layers, {len(infos)} tensors, {off / 1e9:.2f} GB of data (a hole)")
+        if a.fill:  # a random 64 MB block again and again: bytes the disk must give back
+            block = os.urandom(64 << 20)
+            for at in range(0, off, len(block)):
+                f.write(block[:min(len(block), off - at)])
+            f.flush()
+            os.fsync(f.fileno())
+        else:
+            f.truncate(len(head) + off)
+    print(f"{a.out}: {a.layers} layers, {len(infos)} tensors, {off / 1e9:.2f} GB of data ({'written' if a.fill else 'a hole'})")
 
 
 if __name__ == "__main__":
