@@ -132,7 +132,7 @@ enum toast_status cu_q_upload(struct cuda_backend *cb, void *dst, size_t stride,
 		return rc == TOAST_OK ? q_tile_copy(cb, d + l.b_off, stride, w->biases, ns, count, l.m_row, mu, w->name, err)
 				      : rc;
 	}
-	cu_qgeo g = cu_is_mlx(w->type) ? cu_qgeo{} : cu_qgeo_for(w->type, w->n_in);
+	cu_qgeo g = cu_qgeo_for(w->type, w->n_in);
 	if (!cu_is_mlx(w->type) && g.qb != g.bs) { /* split (and tiled) on the device */
 		q_zero_tiles(cb, d, w, l, stride, count);
 		return q_placed(cb, w->data, nq, count, w->name, "weight split", err, [&](const uint8_t *tmp, int i) {
@@ -156,7 +156,8 @@ void cu_q_fill_synthetic(struct cuda_backend *cb, void *dst, const struct toast_
 {
 	uint8_t *d = (uint8_t *)dst;
 	uint64_t seed = toast_synthetic_seed(w->name);
-	size_t nq = cu_is_mlx(w->type) ? (size_t)l.q_row * (size_t)w->n_out : w->n_bytes;
+	size_t nq, ns;
+	q_planes(w, l, &nq, &ns);
 	bool mlx = cu_is_mlx(w->type);
 	q_zero_tiles(cb, d, w, l, 0, 1);
 	cu_launch(cb, k_q_synth, q_grid(nq), 256, 0, d, nq, (int)w->type, cu_qgeo_for(w->type, w->n_in), l.m_off, seed, w->n_in,
