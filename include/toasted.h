@@ -148,6 +148,10 @@ double toast_engine_gemm_rate(struct toast_engine *e);
 /* Benchmarks only: pretend the session holds n tokens (their KV rows and ids are whatever is there),
  * so that decode at a long context can be timed without prefilling it. */
 void toast_session_bench_seek(struct toast_session *s, int n);
+/* Benchmarks only: feeds of up to T <= 8 tokens are recorded and replayed as decode steps are
+ * (on a backend that records), so that a step of several tokens (a speculative decoder's
+ * verification) can be timed as decode is. */
+void toast_session_bench_record(struct toast_session *s, int T);
 
 /* ---- tokenizer (src/tokenizer/) ---------------------------------------------------------- */
 

@@ -27,6 +27,7 @@ struct bench_opts {
 	bool cache;                          /* --cache: the session cache instead */
 	int history[BENCH_MAX_LIST], n_history;
 	int n_new;
+	int steps[BENCH_MAX_LIST], n_steps; /* --steps T1,..: decode steps of T <= 8 tokens each */
 };
 
 static bool bench_list(const char *opt, const char *v, int *out, int *n)
@@ -174,6 +175,14 @@ int cli_bench(int argc, char **argv)
 			if (!cli_int("--new", v, 1, 1 << 20, &n))
 				return 2;
 			o.n_new = (int)n;
+		} else if ((v = cli_optval(argc, argv, &i, "--steps"))) {
+			if (!bench_list("--steps", v, o.steps, &o.n_steps))
+				return 2;
+			for (int j = 0; j < o.n_steps; j++)
+				if (o.steps[j] < 1 || o.steps[j] > 8) {
+					fprintf(stderr, "toasted bench: --steps: 1 to 8 tokens a step\n");
+					return 2;
+				}
 		} else if ((v = cli_optval(argc, argv, &i, "--decode"))) {
 			if (!cli_int("--decode", v, 1, 1 << 20, &n))
 				return 2;
@@ -209,7 +218,7 @@ int cli_bench(int argc, char **argv)
 				"                      [--type bf16|q4_k|q8_0|mlx4|..|q4_k_m|q5_k_m]) [--backend cpu|cuda] [--threads N] [--chunk N]\n"
 				"                     [--kv-cache default|q8]\n"
 				"                     [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N] [--top M]\n"
-				"                     [--top-p P] [--min-p P] [--repeat-penalty X]\n"
+				"                     [--top-p P] [--min-p P] [--repeat-penalty X] [--steps T1,T2,..]\n"
 				"                     | --cache [--history H1,H2,..] [--new N]\n");
 		return 2;
 	}
@@ -239,6 +248,8 @@ int cli_bench(int argc, char **argv)
 	for (int i = 0; i < o.n_ctxs; i++)
 		max_ctx = o.ctxs[i] > max_ctx ? o.ctxs[i] : max_ctx;
 	max_ctx += o.n_decode + 2; /* the warm-up token, then n_decode + 1 generated */
+	for (int i = 0; i < o.n_steps; i++)
+		max_ctx = (o.n_decode + 2) * o.steps[i] > max_ctx ? (o.n_decode + 2) * o.steps[i] : max_ctx;
 	for (int i = 0; o.cache && i < o.n_history; i++)
 		max_ctx = o.history[i] + o.n_new + 2 > max_ctx ? o.history[i] + o.n_new + 2 : max_ctx;
 	int32_t *ids = bench_ids(max_ctx, in->n_vocab);
@@ -308,6 +319,33 @@ int cli_bench(int argc, char **argv)
 			printf("%-10d %10.1f %12.3f %12.3f %14.3f %10.2f\n", o.ctxs[i], 1 / t, t * 1e3, bytes / 1e9,
 			       floor_s * 1e3, t / floor_s);
 	}
+	/* --steps: steps of T tokens from context 0, recorded and replayed as decode's are, as a
+	 * speculative decoder's verification would run them (the head on the last row only), n_decode
+	 * of them timed back to back */
+	if (st == TOAST_OK && o.n_steps)
+		printf("\n%-10s %12s %12s %14s\n", "step of T", "ms/step", "ms/token", "x one token");
+	double t_one = 0;
+	for (int i = 0; st == TOAST_OK && i < o.n_steps; i++) {
+		int T = o.steps[i];
+		toast_session_reset(s);
+		toast_session_bench_record(s, T);
+		for (int j = 0; st == TOAST_OK && j < 2; j++) /* run once, then recorded */
+			st = toast_session_feed(s, ids + j * T, T, NULL, &err);
+		int32_t top;
+		float val;
+		if (st == TOAST_OK && toast_session_top(s, 1, &top, &val, &err) < 0)
+			st = TOAST_ERR_BACKEND;
+		double t0 = toast_now();
+		for (int j = 0; st == TOAST_OK && j < o.n_decode; j++)
+			st = toast_session_feed(s, ids + (j + 2) * T, T, NULL, &err);
+		if (st == TOAST_OK && toast_session_top(s, 1, &top, &val, &err) < 0) /* (waits for the last) */
+			st = TOAST_ERR_BACKEND;
+		double t = (toast_now() - t0) / o.n_decode;
+		t_one = T == 1 ? t : t_one;
+		if (st == TOAST_OK)
+			printf("%-10d %12.3f %12.3f %14.2f\n", T, t * 1e3, t * 1e3 / T, t_one > 0 ? t / t_one : 0.0);
+	}
+	toast_session_bench_record(s, 0);
 	if (st != TOAST_OK) {
 		fprintf(stderr, "toasted bench: %s\n", err.msg);
 		rc = 1;

@@ -282,6 +282,11 @@ void toast_session_bench_seek(struct toast_session *s, int n)
 	s->n_past = n < s->state.n_ctx ? n : s->state.n_ctx;
 }
 
+void toast_session_bench_record(struct toast_session *s, int T)
+{
+	s->state.record_T = T < 8 ? T : 8;
+}
+
 int toast_session_n_past(const struct toast_session *s)
 {
 	return s->n_past;
