@@ -342,8 +342,10 @@ int cli_bench(int argc, char **argv)
 			st = TOAST_ERR_BACKEND;
 		double t = (toast_now() - t0) / o.n_decode;
 		t_one = T == 1 ? t : t_one;
-		if (st == TOAST_OK)
-			printf("%-10d %12.3f %12.3f %14.2f\n", T, t * 1e3, t * 1e3 / T, t_one > 0 ? t / t_one : 0.0);
+		if (st == TOAST_OK && t_one > 0)
+			printf("%-10d %12.3f %12.3f %14.2f\n", T, t * 1e3, t * 1e3 / T, t / t_one);
+		else if (st == TOAST_OK) /* (no step of 1 timed before it) */
+			printf("%-10d %12.3f %12.3f %14s\n", T, t * 1e3, t * 1e3 / T, "-");
 	}
 	toast_session_bench_record(s, 0);
 	if (st != TOAST_OK) {

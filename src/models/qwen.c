@@ -1004,7 +1004,7 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 	else
 		be->ops->begin_step_pick(be, pos);
 	/* a decode step can be replayed from a recording: same state, same buffers, T == 1 (or up to
-	 * s->record_T, keyed by T too) */
+	 * s->record_T, keyed by T too; the span is below 2^28: n_ctx <= 2^26) */
 	bool record = (T == 1 || T <= s->record_T) && T <= 8 && !all_logits && !hook && be->ops->graph_begin;
 	uint64_t key = (uint64_t)s->id << 32 | (uint64_t)(T - 1) << 28 | (uint32_t)fwd_span(s, pos + T);
 	if (record && be->ops->graph_begin(be, key)) /* replayed: the next read waits for it */
