@@ -191,7 +191,7 @@ uint64_t toast_top_key(const float *x, int n, int k, uint64_t *keys)
 	for (int i = 0; i < n; i++) {
 		uint32_t o = toast_draw_order(x[i]);
 		if (o != 0)
-			keys[m++] = (uint64_t)o << 32 | (0xffffffffu - (uint32_t)i);
+			keys[m++] = toast_draw_key(o, i);
 	}
 	if (k >= m)
 		return 0;
@@ -222,6 +222,15 @@ uint64_t toast_top_key(const float *x, int n, int k, uint64_t *keys)
 	return keys[t];
 }
 
+/* the largest of x[0..n) (d NULL), or toast_draw_pick's draw d from top()'s m largest */
+static int32_t pick_top(const float *x, int n, int m, const struct toast_draw *d, int32_t prev)
+{
+	int32_t ids[TOAST_TOP_MAX];
+	float vals[TOAST_TOP_MAX], p[TOAST_TOP_MAX];
+	int got = toast_top_host(x, n, m, ids, vals);
+	return d ? toast_draw_pick(vals, ids, got, d, prev, p) : got ? ids[0] : 0;
+}
+
 /* the draw d with d->n_top 0 over every logit of x[0..n) (toast_pick_host's): the penalty on
  * every token seen, then the best (temperature 0), toast_draw_pick's draw from the top_k best
  * (top_k 1..TOAST_TOP_MAX), or toast_draw_wide's from all or (top_k over TOAST_TOP_MAX) from the
@@ -237,12 +246,9 @@ static int32_t pick_every(const float *x, int n, const struct toast_draw *d, int
 		}
 	if (d->temperature > 0 && (d->top_k == 0 || d->top_k > TOAST_TOP_MAX))
 		return toast_draw_wide(l, n, toast_top_key(l, n, d->top_k, w), d, w);
-	int k = d->temperature <= 0 ? 1 : d->top_k;
-	int32_t ids[TOAST_TOP_MAX];
-	float vals[TOAST_TOP_MAX], p[TOAST_TOP_MAX];
 	struct toast_draw dk = *d;
 	dk.repeat_penalty = 1.0f; /* (applied) */
-	return toast_draw_pick(vals, ids, toast_top_host(l, n, k, ids, vals), &dk, prev, p);
+	return pick_top(l, n, d->temperature <= 0 ? 1 : d->top_k, &dk, prev);
 }
 
 int32_t toast_pick_host(const float *x, int n, const struct toast_draw *d, int32_t prev)
@@ -255,10 +261,7 @@ int32_t toast_pick_host(const float *x, int n, const struct toast_draw *d, int32
 		free(w);
 		return id;
 	}
-	int32_t ids[TOAST_TOP_MAX];
-	float vals[TOAST_TOP_MAX], p[TOAST_TOP_MAX];
-	int got = toast_top_host(x, n, d ? d->n_top : 1, ids, vals);
-	return d ? toast_draw_pick(vals, ids, got, d, prev, p) : got ? ids[0] : 0;
+	return pick_top(x, n, d ? d->n_top : 1, d, prev);
 }
 
 size_t toast_kv_bytes(enum toast_kv_type t, int n_head_kv, int head_dim, size_t act_size, int64_t n)

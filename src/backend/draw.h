@@ -221,6 +221,13 @@ TOAST_HD static inline uint32_t toast_draw_order(float v)
 	return (u & 0x7fffffffu) > 0x7f800000u ? 0u : o;
 }
 
+/* a logit's key in top()'s order: its order (toast_draw_order's) in the high word, the
+ * complement of its index in the low (the lower index first among equals) */
+TOAST_HD static inline uint64_t toast_draw_key(uint32_t o, int32_t i)
+{
+	return (uint64_t)o << 32 | (0xffffffffu - (uint32_t)i);
+}
+
 TOAST_HD static inline uint64_t toast_draw_weight(float p)
 {
 	return (uint64_t)draw_mul(p, 0x1p40); /* (exact before the truncation) */
@@ -266,7 +273,7 @@ static inline int32_t toast_draw_wide(const float *x, int n, uint64_t kmin, cons
 	int best = 0;
 	for (int i = 0; i < n; i++) {
 		uint32_t o = toast_draw_order(x[i]);
-		if (o > omax && ((uint64_t)o << 32 | (0xffffffffu - (uint32_t)i)) >= kmin)
+		if (o > omax && toast_draw_key(o, i) >= kmin)
 			omax = o, best = i;
 	}
 	if (omax == 0)
@@ -281,7 +288,7 @@ static inline int32_t toast_draw_wide(const float *x, int n, uint64_t kmin, cons
 		uint32_t o = toast_draw_order(x[i]);
 		float y = x[i] / d->temperature - ymax;
 		if (o == 0 || (y < low && x[i] != vmax) ||
-		    (kmin && ((uint64_t)o << 32 | (0xffffffffu - (uint32_t)i)) < kmin))
+		    (kmin && toast_draw_key(o, i) < kmin))
 			continue;
 		float p = x[i] == vmax ? 1.0f : toast_draw_exp(y);
 		uint64_t wi = toast_draw_weight(p);

@@ -30,7 +30,7 @@
 
 __device__ __forceinline__ unsigned long long top_key(float v, int i)
 {
-	return ((unsigned long long)toast_draw_order(v) << 32) | (0xffffffffu - (unsigned)i);
+	return toast_draw_key(toast_draw_order(v), i);
 }
 
 /* a key's value (top_key's inverse; -0 comes back as +0) */
