@@ -1060,6 +1060,7 @@ static void test_quant(struct ctx *c)
 		test_matmul(c, t, 3, o2, 2, 512, TOAST_MM_F32, true, false);
 		test_matmul(c, t, 8, o3, 4, 256, TOAST_MM_ADD, false, false);
 		test_matmul(c, t, 5, o2, 2, 2048, TOAST_MM_F32, true, true);
+		test_matmul(c, t, 4, o2, 2, 2048, TOAST_MM_F32, true, false);
 		test_matmul(c, t, 9, o2, 2, 512, TOAST_MM_F32, true, true); /* prefill: tensor cores on a GPU */
 		test_matmul(c, t, 33, o3, 4, 256, TOAST_MM_ACT, false, false);
 		int o8[] = {1536}, o9[] = {301};
@@ -1171,6 +1172,10 @@ static void test_quant_kernels(struct ctx *c)
 		test_matmul(c, t, 1, o6, 1, 2048, TOAST_MM_F32, true, true);
 		test_matmul(c, t, 1, o7, 1, 4096, TOAST_MM_ADD, false, false);
 		test_matmul(c, t, 8, o7, 1, 2048, TOAST_MM_ACT, false, false);
+		/* steps of 2 to 4 tokens (the instances for 2 and 4, their norms in one reduction) */
+		test_matmul(c, t, 2, o6, 1, 2048, TOAST_MM_F32, true, true);
+		test_matmul(c, t, 3, o7, 1, 2048, TOAST_MM_ADD, true, false);
+		test_matmul(c, t, 4, o7, 1, 4096, TOAST_MM_F32, false, false);
 	}
 	/* Q8_0 experts with a shared expert of another type: the SIMT kernels compiled for Q8_0 */
 	struct moe_types q8sh = {TOAST_DT_BF16, TOAST_DT_Q8_0, TOAST_DT_Q8_0, TOAST_DT_Q4_K};
@@ -1302,6 +1307,17 @@ static void test_backend(struct ctx *c)
 	test_gdn(c, fast2, p6, 3);
 	test_gdn(c, fast_flat, p7, 3);
 	test_gdn(c, slow128, p8, 2);
+	/* decode steps of several tokens (on a GPU the decode kernel takes up to 8, token after
+	 * token): an even count leaves the conv state in the slot it read, which the key head's
+	 * other value heads read too; a conv of 5 taps reaches back past a step of 2 into the state */
+	struct gdn_shape tiled2 = {4, 8, 128, 128, 4, false, true}, k5 = {2, 4, 32, 48, 5, true, false};
+	int p9[] = {2, 4, 1, 3, 8, 2}, p10[] = {1, 2, 1, 2, 4, 6, 9};
+	test_gdn(c, big, p9, 6);
+	test_gdn(c, tiled2, p9, 6);
+	test_gdn(c, odd, p10, 7);
+	test_gdn(c, k5, p10, 7);
+	test_gdn(c, k64, p9, 6);
+	test_gdn(c, k256, p10, 7);
 	test_moe(c, 1, 32, 8, 2, 16, 0, false, false);
 	test_moe(c, 5, 48, 16, 4, 24, 20, true, true);
 	test_moe(c, 13, 33, 7, 3, 17, 9, true, false);

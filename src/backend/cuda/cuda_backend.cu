@@ -869,8 +869,8 @@ extern "C" enum toast_status toast_backend_cuda_new(struct toast_backend **out, 
 		  cublasCreate(&cb->cublas) == CUBLAS_STATUS_SUCCESS &&
 		  cublasSetStream(cb->cublas, cb->stream) == CUBLAS_STATUS_SUCCESS &&
 		  cudaMalloc(&cb->cublas_ws, 32u << 20) == cudaSuccess &&
-		  cudaMalloc(&cb->counters, 64 * sizeof(unsigned)) == cudaSuccess &&
-		  cudaMemsetAsync(cb->counters, 0, 64 * sizeof(unsigned), cb->stream) == cudaSuccess &&
+		  cudaMalloc(&cb->counters, CU_CTR_N * sizeof(unsigned)) == cudaSuccess &&
+		  cudaMemsetAsync(cb->counters, 0, CU_CTR_N * sizeof(unsigned), cb->stream) == cudaSuccess &&
 		  cudaMalloc(&cb->f16_slots, f16_bytes) == cudaSuccess &&
 		  cudaMemcpyAsync(cb->f16_slots, f16_slots, sizeof(f16_slots), cudaMemcpyHostToDevice, cb->stream) ==
 			  cudaSuccess &&

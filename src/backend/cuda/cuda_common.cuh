@@ -38,7 +38,14 @@ enum { CU_F16_SX, CU_F16_WMAX, CU_F16_ALPHA, CU_F16_ZERO, CU_F16_ONE, CU_F16_XMA
 
 /* cuda_backend.counters: the tickets of the router (when it picks the experts itself), of top's
  * runs (k_top_runs) and of the picks (k_pick, k_pick_draw) */
-enum { CU_CTR_ROUTE, CU_CTR_TOP, CU_CTR_PICK, CU_CTR_WIDE /* two: k_pick_wide's barrier and largest */ };
+enum {
+	CU_CTR_ROUTE,
+	CU_CTR_TOP,
+	CU_CTR_PICK,
+	CU_CTR_WIDE, /* two: k_pick_wide's barrier and largest */
+	CU_CTR_GDN = 8, /* 256: a multi-token DeltaNet step's count a key head (k_gdn_decode) */
+	CU_CTR_N = CU_CTR_GDN + 256
+};
 #define CU_PICK_KEYS 65536 /* the blocks' keys a pick leaves at most (k_pick_draw: 2^20 logits) */
 
 struct cuda_backend {

@@ -144,25 +144,35 @@ __global__ void k_gdn_prep(gdn_dims g, float *conv, const float *b, const float 
 }
 
 /*
- * T == 1: the whole step of one value head in one block: conv of its q/k/v channels (the
- * block owning a channel writes the new conv state; q/k channels belong to the first value
- * head of their key head), L2 norms, gates, the state update one warp per row, gated RMSNorm.
- * smem: q[dk], k[dk], v[dv], o[dv].
+ * Decode steps (T <= GDN_DEC_MAX_T): the whole step of one value head in one block, token after
+ * token: conv of its q/k/v channels (the block owning a channel writes the new conv state; q/k
+ * channels belong to the first value head of their key head), L2 norms, gates, the state update
+ * one warp per row, gated RMSNorm. MULTI (T > 1) stages every token's inputs first and keeps
+ * the conv window and the state in registers across the tokens; an even T leaves the new conv
+ * state in the slot it read (pos & 1 == (pos + T) & 1), so the owner of a key head's q/k
+ * channels writes them once the other value heads of the key head have read them (a count a
+ * key head in cb->counters, which the owner zeroes).
+ * smem: q[dk], k[dk], v[dv], o[dv]; MULTI: then the conv inputs [T][2 dk + dv], z [T][dv], b
+ * and a [T].
  */
 #define GDN_DEC_THREADS 512
 #define GDN_DEC_TAPS 4 /* a conv of this many taps (Qwen3-Next's) is loaded before the wait */
+#define GDN_DEC_MAX_T 8
+#define GDN_SIB_MAX (CU_CTR_N - CU_CTR_GDN) /* key heads a multi-token step can count */
 /* DPL > 0: dk == 32 * DPL and dv <= 16 * RPW, the state rows of a warp live in registers */
-template <int DPL, int RPW>
+template <int DPL, int RPW, bool MULTI>
 __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	k_gdn_decode(gdn_dims g, const float *qkv, const float *z, const float *b, const float *a, const void *cw, int cwt,
 		     float *conv_state, const int32_t *step, const float *A, int a_neg_exp, const float *dtb,
-		     const float *nw, float eps, float *S, float *out)
+		     const float *nw, float eps, float *S, float *out, unsigned *sib)
 {
 	extern __shared__ float sm[];
 	__shared__ float red[32];
 	__shared__ float gate_beta, gate_alpha;
 	int h = blockIdx.x, kh = gdn_kh(g, h), dk = g.dk, dv = g.dv, K = g.K, tid = threadIdx.x;
+	int nc = 2 * dk + dv, T = MULTI ? g.T : 1;
 	float *qs = sm, *ks = qs + dk, *vs = ks + dk, *os = vs + dv;
+	float *xin = os + dv, *zin = xin + T * nc, *bin = zin + T * dv, *ain = bin + T; /* (MULTI) */
 	int warp = tid >> 5, lane = tid & 31, nwarp = blockDim.x >> 5;
 	/* the state rows in registers (DPL > 0) are loaded before waiting for the previous kernel:
 	 * only this kernel, a step ago, wrote them */
@@ -182,7 +192,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 				     : 2 * g.key_dim + h * dv + cl - 2 * dk;
 	};
 	float tap[GDN_DEC_TAPS];
-	bool taps = K == GDN_DEC_TAPS && tid < 2 * dk + dv;
+	bool taps = K == GDN_DEC_TAPS && tid < nc;
 	if (taps)
 #pragma unroll
 		for (int j = 0; j < GDN_DEC_TAPS; j++)
@@ -195,7 +205,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	int pos = __ldcg(step); /* uploaded before the step's first kernel; the conv state's slot */
 	size_t slot = (size_t)(K - 1) * g.conv_dim;
 	const float *st = conv_state + (pos & 1) * slot;
-	float *sn = conv_state + ((pos + 1) & 1) * slot;
+	float *sn = conv_state + ((pos + T) & 1) * slot;
 	/* and the conv history of the thread's first channel: this kernel wrote it, a step ago */
 	float hist[GDN_DEC_TAPS - 1];
 	if (taps)
@@ -206,151 +216,212 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	cu_pdl_trigger(); /* a block per value head: one wave */
 	/* what the previous kernel wrote, all loads issued together: the gates' inputs, the output
 	 * gate of the thread's value channel, then (below) the conv inputs */
-	float bv = 0, av = 0, zpre = 0;
-	if (tid == 0) {
+	auto zval = [&](int t, int j) { /* grouped: z lies in the qkvz rows of the key head */
+		size_t G = 2 * g.dk + 2 * g.r * g.dv;
+		return g.grouped ? qkv[t * (size_t)(g.conv_dim + g.vdim) + (h / g.r) * G + 2 * g.dk + g.r * g.dv +
+				       (h % g.r) * g.dv + j]
+				 : z[(size_t)t * g.vdim + (size_t)h * dv + j];
+	};
+	auto gates = [&](int t, float &bv, float &av) {
 		if (g.ba_grouped) {
-			const float *rw = b + (size_t)(h / g.r) * 2 * g.r;
+			const float *rw = b + (size_t)t * 2 * g.nv + (size_t)(h / g.r) * 2 * g.r;
 			bv = rw[h % g.r];
 			av = rw[g.r + h % g.r];
 		} else {
-			bv = b[h];
-			av = a[h];
+			bv = b[(size_t)t * g.nv + h];
+			av = a[(size_t)t * g.nv + h];
 		}
-	}
-	auto zval = [&](int j) { /* grouped: z lies in the qkvz rows of the key head */
-		size_t G = 2 * g.dk + 2 * g.r * g.dv;
-		return g.grouped ? qkv[(h / g.r) * G + 2 * g.dk + g.r * g.dv + (h % g.r) * g.dv + j] : z[(size_t)h * dv + j];
 	};
-	if (tid < dv)
-		zpre = zval(tid);
-	bool own_qk = gdn_first_of_kh(g, h);
-	for (int cl = tid; cl < 2 * dk + dv; cl += blockDim.x) {
-		int c = chan(cl);
-		float x = qkv[gdn_chan(g, c)], acc;
-		bool mine = taps && cl == tid;
-		if (mine) {
-			acc = tap[GDN_DEC_TAPS - 1] * x;
-#pragma unroll
-			for (int j = 0; j < GDN_DEC_TAPS - 1; j++)
-				acc += tap[j] * hist[j];
-		} else {
-			acc = cu_ldw(cw, cwt, (size_t)c * K + K - 1) * x;
-			for (int j = 0; j < K - 1; j++)
-				acc += cu_ldw(cw, cwt, (size_t)c * K + j) * st[(size_t)j * g.conv_dim + c];
+	int64_t xrow = g.grouped ? g.conv_dim + g.vdim : g.conv_dim; /* a token's qkv row */
+	float bv = 0, av = 0, zpre = 0;
+	if constexpr (MULTI) {
+		for (int i = tid; i < T * nc; i += blockDim.x) {
+			int t = i / nc, cl = i - t * nc;
+			xin[i] = qkv[t * xrow + gdn_chan(g, chan(cl))];
 		}
-		sm[cl] = cu_silu(acc);
-		if (cl >= 2 * dk || own_qk) {
-			if (mine)
+		for (int i = tid; i < T * dv; i += blockDim.x)
+			zin[i] = zval(i / dv, i % dv);
+		if (tid < T)
+			gates(tid, bin[tid], ain[tid]);
+		__syncthreads();
+	} else {
+		if (tid == 0)
+			gates(0, bv, av);
+		if (tid < dv)
+			zpre = zval(0, tid);
+	}
+	bool own_qk = gdn_first_of_kh(g, h);
+	/* conv input u of channel c (u < 0: the old state) */
+	auto conv_in = [&](int cl, int c, int u) { return u >= 0 ? xin[u * nc + cl] : st[(size_t)(K - 1 + u) * g.conv_dim + c]; };
+	for (int t = 0; t < T; t++) {
+		for (int cl = tid; cl < nc; cl += blockDim.x) {
+			int c = chan(cl);
+			float x = MULTI ? xin[t * nc + cl] : qkv[gdn_chan(g, c)], acc;
+			bool mine = taps && cl == tid;
+			if (mine) {
+				acc = tap[GDN_DEC_TAPS - 1] * x;
+#pragma unroll
+				for (int j = 0; j < GDN_DEC_TAPS - 1; j++)
+					acc += tap[j] * hist[j];
+			} else {
+				acc = cu_ldw(cw, cwt, (size_t)c * K + K - 1) * x;
+				for (int j = 0; j < K - 1; j++)
+					acc += cu_ldw(cw, cwt, (size_t)c * K + j) *
+					       (MULTI ? conv_in(cl, c, t - (K - 1) + j) : st[(size_t)j * g.conv_dim + c]);
+			}
+			sm[cl] = cu_silu(acc);
+			if (!MULTI && (cl >= 2 * dk || own_qk)) {
+				if (mine)
+#pragma unroll
+					for (int j = 0; j < GDN_DEC_TAPS - 2; j++)
+						sn[(size_t)j * g.conv_dim + c] = hist[j + 1];
+				else
+					for (int j = 0; j < K - 2; j++)
+						sn[(size_t)j * g.conv_dim + c] = st[(size_t)(j + 1) * g.conv_dim + c];
+				sn[(size_t)(K - 2) * g.conv_dim + c] = x;
+			}
+			if (MULTI && mine) { /* the window slides */
 #pragma unroll
 				for (int j = 0; j < GDN_DEC_TAPS - 2; j++)
-					sn[(size_t)j * g.conv_dim + c] = hist[j + 1];
-			else
-				for (int j = 0; j < K - 2; j++)
-					sn[(size_t)j * g.conv_dim + c] = st[(size_t)(j + 1) * g.conv_dim + c];
-			sn[(size_t)(K - 2) * g.conv_dim + c] = x;
+					hist[j] = hist[j + 1];
+				hist[GDN_DEC_TAPS - 2] = x;
+			}
 		}
-	}
-	__syncthreads();
-	cu_tl_mark(0); /* conv */
-	float sq = 0, sk = 0;
-	for (int i = tid; i < dk; i += blockDim.x) {
-		sq += qs[i] * qs[i];
-		sk += ks[i] * ks[i];
-	}
-	sq = cu_block_sum(sq, red);
-	sk = cu_block_sum(sk, red);
-	float fq = rsqrtf(sq + 1e-6f) * rsqrtf((float)dk), fk = rsqrtf(sk + 1e-6f);
-	if (tid == 0) {
-		float xx = av + dtbv;
-		float sp = xx > 20.0f ? xx : log1pf(expf(xx));
-		gate_beta = 1.0f / (1.0f + expf(-bv));
-		gate_alpha = expf(An * sp);
-	}
-	__syncthreads();
-	for (int i = tid; i < dk; i += blockDim.x) {
-		qs[i] *= fq;
-		ks[i] *= fk;
-	}
-	__syncthreads();
-	float alpha = gate_alpha, beta = gate_beta;
-	cu_tl_mark(1); /* norms, gates */
-	if (DPL > 0) {
-		/* the warp's rows are held in registers */
-		float kr[DPL > 0 ? DPL : 1], qr[DPL > 0 ? DPL : 1];
-#pragma unroll
-		for (int k = 0; k < DPL; k++) {
-			kr[k] = ks[lane + 32 * k];
-			qr[k] = qs[lane + 32 * k];
+		__syncthreads();
+		cu_tl_mark(0); /* conv */
+		float sq = 0, sk = 0;
+		for (int i = tid; i < dk; i += blockDim.x) {
+			sq += qs[i] * qs[i];
+			sk += ks[i] * ks[i];
 		}
-#pragma unroll
-		for (int i = 0; i < RPW; i++)
-#pragma unroll
-			for (int k = 0; k < DPL; k++)
-				Sr[i][k] *= alpha;
-		float m[RPW];
-#pragma unroll
-		for (int i = 0; i < RPW; i++) {
-			m[i] = 0;
-#pragma unroll
-			for (int k = 0; k < DPL; k++)
-				m[i] += Sr[i][k] * kr[k];
+		sq = cu_block_sum(sq, red);
+		sk = cu_block_sum(sk, red);
+		float fq = rsqrtf(sq + 1e-6f) * rsqrtf((float)dk), fk = rsqrtf(sk + 1e-6f);
+		if (tid == 0) {
+			if (MULTI)
+				bv = bin[t], av = ain[t];
+			float xx = av + dtbv;
+			float sp = xx > 20.0f ? xx : log1pf(expf(xx));
+			gate_beta = 1.0f / (1.0f + expf(-bv));
+			gate_alpha = expf(An * sp);
 		}
-#pragma unroll
-		for (int i = 0; i < RPW; i++)
-			m[i] = cu_warp_sum(m[i]);
-		float o[RPW];
-#pragma unroll
-		for (int i = 0; i < RPW; i++) {
-			int j = warp * RPW + i;
-			float delta = j < dv ? beta * (vs[j] - m[i]) : 0.0f;
-			o[i] = 0;
+		__syncthreads();
+		for (int i = tid; i < dk; i += blockDim.x) {
+			qs[i] *= fq;
+			ks[i] *= fk;
+		}
+		__syncthreads();
+		float alpha = gate_alpha, beta = gate_beta;
+		cu_tl_mark(1); /* norms, gates */
+		if (DPL > 0) {
+			/* the warp's rows are held in registers */
+			float kr[DPL > 0 ? DPL : 1], qr[DPL > 0 ? DPL : 1];
 #pragma unroll
 			for (int k = 0; k < DPL; k++) {
-				Sr[i][k] += kr[k] * delta;
-				o[i] += Sr[i][k] * qr[k];
+				kr[k] = ks[lane + 32 * k];
+				qr[k] = qs[lane + 32 * k];
 			}
-		}
 #pragma unroll
-		for (int i = 0; i < RPW; i++) {
-			int j = warp * RPW + i;
-			o[i] = cu_warp_sum(o[i]);
-			if (j < dv) {
+			for (int i = 0; i < RPW; i++)
 #pragma unroll
 				for (int k = 0; k < DPL; k++)
-					S[((size_t)h * dv + j) * dk + lane + 32 * k] = Sr[i][k];
+					Sr[i][k] *= alpha;
+			float m[RPW];
+#pragma unroll
+			for (int i = 0; i < RPW; i++) {
+				m[i] = 0;
+#pragma unroll
+				for (int k = 0; k < DPL; k++)
+					m[i] += Sr[i][k] * kr[k];
+			}
+#pragma unroll
+			for (int i = 0; i < RPW; i++)
+				m[i] = cu_warp_sum(m[i]);
+			float o[RPW];
+#pragma unroll
+			for (int i = 0; i < RPW; i++) {
+				int j = warp * RPW + i;
+				float delta = j < dv ? beta * (vs[j] - m[i]) : 0.0f;
+				o[i] = 0;
+#pragma unroll
+				for (int k = 0; k < DPL; k++) {
+					Sr[i][k] += kr[k] * delta;
+					o[i] += Sr[i][k] * qr[k];
+				}
+			}
+#pragma unroll
+			for (int i = 0; i < RPW; i++) {
+				int j = warp * RPW + i;
+				o[i] = cu_warp_sum(o[i]);
+				if (j < dv) {
+					if (t == T - 1)
+#pragma unroll
+						for (int k = 0; k < DPL; k++)
+							S[((size_t)h * dv + j) * dk + lane + 32 * k] = Sr[i][k];
+					if (lane == 0)
+						os[j] = o[i];
+				}
+			}
+		} else {
+			for (int j = warp; j < dv; j += nwarp) {
+				float *Sj = S + ((size_t)h * dv + j) * dk;
+				float m = 0;
+				for (int i = lane; i < dk; i += 32)
+					m += (Sj[i] * alpha) * ks[i];
+				m = cu_warp_sum(m);
+				float delta = beta * (vs[j] - m), o = 0;
+				for (int i = lane; i < dk; i += 32) {
+					float sv = Sj[i] * alpha + ks[i] * delta;
+					Sj[i] = sv;
+					o += sv * qs[i];
+				}
+				o = cu_warp_sum(o);
 				if (lane == 0)
-					os[j] = o[i];
+					os[j] = o;
 			}
 		}
-	} else {
-		for (int j = warp; j < dv; j += nwarp) {
-			float *Sj = S + ((size_t)h * dv + j) * dk;
-			float m = 0;
-			for (int i = lane; i < dk; i += 32)
-				m += (Sj[i] * alpha) * ks[i];
-			m = cu_warp_sum(m);
-			float delta = beta * (vs[j] - m), o = 0;
-			for (int i = lane; i < dk; i += 32) {
-				float sv = Sj[i] * alpha + ks[i] * delta;
-				Sj[i] = sv;
-				o += sv * qs[i];
-			}
-			o = cu_warp_sum(o);
-			if (lane == 0)
-				os[j] = o;
+		__syncthreads();
+		cu_tl_mark(2); /* the state update */
+		float ss = 0;
+		for (int j = tid; j < dv; j += blockDim.x)
+			ss += os[j] * os[j];
+		ss = cu_block_sum(ss, red);
+		cu_tl_mark(3); /* the output's norm */
+		float rr = rsqrtf(ss / dv + eps);
+		for (int j = tid; j < dv; j += blockDim.x) {
+			float zv = MULTI ? zin[t * dv + j] : j == tid ? zpre : zval(0, j);
+			out[(size_t)t * g.vdim + (size_t)h * dv + j] = os[j] * rr * (j == tid ? nwv : nw[j]) * cu_silu(zv);
 		}
 	}
-	__syncthreads();
-	cu_tl_mark(2); /* the state update */
-	float ss = 0;
-	for (int j = tid; j < dv; j += blockDim.x)
-		ss += os[j] * os[j];
-	ss = cu_block_sum(ss, red);
-	cu_tl_mark(3); /* the output's norm */
-	float rr = rsqrtf(ss / dv + eps);
-	for (int j = tid; j < dv; j += blockDim.x) {
-		float zv = j == tid ? zpre : zval(j);
-		out[(size_t)h * dv + j] = os[j] * rr * (j == tid ? nwv : nw[j]) * cu_silu(zv);
+	if constexpr (MULTI) {
+		/* the new conv state, the last K - 1 inputs; input T + j (or the window's j) is read
+		 * before j is written, so that the slot may be the one read */
+		if (!(T & 1) && g.r > 1) { /* that slot: the key head's other value heads read its q/k channels */
+			__syncthreads();
+			if (tid == 0) {
+				if (!own_qk) {
+					__threadfence();
+					atomicAdd(sib + kh, 1u);
+				} else {
+					while (atomicOr(sib + kh, 0u) < (unsigned)(g.r - 1))
+						;
+					atomicExch(sib + kh, 0u);
+				}
+			}
+			__syncthreads();
+		}
+		for (int cl = tid; cl < nc; cl += blockDim.x) {
+			if (cl < 2 * dk && !own_qk)
+				continue;
+			int c = chan(cl);
+			if (taps && cl == tid)
+#pragma unroll
+				for (int j = 0; j < GDN_DEC_TAPS - 1; j++)
+					sn[(size_t)j * g.conv_dim + c] = hist[j];
+			else
+				for (int j = 0; j < K - 1; j++)
+					sn[(size_t)j * g.conv_dim + c] = conv_in(cl, c, T - (K - 1) + j);
+		}
 	}
 }
 
@@ -911,20 +982,29 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		cu_fail_msg(cb, "gdn: conv kernel %d is not supported (2..16)", g.K);
 		return;
 	}
-	if (g.T == 1) {
-		size_t smem = (size_t)(2 * g.dk + 2 * g.dv) * sizeof(float);
-		if (smem > 48 * 1024) {
-			cu_fail_msg(cb, "gdn: head dims %d/%d are too large", g.dk, g.dv);
-			return;
-		}
+	size_t smem = (size_t)(2 * g.dk + 2 * g.dv) * sizeof(float);
+	if (g.T > 1) /* the staged inputs of every token */
+		smem += (size_t)g.T * (2 * g.dk + 2 * g.dv + 2) * sizeof(float);
+	if (g.T == 1 && smem > 48 * 1024) {
+		cu_fail_msg(cb, "gdn: head dims %d/%d are too large", g.dk, g.dv);
+		return;
+	}
+	if (g.T <= GDN_DEC_MAX_T && smem <= 48 * 1024 && g.nk <= GDN_SIB_MAX) {
 		const int warps = GDN_DEC_THREADS / 32;
 		bool regs = g.dv <= warps * 8 && (g.dk == 32 || g.dk == 64 || g.dk == 128 || g.dk == 256);
 		int rpw = (g.dv + warps - 1) / warps;
 #define GDN_DEC(D, R)                                                                                               \
-	cu_launch_pdl(cb, k_gdn_decode<D, R>, g.nv, GDN_DEC_THREADS, smem,                                               \
+	do {                                                                                                       \
+		if (g.T == 1)                                                                                      \
+			GDN_DEC_M(D, R, false);                                                                    \
+		else                                                                                               \
+			GDN_DEC_M(D, R, true);                                                                     \
+	} while (0)
+#define GDN_DEC_M(D, R, M)                                                                                          \
+	cu_launch_pdl(cb, k_gdn_decode<D, R, M>, g.nv, GDN_DEC_THREADS, smem,                                            \
 		g, a->qkv, a->z, a->b, a->a, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, cb->d_step,          \
 		(const float *)a->A_log->dev, a->a_is_neg_exp, (const float *)a->dt_bias->dev,                        \
-		(const float *)a->norm_w->dev, a->eps, a->ssm_state, a->out)
+		(const float *)a->norm_w->dev, a->eps, a->ssm_state, a->out, cb->counters + CU_CTR_GDN)
 		if (!regs)
 			GDN_DEC(0, 1);
 		else if (g.dk == 128 && rpw <= 8)
@@ -936,6 +1016,7 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		else
 			GDN_DEC(8, 8);
 #undef GDN_DEC
+#undef GDN_DEC_M
 		cu_launched(cb, "gdn decode");
 		return;
 	}

@@ -201,12 +201,12 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) k_gemv(gemv_args a)
  * staging again); warp w takes units (superblocks; 128 elements of 8-bit types) w, w + 8, .. of
  * each tile, two in flight (the first two loaded before the wait); the tiles' partial sums meet
  * in shared memory at the end. The input is staged once a block in bf16 (the activation type:
- * the values the prefill GEMMs take) with its sub-block sums. T: 1, or 8 (columns nt..7 zeros).
+ * the values the prefill GEMMs take) with its sub-block sums. T: 1, 2, 4 or 8 (columns nt.. zeros).
  * Two blocks an SM: at three (80 registers) the two superblocks in flight spilled, and the
  * spills' local traffic shared the L1 with the loads that bound this kernel.
  */
 #define GQ_WARPS 8
-#define GQ_MAX_RT 48 /* tiles a block (T = 1; T = 8: 4) */
+#define GQ_MAX_RT 48 /* tiles a block (T = 1; T > 1: 32 / T, 16 KB of partial sums) */
 
 /* shared memory: input rows [T][n_in + pad] bf16, sub-block sums [T][n_in / sub], scales
  * [GQ_WARPS] x 1 KB, partial sums [rt][GQ_WARPS][16][T] */
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 	typedef cu_kq<TYPE> K;
 	constexpr int SUB = K::SUB;
 	extern __shared__ __align__(16) unsigned char gq_sm[];
-	__shared__ float red[32];
+	__shared__ float red[GQ_WARPS * 8]; /* (cu_block_sum's 32, or the warps' sums of T norms) */
 	int j = 0;
 	while (j + 1 < a.n_jobs && blockIdx.x >= a.job[j + 1].first_block)
 		j++;
@@ -320,10 +320,34 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 			if (threadIdx.x + k * blockDim.x < tot)
 				stage_in(threadIdx.x + k * blockDim.x, v[k], w[k], r);
 	} else {
-		float rs[T];
+		float rs[T] = {}; /* every column's norm in one reduction */
+		if (T == 1 && a.norm_x)
+			rs[0] = cu_rms4(a.norm_x, n_in, a.eps, red);
+		else if (a.norm_x) {
+			float ss[T] = {};
+			for (int i = threadIdx.x; i < (int)(n_in >> 2); i += blockDim.x)
 #pragma unroll
-		for (int c = 0; c < T; c++)
-			rs[c] = a.norm_x && c < a.nt ? cu_rms4(a.norm_x + c * n_in, n_in, a.eps, red) : 0.0f;
+				for (int c = 0; c < T; c++)
+					if (c < a.nt) {
+						float4 v = ((const float4 *)(a.norm_x + c * n_in))[i];
+						ss[c] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+					}
+#pragma unroll
+			for (int c = 0; c < T; c++)
+				ss[c] = cu_warp_sum(ss[c]);
+			if (lane == 0)
+#pragma unroll
+				for (int c = 0; c < T; c++)
+					red[warp * T + c] = ss[c];
+			__syncthreads();
+#pragma unroll
+			for (int c = 0; c < T; c++) {
+				float v = 0;
+				for (int w = 0; w < GQ_WARPS; w++)
+					v += red[w * T + c];
+				rs[c] = rsqrtf(v / n_in + a.eps);
+			}
+		}
 		for (int i0 = threadIdx.x; i0 < tot; i0 += 2 * blockDim.x) {
 			float v[2][8] = {}, w[2][8]; /* two groups' loads before either's stores */
 #pragma unroll
@@ -342,8 +366,9 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 	cu_tl_mark(0); /* input staged */
 	if (one_wave) /* the next kernel's blocks take no room this grid still needs */
 		cu_pdl_trigger();
-	const bf16 *xg = xs + (T > 1 ? g : 0) * xstride;
-	const float *xs0 = xsum + (T > 1 ? 2 * t : 0) * nsub, *xs1 = xsum + (T > 1 ? 2 * t + 1 : 0) * nsub;
+	/* the lane's B column g and C columns 2t, 2t + 1, those past T read row 0 (not stored) */
+	const bf16 *xg = xs + (g & (T - 1)) * xstride;
+	const float *xs0 = xsum + (2 * t & (T - 1)) * nsub, *xs1 = xsum + ((2 * t + 1) & (T - 1)) * nsub;
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	int ct = 0, ck = 0; /* unit i's tile and superblock */
 	for (int i0 = 0; i0 < units; i0 += 2) {
@@ -361,11 +386,11 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 2) k_gemv_k4(gemv_args a, int r
 				L[k] = load();
 			if (ck == m - 1) { /* the tile's last superblock of this warp */
 				float *pp = part + (ct * GQ_WARPS + warp) * 16 * T;
-				if (T > 1 || t == 0) {
+				if (2 * t < T) {
 					pp[g * T + (T > 1 ? 2 * t : 0)] = acc[0];
 					pp[(g + 8) * T + (T > 1 ? 2 * t : 0)] = acc[2];
 				}
-				if (T > 1) {
+				if (T > 1 && 2 * t < T) {
 					pp[g * T + 2 * t + 1] = acc[1];
 					pp[(g + 8) * T + 2 * t + 1] = acc[3];
 				}
@@ -780,7 +805,7 @@ static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 	const int sub = cu_kq<TYPE>::SUB;
 	if (!room) {
 		room = cu_allow_smem(cb, (const void *)k_gemv_k4<T, TYPE, GLU>);
-		per_sm = cu_per_sm((const void *)k_gemv_k4<T, TYPE, GLU>, GQ_WARPS * 32, gq_smem(T, 2048, T > 1 ? 4 : 8, sub));
+		per_sm = cu_per_sm((const void *)k_gemv_k4<T, TYPE, GLU>, GQ_WARPS * 32, gq_smem(T, 2048, T > 1 ? 32 / T : 8, sub));
 	}
 	if (a.xf_exact || a.n_in % 256 ||
 	    ((uintptr_t)a.act | (uintptr_t)a.xf | (uintptr_t)a.norm_x | (uintptr_t)a.norm_w | (uintptr_t)a.norm_out) & 15)
@@ -792,7 +817,7 @@ static bool gq_launch(struct cuda_backend *cb, gemv_args &a)
 		tiles += (a.job[k].n_out + 15) / 16 * tw;
 	}
 	int64_t slots = (int64_t)cb->n_sm * (per_sm > 0 ? per_sm : 1);
-	int rt = (int)((tiles + slots - 1) / slots), max_rt = T > 1 ? 4 : GQ_MAX_RT;
+	int rt = (int)((tiles + slots - 1) / slots), max_rt = T > 1 ? 32 / T : GQ_MAX_RT;
 	rt = rt > max_rt ? max_rt : rt;
 	rt = GLU ? (rt + 1) & ~1 : rt; /* whole pairs a block */
 	size_t smem = gq_smem(T, a.n_in, rt, sub);
@@ -812,7 +837,10 @@ static bool gq_launch_t(struct cuda_backend *cb, gemv_args &a)
 {
 	if (a.job[0].mode == TOAST_MM_GLU) /* (T == 1) */
 		return gq_launch<1, TYPE, true>(cb, a);
-	return a.nt == 1 ? gq_launch<1, TYPE>(cb, a) : gq_launch<8, TYPE>(cb, a);
+	return a.nt == 1   ? gq_launch<1, TYPE>(cb, a)
+	       : a.nt == 2 ? gq_launch<2, TYPE>(cb, a)
+	       : a.nt <= 4 ? gq_launch<4, TYPE>(cb, a)
+			   : gq_launch<8, TYPE>(cb, a);
 }
 
 /* Q8_0 went SIMT here while it was row-major (its four-rows-a-warp kernel beat the tensor
