@@ -134,6 +134,54 @@ static void test_greedy(struct toast_engine *e, const struct toast_tensordir *re
 	json_decref(doc);
 }
 
+/* A speculative step kept in part: T tokens run with their states kept, rewound to the first n,
+ * then one more token gives the logits that feeding those n alone and then it gives. */
+static void test_rewind(struct toast_engine *e, const struct toast_tensordir *ref, const char *model)
+{
+	const struct toast_tensor *ids = toast_tensordir_find(ref, "ids1");
+	const int P = 9, cases[][2] = {{4, 1}, {4, 2}, {4, 4}, {3, 2}, {8, 5}, {2, 1}};
+	CHECK(ids && ids->shape[0] >= P + 9, "%s: ids1 of %d tokens", model, ids ? (int)ids->shape[0] : 0);
+	if (!ids || ids->shape[0] < P + 9)
+		return;
+	const int32_t *tk = ids->data;
+	int V = toast_engine_info(e)->n_vocab;
+	struct toast_backend *be = e->be;
+	float *got = malloc((size_t)V * sizeof(float));
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		int T = cases[k][0], n = cases[k][1];
+		int32_t next = tk[P + T]; /* (not the token after the n kept: any token may follow) */
+		struct toast_error err = {0};
+		struct toast_session *a = NULL, *b = NULL;
+		enum toast_status st = toast_session_new(e, P + 16, &a, &err);
+		if (st == TOAST_OK)
+			st = toast_session_new(e, P + 16, &b, &err);
+		if (st == TOAST_OK)
+			st = toast_session_feed(a, tk, P, NULL, &err);
+		if (st == TOAST_OK)
+			st = toast_model_state_keep(&e->model, &a->state, 8, &err);
+		if (st == TOAST_OK)
+			st = toast_model_forward(&e->model, &a->state, &e->work, tk + P, T, P, false, NULL, NULL, &err);
+		if (st == TOAST_OK)
+			st = toast_model_state_rewind(&e->model, &a->state, P, T, n, &err);
+		if (st == TOAST_OK)
+			st = toast_model_forward(&e->model, &a->state, &e->work, &next, 1, P + n, false, NULL, NULL, &err);
+		if (st == TOAST_OK)
+			st = be->ops->read(be, got, e->work.logits, (size_t)V * sizeof(float), &err);
+		e->logits_owner = NULL; /* (a's forwards went around the session) */
+		if (st == TOAST_OK)
+			st = toast_session_feed(b, tk, P + n, NULL, &err);
+		if (st == TOAST_OK)
+			st = toast_session_feed(b, &next, 1, NULL, &err);
+		const float *want = st == TOAST_OK ? toast_session_logits(b) : NULL;
+		double d = want ? rel_err(got, want, (size_t)V) : INFINITY;
+		CHECK(st == TOAST_OK && d < 1e-4, "%s: %d of a step of %d kept, then a token: logits error %.3g %s", model,
+		      n, T, d, err.msg);
+		toast_session_free(a);
+		toast_session_free(b);
+	}
+	free(got);
+}
+
 static void test_model(const char *model)
 {
 	char dir[1024], path[1100];
@@ -187,6 +235,8 @@ static void test_model(const char *model)
 			free(out);
 		}
 		test_greedy(e, &ref, dir, model, runs[ri].chunk);
+		if (ri == 0)
+			test_rewind(e, &ref, model);
 		toast_engine_close(e);
 	}
 	toast_tensordir_close(&ref);

@@ -571,6 +571,7 @@ struct gdn_shape {
 	int nk, nv, dk, dv, K;
 	bool grouped;
 	bool tiled; /* value head h reads key head h % nk */
+	bool keep;  /* the states after each token of a part but its last kept and checked */
 };
 
 static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n_parts)
@@ -599,6 +600,9 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 	prep(be, &pw);
 	double pe = 0;
 	int done = 0;
+	size_t n_S = (size_t)nv * dv * dk, n_cw = (size_t)(K - 1) * conv_dim;
+	float *keep_S = sh.keep ? calloc((size_t)T * n_S, sizeof(float)) : NULL;
+	float *keep_c = sh.keep ? calloc((size_t)T * n_cw, sizeof(float)) : NULL;
 	for (int pi = 0; pi < n_parts; pi++) {
 		int n = parts[pi];
 		float *qkv, *zz = z + (size_t)done * vdim, *bb = b + (size_t)done * nv, *aa = av + (size_t)done * nv, *ba;
@@ -640,8 +644,19 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 		be->ops->begin_step(be, ids, n, done); /* the step carries pos to a backend that records steps */
 		free(ids);
 		struct toast_gdn_args a = {dqkv, dz, db, da, sh.grouped, sh.grouped, &cw.w, &Al.w, false, &dt.w, &nw.w,
-					   nk, nv, dk, dv, K, 1e-6f, conv, ssm, done, n, dout, sh.tiled};
+					   nk, nv, dk, dv, K, 1e-6f, conv, ssm, done, n, dout, sh.tiled, NULL, NULL};
+		if (sh.keep && n > 1) {
+			a.ssm_keep = be->ops->alloc(be, (n - 1) * n_S * sizeof(float));
+			a.conv_keep = be->ops->alloc(be, (n - 1) * n_cw * sizeof(float));
+		}
 		be->ops->gdn(be, &a);
+		if (a.ssm_keep) {
+			float *ks = get(be, a.ssm_keep, (n - 1) * n_S, false), *kc = get(be, a.conv_keep, (n - 1) * n_cw, false);
+			memcpy(keep_S + (size_t)done * n_S, ks, (n - 1) * n_S * sizeof(float));
+			memcpy(keep_c + (size_t)done * n_cw, kc, (n - 1) * n_cw * sizeof(float));
+			free(ks), free(kc);
+			be->ops->release(be, a.ssm_keep), be->ops->release(be, a.conv_keep);
+		}
 		struct toast_mm_in pin = {.xf = dout}; /* right after it, as in the model */
 		struct toast_mm_out po = {.out = dp, .mode = TOAST_MM_ADD, .W = &pw.w};
 		be->ops->matmul(be, &pin, &po, 1, n);
@@ -710,6 +725,28 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 			for (int j = 0; j < dv; j++)
 				ref[(size_t)t * vdim + h * dv + j] = o[j] * rr * nw.f[j] * dsilu(z[(size_t)t * vdim + h * dv + j]);
 		}
+		/* a kept state: token t is not the last of its part */
+		bool kept = false;
+		for (int pi = 0, d0 = 0; sh.keep && pi < n_parts; d0 += parts[pi++])
+			kept = kept || (t >= d0 && t < d0 + parts[pi] - 1);
+		if (kept) {
+			double es = 0, ec = 0, ms = 0;
+			for (int h = 0; h < nv; h++)
+				for (int j = 0; j < dv; j++)
+					for (int i = 0; i < dk; i++) {
+						double r = S[((size_t)h * dk + i) * dv + j];
+						es = fmax(es, fabs(keep_S[(size_t)t * n_S + ((size_t)h * dv + j) * dk + i] - r));
+						ms = fmax(ms, fabs(r));
+					}
+			for (int j = 0; j < K - 1; j++)
+				for (int ch = 0; ch < conv_dim; ch++) {
+					int tt = t - (K - 2) + j;
+					double r = tt >= 0 ? xin[(size_t)tt * conv_dim + ch] : 0;
+					ec = fmax(ec, fabs(keep_c[((size_t)t * (K - 1) + j) * conv_dim + ch] - r));
+				}
+			CHECK(es <= 1e-4 * ms && ec == 0, "%s gdn nk %d nv %d dk %d dv %d K %d: the state kept after token %d: "
+			      "error %.3g (of %.3g), conv window %.3g", c->name, nk, nv, dk, dv, K, t, es, ms, ec);
+		}
 	}
 	double e = relerr(out, ref, (size_t)T * vdim);
 	char pdesc[64] = "", *pp = pdesc;
@@ -733,6 +770,7 @@ static void test_gdn(struct ctx *c, struct gdn_shape sh, const int *parts, int n
 	      c->name, nk, nv, dk, dv, pdesc, e);
 	be->ops->release(be, conv), be->ops->release(be, ssm);
 	free(st), free(sref), free(xin), free(z), free(b), free(av), free(out), free(S), free(ref), free(cv), free(o);
+	free(keep_S), free(keep_c);
 	freew(&cw), freew(&Al), freew(&dt), freew(&nw), freew(&pw);
 }
 
@@ -1148,7 +1186,7 @@ static void test_quant(struct ctx *c)
 	test_moe_types(c, 70, 256, 8, 3, 256, 256, true, true, &moe_mlx4);
 	test_moe_types(c, 33, 256, 8, 2, 256, 256, true, true, &mixed);
 	/* value heads in llama.cpp's tiled order */
-	struct gdn_shape tiled = {2, 6, 32, 48, 4, false, true}, tiled_big = {4, 8, 128, 128, 4, false, true};
+	struct gdn_shape tiled = {2, 6, 32, 48, 4, false, true, false}, tiled_big = {4, 8, 128, 128, 4, false, true, false};
 	int p1[] = {1, 1, 1}, p3[] = {5, 1, 70};
 	test_gdn(c, tiled, p1, 3);
 	test_gdn(c, tiled, p3, 3);
@@ -1283,8 +1321,8 @@ static void test_backend(struct ctx *c)
 	test_attention(c, 32, 1, 128, 128, true, true, 77, 1, 0, TOAST_KV_Q8);
 	test_attention(c, 16, 2, 256, 64, true, true, 201, 1, 8192, TOAST_KV_Q8);
 	test_attention(c, 16, 2, 256, 64, true, true, 203, 1, 32768, TOAST_KV_Q8);
-	struct gdn_shape flat = {2, 4, 32, 48, 4, false, false}, grouped = {2, 4, 32, 48, 4, true, false};
-	struct gdn_shape odd = {3, 3, 7, 5, 3, false, false}, big = {2, 6, 128, 128, 4, true, false};
+	struct gdn_shape flat = {2, 4, 32, 48, 4, false, false, false}, grouped = {2, 4, 32, 48, 4, true, false, false};
+	struct gdn_shape odd = {3, 3, 7, 5, 3, false, false, false}, big = {2, 6, 128, 128, 4, true, false, false};
 	int p1[] = {1, 1, 1}, p2[] = {12}, p3[] = {5, 1, 70}, p4[] = {64, 64, 1, 3}, p5[] = {131};
 	test_gdn(c, flat, p1, 3);
 	test_gdn(c, flat, p2, 1);
@@ -1292,7 +1330,7 @@ static void test_backend(struct ctx *c)
 	test_gdn(c, grouped, p3, 3);
 	test_gdn(c, odd, p4, 4);
 	/* the decode kernel's other register layouts: key heads of 64 and 256 */
-	struct gdn_shape k64 = {2, 4, 64, 64, 4, false, false}, k256 = {1, 2, 256, 32, 4, true, false};
+	struct gdn_shape k64 = {2, 4, 64, 64, 4, false, false, false}, k256 = {1, 2, 256, 32, 4, true, false, false};
 	test_gdn(c, k64, p3, 3);
 	test_gdn(c, k256, p1, 3);
 	test_gdn(c, big, p5, 1);
@@ -1301,8 +1339,8 @@ static void test_backend(struct ctx *c)
 	 * with a partial last one, decode between prefills, a partial single chunk; flat layout with
 	 * one value head a key head and T exactly one chunk, then 2 tokens; d_k 128 with d_v 48 takes
 	 * the general kernels */
-	struct gdn_shape fast2 = {2, 4, 128, 64, 4, true, false}, fast_flat = {4, 4, 128, 32, 2, false, false};
-	struct gdn_shape slow128 = {1, 2, 128, 48, 4, false, false};
+	struct gdn_shape fast2 = {2, 4, 128, 64, 4, true, false, false}, fast_flat = {4, 4, 128, 32, 2, false, false, false};
+	struct gdn_shape slow128 = {1, 2, 128, 48, 4, false, false, false};
 	int p6[] = {200, 1, 63}, p7[] = {64, 129, 2}, p8[] = {70, 3};
 	test_gdn(c, fast2, p6, 3);
 	test_gdn(c, fast_flat, p7, 3);
@@ -1310,7 +1348,7 @@ static void test_backend(struct ctx *c)
 	/* decode steps of several tokens (on a GPU the decode kernel takes up to 8, token after
 	 * token): an even count leaves the conv state in the slot it read, which the key head's
 	 * other value heads read too; a conv of 5 taps reaches back past a step of 2 into the state */
-	struct gdn_shape tiled2 = {4, 8, 128, 128, 4, false, true}, k5 = {2, 4, 32, 48, 5, true, false};
+	struct gdn_shape tiled2 = {4, 8, 128, 128, 4, false, true, false}, k5 = {2, 4, 32, 48, 5, true, false, false};
 	int p9[] = {2, 4, 1, 3, 8, 2}, p10[] = {1, 2, 1, 2, 4, 6, 9};
 	test_gdn(c, big, p9, 6);
 	test_gdn(c, tiled2, p9, 6);
@@ -1318,6 +1356,14 @@ static void test_backend(struct ctx *c)
 	test_gdn(c, k5, p10, 7);
 	test_gdn(c, k64, p9, 6);
 	test_gdn(c, k256, p10, 7);
+	/* and keeping the states after each token (a speculative step's), every register layout:
+	 * d_k 128 (and the tiled heads), 64, 32, 256, and none (d_k 7, a conv of 3) */
+	int p11[] = {3, 1, 2, 8, 4};
+	struct gdn_shape kept[] = {big, tiled2, k64, flat, k256, odd, k5};
+	for (int i = 0; i < 7; i++) {
+		kept[i].keep = true;
+		test_gdn(c, kept[i], p11, 5);
+	}
 	test_moe(c, 1, 32, 8, 2, 16, 0, false, false);
 	test_moe(c, 5, 48, 16, 4, 24, 20, true, true);
 	test_moe(c, 13, 33, 7, 3, 17, 9, true, false);
@@ -1653,7 +1699,7 @@ static void perf_backend(struct toast_backend *be)
 	float *cst = be->ops->alloc(be, 2 * 3 * (size_t)cd * 4), *ssm = be->ops->alloc(be, (size_t)nv * dv * dk * 4);
 	float *gout = be->ops->alloc(be, (size_t)nv * dv * sizeof(float));
 	struct toast_gdn_args ga = {qkvz, NULL, ba, NULL, true, true, &cw, &Al, false, &dt, &gn, nk, nv, dk, dv, 4, 1e-6f,
-				    cst, ssm, 0, 1, gout, false};
+				    cst, ssm, 0, 1, gout, false, NULL, NULL};
 	void *gctx[2] = {be, &ga};
 	perf_row("gdn decode (32 heads, state r+w)", perf_time(be, perf_gdn_fn, gctx), 2.0 * nv * dv * dk * 4);
 	/* GDN prefill: a 4,096-token chunk; bytes of q/k/v in and o out */
@@ -1664,7 +1710,7 @@ static void perf_backend(struct toast_backend *be)
 		int32_t *pids = calloc((size_t)TP, sizeof(int32_t));
 		be->ops->begin_step(be, pids, TP, 0);
 		struct toast_gdn_args gp = {pq, NULL, pba, NULL, true, true, &cw, &Al, false, &dt, &gn, nk, nv, dk, dv, 4,
-					    1e-6f, cst, ssm, 0, TP, pout, false};
+					    1e-6f, cst, ssm, 0, TP, pout, false, NULL, NULL};
 		void *pctx[2] = {be, &gp};
 		perf_row("gdn prefill 4096 (qkv in, o out)", perf_time(be, perf_gdn_fn, pctx),
 			 (double)TP * cd * 4 + (double)TP * nv * dv * 4);

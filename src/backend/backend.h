@@ -259,7 +259,14 @@ struct toast_gdn_args {
 	float *out;                         /* f32 [T][n_v_head*d_v] (out_proj's input: the models' precision
 					       is most sensitive to its rounding, docs/PERF.md) */
 	bool v_heads_tiled;                 /* value head h reads key head h % n_k_head (see above) */
+	/* Optional (NULL: not kept; both or neither): the states after each token t < T - 1 of the
+	 * step, for a caller that may keep only its first t + 1 tokens (a speculative step):
+	 * ssm_keep [T-1][n_v_head][d_v][d_k] as ssm_state, conv_keep [T-1][conv_k-1][conv_dim] the
+	 * last conv_k-1 raw inputs up to token t, oldest first (one slot). A backend may take them
+	 * only for T <= TOAST_GDN_KEEP_MAX. */
+	float *ssm_keep, *conv_keep;
 };
+#define TOAST_GDN_KEEP_MAX 8
 
 /*
  * Mixture of experts with optional shared expert, added to the residual:

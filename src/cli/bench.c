@@ -321,31 +321,41 @@ int cli_bench(int argc, char **argv)
 	}
 	/* --steps: steps of T tokens from context 0, recorded and replayed as decode's are, as a
 	 * speculative decoder's verification would run them (the head on the last row only), n_decode
-	 * of them timed back to back */
+	 * of them timed back to back; then again keeping the recurrent states after each token, as
+	 * such a step must to keep fewer of its tokens */
 	if (st == TOAST_OK && o.n_steps)
-		printf("\n%-10s %12s %12s %14s\n", "step of T", "ms/step", "ms/token", "x one token");
+		printf("\n%-10s %12s %12s %14s %14s\n", "step of T", "ms/step", "ms/token", "x one token", "kept ms/step");
 	double t_one = 0;
 	for (int i = 0; st == TOAST_OK && i < o.n_steps; i++) {
 		int T = o.steps[i];
-		toast_session_reset(s);
-		toast_session_bench_record(s, T);
-		for (int j = 0; st == TOAST_OK && j < 2; j++) /* run once, then recorded */
-			st = toast_session_feed(s, ids + j * T, T, NULL, &err);
-		int32_t top;
-		float val;
-		if (st == TOAST_OK && toast_session_top(s, 1, &top, &val, &err) < 0)
-			st = TOAST_ERR_BACKEND;
-		double t0 = toast_now();
-		for (int j = 0; st == TOAST_OK && j < o.n_decode; j++)
-			st = toast_session_feed(s, ids + (j + 2) * T, T, NULL, &err);
-		if (st == TOAST_OK && toast_session_top(s, 1, &top, &val, &err) < 0) /* (waits for the last) */
-			st = TOAST_ERR_BACKEND;
-		double t = (toast_now() - t0) / o.n_decode;
-		t_one = T == 1 ? t : t_one;
-		if (st == TOAST_OK && t_one > 0)
-			printf("%-10d %12.3f %12.3f %14.2f\n", T, t * 1e3, t * 1e3 / T, t / t_one);
-		else if (st == TOAST_OK) /* (no step of 1 timed before it) */
-			printf("%-10d %12.3f %12.3f %14s\n", T, t * 1e3, t * 1e3 / T, "-");
+		double t[2] = {0, 0};
+		for (int keep = 0; keep < (T > 1 ? 2 : 1) && st == TOAST_OK; keep++) {
+			toast_session_reset(s);
+			toast_session_bench_record(s, T);
+			st = toast_session_bench_keep(s, keep ? T : 0, &err);
+			for (int j = 0; st == TOAST_OK && j < 2; j++) /* run once, then recorded */
+				st = toast_session_feed(s, ids + j * T, T, NULL, &err);
+			int32_t top;
+			float val;
+			if (st == TOAST_OK && toast_session_top(s, 1, &top, &val, &err) < 0)
+				st = TOAST_ERR_BACKEND;
+			double t0 = toast_now();
+			for (int j = 0; st == TOAST_OK && j < o.n_decode; j++)
+				st = toast_session_feed(s, ids + (j + 2) * T, T, NULL, &err);
+			if (st == TOAST_OK && toast_session_top(s, 1, &top, &val, &err) < 0) /* (waits for the last) */
+				st = TOAST_ERR_BACKEND;
+			t[keep] = (toast_now() - t0) / o.n_decode;
+		}
+		if (st == TOAST_OK)
+			st = toast_session_bench_keep(s, 0, &err);
+		t_one = T == 1 ? t[0] : t_one;
+		char ratio[32] = "-", kept[32] = "-"; /* (no ratio where no step of 1 was timed before) */
+		if (t_one > 0)
+			snprintf(ratio, sizeof(ratio), "%.2f", t[0] / t_one);
+		if (t[1] > 0)
+			snprintf(kept, sizeof(kept), "%.3f", t[1] * 1e3);
+		if (st == TOAST_OK)
+			printf("%-10d %12.3f %12.3f %14s %14s\n", T, t[0] * 1e3, t[0] * 1e3 / T, ratio, kept);
 	}
 	toast_session_bench_record(s, 0);
 	if (st != TOAST_OK) {

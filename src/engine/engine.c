@@ -287,6 +287,11 @@ void toast_session_bench_record(struct toast_session *s, int T)
 	s->state.record_T = T < 8 ? T : 8;
 }
 
+enum toast_status toast_session_bench_keep(struct toast_session *s, int T, struct toast_error *err)
+{
+	return toast_model_state_keep(&s->e->model, &s->state, T, err);
+}
+
 int toast_session_n_past(const struct toast_session *s)
 {
 	return s->n_past;

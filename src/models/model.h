@@ -119,6 +119,11 @@ struct toast_state {
 	void **k_cache, **v_cache; /* [n_layer] n_ctx tokens as m->kv_type lays them out (backend.h), NULL for GDN layers */
 	float **conv;              /* [n_layer] f32 [2][conv_k-1][conv_dim], NULL for attention layers */
 	float **ssm;               /* [n_layer] f32 [n_v_head][d_v][d_k], NULL for attention layers */
+	/* toast_model_state_keep: a forward of 2..keep_T tokens also leaves each GDN layer's states
+	 * after each of its tokens but the last (toast_gdn_args' ssm_keep and conv_keep, [keep_T-1]
+	 * of them a layer), so that toast_model_state_rewind can keep fewer of its tokens */
+	int keep_T;
+	float **ssm_keep, **conv_keep; /* [n_layer], NULL for attention layers */
 };
 
 /* Activation buffers for forward passes of up to max_T tokens. */
@@ -171,6 +176,15 @@ enum toast_status toast_model_state_new(const struct toast_model *m, int n_ctx, 
 					struct toast_error *err);
 void toast_model_state_free(const struct toast_model *m, struct toast_state *s);
 void toast_model_state_zero(const struct toast_model *m, struct toast_state *s);
+/* Make s keep the states a forward of 2..max_T tokens passes through (max_T <=
+ * TOAST_GDN_KEEP_MAX; model.h's toast_state.keep_T), for speculative steps; 0 frees them. */
+enum toast_status toast_model_state_keep(const struct toast_model *m, struct toast_state *s, int max_T,
+					 struct toast_error *err);
+/* After a forward of T tokens at pos (2 <= T <= s->keep_T), make s what it would be had only the
+ * first n (1 <= n <= T) of them been run: the GDN layers' states from those kept; the attention
+ * layers' KV rows past pos + n are never read before they are written again. Queued. */
+enum toast_status toast_model_state_rewind(const struct toast_model *m, struct toast_state *s, int pos, int T, int n,
+					   struct toast_error *err);
 
 /*
  * State images: what a state holds after n tokens, copied out so that it can be kept (the

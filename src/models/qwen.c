@@ -617,6 +617,7 @@ void toast_model_state_free(const struct toast_model *m, struct toast_state *s)
 		if (s->ssm)
 			be->ops->release(be, s->ssm[il]);
 	}
+	toast_model_state_keep(m, s, 0, NULL);
 	free(s->k_cache);
 	free(s->v_cache);
 	free(s->conv);
@@ -642,14 +643,20 @@ static size_t state_ssm_bytes(const struct toast_model *m)
 	return (size_t)hp->ssm_n_v_head * hp->ssm_d_v * hp->ssm_d_k * sizeof(float);
 }
 
+/* a state's id, unique: it keys the steps recorded on it */
+static uint64_t state_new_id(void)
+{
+	static _Atomic uint64_t next_id = 1;
+	return next_id++;
+}
+
 enum toast_status toast_model_state_new(const struct toast_model *m, int n_ctx, struct toast_state *s,
 					struct toast_error *err)
 {
-	static _Atomic uint64_t next_id = 1;
 	memset(s, 0, sizeof(*s));
 	struct toast_backend *be = m->be;
 	int L = m->hp.n_layer;
-	s->id = next_id++;
+	s->id = state_new_id();
 	s->n_ctx = n_ctx;
 	s->k_cache = calloc((size_t)L, sizeof(void *));
 	s->v_cache = calloc((size_t)L, sizeof(void *));
@@ -680,6 +687,59 @@ void toast_model_state_zero(const struct toast_model *m, struct toast_state *s)
 			be->ops->zero(be, s->conv[il], state_conv_bytes(m));
 			be->ops->zero(be, s->ssm[il], state_ssm_bytes(m));
 		}
+}
+
+enum toast_status toast_model_state_keep(const struct toast_model *m, struct toast_state *s, int max_T,
+					 struct toast_error *err)
+{
+	struct toast_backend *be = m->be;
+	int L = m->hp.n_layer;
+	if (s->keep_T || max_T > 1) /* steps recorded before keep (or no longer keep) other buffers */
+		s->id = state_new_id();
+	for (int il = 0; il < L && s->ssm_keep; il++) {
+		be->ops->release(be, s->ssm_keep[il]);
+		be->ops->release(be, s->conv_keep[il]);
+	}
+	free(s->ssm_keep);
+	free(s->conv_keep);
+	s->ssm_keep = s->conv_keep = NULL;
+	s->keep_T = 0;
+	if (max_T <= 1)
+		return TOAST_OK;
+	if (max_T > TOAST_GDN_KEEP_MAX)
+		return toast_err_set(err, TOAST_ERR_INVALID, "states kept for steps of %d tokens (at most %d)", max_T,
+				     TOAST_GDN_KEEP_MAX);
+	s->ssm_keep = calloc((size_t)L, sizeof(float *));
+	s->conv_keep = calloc((size_t)L, sizeof(float *));
+	bool ok = s->ssm_keep && s->conv_keep;
+	for (int il = 0; il < L && ok; il++)
+		if (!m->layers[il].is_attn) /* (one conv slot a token) */
+			ok = (s->ssm_keep[il] = be->ops->alloc(be, (size_t)(max_T - 1) * state_ssm_bytes(m))) &&
+			     (s->conv_keep[il] = be->ops->alloc(be, (size_t)(max_T - 1) * state_conv_bytes(m) / 2));
+	if (!ok) {
+		toast_model_state_keep(m, s, 0, NULL);
+		return toast_err_set(err, TOAST_ERR_NOMEM, "cannot allocate the states of steps of %d tokens", max_T);
+	}
+	s->keep_T = max_T;
+	return TOAST_OK;
+}
+
+enum toast_status toast_model_state_rewind(const struct toast_model *m, struct toast_state *s, int pos, int T, int n,
+					   struct toast_error *err)
+{
+	if (T < 2 || T > s->keep_T || n < 1 || n > T || pos < 0)
+		return toast_err_set(err, TOAST_ERR_INVALID, "rewind: %d of %d tokens (states kept for %d)", n, T, s->keep_T);
+	if (n == T)
+		return TOAST_OK;
+	struct toast_backend *be = m->be;
+	size_t sb = state_ssm_bytes(m), cb = state_conv_bytes(m) / 2;
+	for (int il = 0; il < m->hp.n_layer; il++)
+		if (!m->layers[il].is_attn) {
+			be->ops->copy(be, s->ssm[il], (char *)s->ssm_keep[il] + (size_t)(n - 1) * sb, sb);
+			be->ops->copy(be, (char *)s->conv[il] + (size_t)((pos + n) & 1) * cb,
+				      (char *)s->conv_keep[il] + (size_t)(n - 1) * cb, cb);
+		}
+	return TOAST_OK;
 }
 
 /* ---- state images (model.h) ---- */
@@ -945,6 +1005,8 @@ static void fwd_gdn(const struct toast_model *m, const struct toast_layer *l, st
 		.conv_k = hp->ssm_conv_k, .eps = hp->norm_eps,
 		.conv_state = s->conv[il], .ssm_state = s->ssm[il], .pos = pos, .T = T, .out = w->g_out,
 	};
+	if (T > 1 && T <= s->keep_T)
+		a.ssm_keep = s->ssm_keep[il], a.conv_keep = s->conv_keep[il];
 	be->ops->gdn(be, &a);
 	struct toast_mm_in oin = {.xf = w->g_out};
 	struct toast_mm_out o = {.out = w->x, .mode = TOAST_MM_ADD, .W = &l->ssm_out};

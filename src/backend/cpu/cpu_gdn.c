@@ -6,8 +6,11 @@
  * with gamma the in-chunk cumulative log-decay, A[r][s] = beta_r e^(gamma_r - gamma_s) k_r.k_s
  * (s < r), U = (I+A)^-1 diag(beta) V, W = (I+A)^-1 diag(beta e^gamma) K, V' = U - W S0,
  * O = diag(e^gamma) Q S0 + P V' with P[r][s] = e^(gamma_r - gamma_s) q_r.k_s (s <= r), and
- * S = e^gamma_L S0 + (diag(e^(gamma_L - gamma)) K)^T V'. All in f32.
+ * S = e^gamma_L S0 + (diag(e^(gamma_L - gamma)) K)^T V'. All in f32. A step that keeps its states
+ * after each token (ssm_keep) runs the token recurrence.
  */
+#include <string.h>
+
 #include "backend/cpu/cpu.h"
 
 #define GDN_CHUNK 64
@@ -44,6 +47,9 @@ static void gdn_conv_task(void *p, int task, int tid)
 		}
 		for (int j = 0; j < K - 1; j++)
 			st_new[(size_t)j * cd + ch] = win[T + j];
+		for (int t = 0; a->conv_keep && t < T - 1; t++) /* the window after token t */
+			for (int j = 0; j < K - 1; j++)
+				a->conv_keep[((size_t)t * (K - 1) + j) * cd + ch] = win[t + 1 + j];
 	}
 }
 
@@ -60,18 +66,22 @@ static void gdn_head_task(void *p, int h, int tid)
 #define K_(t) (c->conv + (size_t)(t) * cd + key_dim + (size_t)kh * dk)
 #define V_(t) (c->conv + (size_t)(t) * cd + 2 * key_dim + (size_t)h * dv)
 #define O_(t) (c->o + (size_t)(t) * a->n_v_head * dv + (size_t)h * dv)
-	if (T == 1) {
-		float alpha = expf(c->g[h]), beta = c->beta[h];
-		const float *q = Q_(0), *k = K_(0), *v = V_(0);
-		float *o = O_(0);
-		for (int j = 0; j < dv; j++) {
-			float *Sj = S + (size_t)j * dk;
-			for (int i = 0; i < dk; i++)
-				Sj[i] *= alpha;
-			float delta = beta * (v[j] - cpu_dot(Sj, k, dk));
-			for (int i = 0; i < dk; i++)
-				Sj[i] += k[i] * delta;
-			o[j] = cpu_dot(Sj, q, dk);
+	if (T == 1 || a->ssm_keep) {
+		for (int t = 0; t < T; t++) {
+			float alpha = expf(c->g[(size_t)t * a->n_v_head + h]), beta = c->beta[(size_t)t * a->n_v_head + h];
+			const float *q = Q_(t), *k = K_(t), *v = V_(t);
+			float *o = O_(t);
+			for (int j = 0; j < dv; j++) {
+				float *Sj = S + (size_t)j * dk;
+				for (int i = 0; i < dk; i++)
+					Sj[i] *= alpha;
+				float delta = beta * (v[j] - cpu_dot(Sj, k, dk));
+				for (int i = 0; i < dk; i++)
+					Sj[i] += k[i] * delta;
+				o[j] = cpu_dot(Sj, q, dk);
+			}
+			if (t < T - 1)
+				memcpy(a->ssm_keep + ((size_t)t * a->n_v_head + h) * dv * dk, S, (size_t)dv * dk * sizeof(float));
 		}
 		return;
 	}

@@ -157,14 +157,14 @@ __global__ void k_gdn_prep(gdn_dims g, float *conv, const float *b, const float 
  */
 #define GDN_DEC_THREADS 512
 #define GDN_DEC_TAPS 4 /* a conv of this many taps (Qwen3-Next's) is loaded before the wait */
-#define GDN_DEC_MAX_T 8
+#define GDN_DEC_MAX_T TOAST_GDN_KEEP_MAX
 #define GDN_SIB_MAX (CU_CTR_N - CU_CTR_GDN) /* key heads a multi-token step can count */
 /* DPL > 0: dk == 32 * DPL and dv <= 16 * RPW, the state rows of a warp live in registers */
 template <int DPL, int RPW, bool MULTI>
 __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	k_gdn_decode(gdn_dims g, const float *qkv, const float *z, const float *b, const float *a, const void *cw, int cwt,
 		     float *conv_state, const int32_t *step, const float *A, int a_neg_exp, const float *dtb,
-		     const float *nw, float eps, float *S, float *out, unsigned *sib)
+		     const float *nw, float eps, float *S, float *out, unsigned *sib, float *S_keep, float *conv_keep)
 {
 	extern __shared__ float sm[];
 	__shared__ float red[32];
@@ -286,6 +286,16 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 					hist[j] = hist[j + 1];
 				hist[GDN_DEC_TAPS - 2] = x;
 			}
+			if (MULTI && conv_keep && t < T - 1 && (cl >= 2 * dk || own_qk)) { /* the window after token t */
+				float *ck = conv_keep + (size_t)t * slot + c;
+				if (mine)
+#pragma unroll
+					for (int j = 0; j < GDN_DEC_TAPS - 1; j++)
+						ck[(size_t)j * g.conv_dim] = hist[j];
+				else
+					for (int j = 0; j < K - 1; j++)
+						ck[(size_t)j * g.conv_dim] = conv_in(cl, c, t - (K - 2) + j);
+			}
 		}
 		__syncthreads();
 		cu_tl_mark(0); /* conv */
@@ -358,6 +368,10 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 #pragma unroll
 						for (int k = 0; k < DPL; k++)
 							S[((size_t)h * dv + j) * dk + lane + 32 * k] = Sr[i][k];
+					else if (MULTI && S_keep) /* the state after token t */
+#pragma unroll
+						for (int k = 0; k < DPL; k++)
+							S_keep[(((size_t)t * g.nv + h) * dv + j) * dk + lane + 32 * k] = Sr[i][k];
 					if (lane == 0)
 						os[j] = o[i];
 				}
@@ -373,6 +387,8 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 				for (int i = lane; i < dk; i += 32) {
 					float sv = Sj[i] * alpha + ks[i] * delta;
 					Sj[i] = sv;
+					if (MULTI && S_keep && t < T - 1)
+						S_keep[(((size_t)t * g.nv + h) * dv + j) * dk + i] = sv;
 					o += sv * qs[i];
 				}
 				o = cu_warp_sum(o);
@@ -1004,7 +1020,8 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 	cu_launch_pdl(cb, k_gdn_decode<D, R, M>, g.nv, GDN_DEC_THREADS, smem,                                            \
 		g, a->qkv, a->z, a->b, a->a, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, cb->d_step,          \
 		(const float *)a->A_log->dev, a->a_is_neg_exp, (const float *)a->dt_bias->dev,                        \
-		(const float *)a->norm_w->dev, a->eps, a->ssm_state, a->out, cb->counters + CU_CTR_GDN)
+		(const float *)a->norm_w->dev, a->eps, a->ssm_state, a->out, cb->counters + CU_CTR_GDN, a->ssm_keep,   \
+		a->conv_keep)
 		if (!regs)
 			GDN_DEC(0, 1);
 		else if (g.dk == 128 && rpw <= 8)
@@ -1018,6 +1035,11 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 #undef GDN_DEC
 #undef GDN_DEC_M
 		cu_launched(cb, "gdn decode");
+		return;
+	}
+	if (a->ssm_keep) {
+		cu_fail_msg(cb, "gdn: a step of %d tokens cannot keep its states (at most %d, head dims %d/%d)", g.T,
+			    GDN_DEC_MAX_T, g.dk, g.dv);
 		return;
 	}
 	size_t n_conv = (size_t)g.T * g.conv_dim, n_h = (size_t)g.T * g.nv, n_o = (size_t)g.T * g.vdim;
