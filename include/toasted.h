@@ -280,7 +280,14 @@ struct toast_gen_opts {
 	 * none): where a session cache marks the end of the prompt (toast_cache_mark_prompt). */
 	void (*on_prompt)(void *ud, struct toast_session *s);
 	void *on_prompt_ud;
+	/* Speculative decoding for greedy sampling (temperature 0 or top_k 1, no penalty): drafts of
+	 * up to this many tokens (at most TOAST_DRAFT_MAX) copied from where the last tokens occurred
+	 * earlier in the session (the prompt, or the reply so far: prompt lookup), verified in one
+	 * forward pass; the tokens are those greedy decoding gives. Pays where the reply repeats its
+	 * input (edits, code, quotes). 0: off. */
+	int draft;
 };
+#define TOAST_DRAFT_MAX 7
 
 struct toast_gen_result {
 	int n_prompt;        /* prompt tokens of the request: those the session held before + n_prompt */
@@ -290,6 +297,8 @@ struct toast_gen_result {
 	double t_prefill;    /* seconds */
 	double t_first;      /* seconds from the call to the first generated token */
 	double t_decode;     /* seconds spent generating after the first token */
+	int n_drafted;       /* draft tokens verified (opts.draft) */
+	int n_accepted;      /* of those, tokens the model agreed with */
 };
 
 /* Called once for every generated token, in order, with the text that token completes

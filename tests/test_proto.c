@@ -62,11 +62,13 @@ static void test_requests(void)
 	const char *full = "{\"v\":1,\"id\":\"r1\",\"type\":\"chat\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
 			   "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
 			   "\"max_tokens\":7,\"temperature\":0,\"top_p\":0.5,\"top_k\":3,\"min_p\":0.1,\"seed\":42,\"stop\":\"\\n\","
+			   "\"draft\":4,"
 			   "\"stream\":false,\"unknown_field\":{\"x\":[1,2]},\"enable_thinking\":false}";
 	CHECK(toast_proto_req_parse(full, strlen(full), &r, &f), "full request: %s", f.msg);
 	CHECK(r.type == TOAST_REQ_CHAT && strcmp(r.id, "r1") == 0 && r.n_msgs == 2, "full request fields");
 	CHECK(r.n_msgs == 2 && strcmp(r.msgs[1].content, "ab") == 0, "content parts are joined");
-	CHECK(r.p.max_tokens == 7 && r.p.temperature == 0 && r.p.top_p == 0.5 && r.p.top_k == 3 && fabs(r.p.min_p - 0.1) < 1e-12,
+	CHECK(r.p.max_tokens == 7 && r.p.temperature == 0 && r.p.top_p == 0.5 && r.p.top_k == 3 && fabs(r.p.min_p - 0.1) < 1e-12 &&
+		      r.p.draft == 4,
 	      "sampling fields");
 	CHECK(r.p.has_seed && r.p.seed == 42 && r.p.n_stop == 1 && strcmp(r.p.stop[0], "\n") == 0 && !r.p.stream &&
 		      r.p.enable_thinking == 0,
@@ -74,7 +76,7 @@ static void test_requests(void)
 	toast_proto_req_deinit(&r);
 	const char *min = "{\"v\":1,\"id\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
 	CHECK(toast_proto_req_parse(min, strlen(min), &r, &f), "minimal request: %s", f.msg);
-	CHECK(r.p.stream && isnan(r.p.temperature) && r.p.top_k == -1 && !r.p.has_seed && r.p.max_tokens == 0 &&
+	CHECK(r.p.stream && isnan(r.p.temperature) && r.p.top_k == -1 && r.p.draft == -1 && !r.p.has_seed && r.p.max_tokens == 0 &&
 		      r.p.enable_thinking == -1,
 	      "defaults: stream, everything else unset");
 	toast_proto_req_deinit(&r);
@@ -113,6 +115,10 @@ static void test_requests(void)
 	       TOAST_PROTO_BAD_REQUEST, "max_tokens 0");
 	expect("{\"v\":1,\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":99999999999}",
 	       TOAST_PROTO_TOO_LARGE, "max_tokens huge");
+	expect("{\"v\":1,\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"draft\":8}",
+	       TOAST_PROTO_TOO_LARGE, "draft over 7");
+	expect("{\"v\":1,\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"draft\":-1}",
+	       TOAST_PROTO_BAD_REQUEST, "draft negative");
 	expect("{\"v\":1,\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":-1}",
 	       TOAST_PROTO_BAD_REQUEST, "negative temperature");
 	expect("{\"v\":1,\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_p\":2}",
@@ -160,6 +166,7 @@ static void test_roundtrip(void)
 	toast_proto_params_init(&p);
 	p.temperature = 0.7;
 	p.top_k = 5;
+	p.draft = 3;
 	p.max_tokens = 9;
 	p.seed = 123456789012345ULL;
 	p.has_seed = true;
@@ -175,7 +182,7 @@ static void test_roundtrip(void)
 	CHECK(strcmp(r.id, "id\"1") == 0 && r.n_msgs == 2 && strcmp(r.msgs[0].content, msgs[0].content) == 0 &&
 		      strcmp(r.msgs[1].content, msgs[1].content) == 0,
 	      "messages survive the round trip");
-	CHECK(fabs(r.p.temperature - 0.7) < 1e-6 && r.p.top_k == 5 && r.p.max_tokens == 9 && r.p.seed == p.seed &&
+	CHECK(fabs(r.p.temperature - 0.7) < 1e-6 && r.p.top_k == 5 && r.p.draft == 3 && r.p.max_tokens == 9 && r.p.seed == p.seed &&
 		      !r.p.stream && r.p.n_stop == 1 && isnan(r.p.top_p),
 	      "params survive the round trip");
 	toast_proto_req_deinit(&r);

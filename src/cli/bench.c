@@ -28,6 +28,7 @@ struct bench_opts {
 	int history[BENCH_MAX_LIST], n_history;
 	int n_new;
 	int steps[BENCH_MAX_LIST], n_steps; /* --steps T1,..: decode steps of T <= 8 tokens each */
+	int draft;                          /* --draft N: decode greedy with speculative drafts */
 };
 
 static bool bench_list(const char *opt, const char *v, int *out, int *n)
@@ -187,6 +188,10 @@ int cli_bench(int argc, char **argv)
 			if (!cli_int("--decode", v, 1, 1 << 20, &n))
 				return 2;
 			o.n_decode = (int)n;
+		} else if ((v = cli_optval(argc, argv, &i, "--draft"))) {
+			if (!cli_int("--draft", v, 0, TOAST_DRAFT_MAX, &n))
+				return 2;
+			o.draft = (int)n;
 		} else if ((v = cli_optval(argc, argv, &i, "--top"))) {
 			if (!cli_int("--top", v, 0, 1 << 20, &n))
 				return 2;
@@ -219,6 +224,7 @@ int cli_bench(int argc, char **argv)
 				"                     [--kv-cache default|q8]\n"
 				"                     [--prompt N1,N2,..] [--ctx C1,C2,..] [--decode N] [--top M]\n"
 				"                     [--top-p P] [--min-p P] [--repeat-penalty X] [--steps T1,T2,..]\n"
+				"                     [--draft N]\n"
 				"                     | --cache [--history H1,H2,..] [--new N]\n");
 		return 2;
 	}
@@ -304,6 +310,7 @@ int cli_bench(int argc, char **argv)
 		go.sampling.top_p = o.top_p;
 		go.sampling.min_p = o.min_p;
 		go.sampling.repeat_penalty = o.repeat_penalty;
+		go.draft = o.draft;
 		struct toast_gen_result res = {0};
 		if (st == TOAST_OK)
 			st = toast_generate(s, NULL, NULL, 0, &go, NULL, NULL, &res, &err);
@@ -318,6 +325,8 @@ int cli_bench(int argc, char **argv)
 		if (st == TOAST_OK)
 			printf("%-10d %10.1f %12.3f %12.3f %14.3f %10.2f\n", o.ctxs[i], 1 / t, t * 1e3, bytes / 1e9,
 			       floor_s * 1e3, t / floor_s);
+		if (st == TOAST_OK && o.draft)
+			printf("  (drafts: %d of %d tokens taken)\n", res.n_accepted, res.n_drafted);
 	}
 	/* --steps: steps of T tokens from context 0, recorded and replayed as decode's are, as a
 	 * speculative decoder's verification would run them (the head on the last row only), n_decode

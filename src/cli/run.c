@@ -81,13 +81,15 @@ static int run_usage(void)
 		"  --stop STR           stop before STR (repeatable, up to %d)\n"
 		"  --no-think           enable_thinking: false for the chat template\n"
 		"  --ignore-eos         do not stop at end-of-turn tokens\n"
+		"  --draft N            greedy only: draft up to N (<= %d) tokens a step from earlier text and\n"
+		"                       verify them in one pass (faster where the reply repeats its input)\n"
 		"  --print-ids          print the generated token ids instead of text\n"
 		"  --stats              prompt tokens, prefill tok/s, time to first token, decode tok/s on stderr\n"
 		"  --ctx-size N         context window (default: prompt + max tokens, or + 4096)\n"
 		"  --backend cpu|cuda, --threads N\n"
 		"  --kv-cache q8        an 8-bit KV cache (half the memory of bf16; default: the activation type)\n"
 		"  --quant TYPE         quantise a float model's matrices at load (q8_0, q4_0, q4_1, q4_k_m, q5_k_m, q6_k)\n",
-		RUN_MAX_STOP);
+		RUN_MAX_STOP, TOAST_DRAFT_MAX);
 	return 2;
 }
 
@@ -161,6 +163,10 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 				return 2;
 			}
 			o->stop[o->go.n_stop++] = v;
+		} else if ((v = cli_optval(argc, argv, &i, "--draft"))) {
+			if (!cli_int("--draft", v, 0, TOAST_DRAFT_MAX, &n))
+				return 2;
+			o->go.draft = (int)n;
 		} else if ((v = cli_optval(argc, argv, &i, "--ctx-size"))) {
 			if (!cli_int("--ctx-size", v, 16, 1 << 24, &n))
 				return 2;
@@ -309,6 +315,8 @@ int cli_run(int argc, char **argv)
 				res.n_prompt, res.t_prefill, res.t_prefill > 0 ? res.n_prefilled / res.t_prefill : 0, res.t_first,
 				res.n_generated, res.t_decode, res.t_decode > 0 ? gen_after_first / res.t_decode : 0,
 				run_finish_name(res.finish), (unsigned long long)o.go.sampling.seed);
+			if (res.n_drafted)
+				fprintf(stderr, "drafts: %d of %d tokens taken\n", res.n_accepted, res.n_drafted);
 		}
 	} else {
 		fprintf(stderr, "toasted run: %s\n", err.msg);

@@ -29,6 +29,7 @@
 	"      --temperature X  --top-p X  --top-k N  --min-p X  --repeat-penalty X  --seed N\n"            \
 	"      --max-tokens N   (defaults as in `toasted run`: 0.7, 0.8, 20, 0, 1; a random seed)\n"                       \
 	"      --stop TEXT      stop string (repeatable)   --no-think / --think\n"                                 \
+	"      --draft N        with --temperature 0: draft up to N (<= 7) tokens a step from earlier text\n"     \
 	"      --socket PATH    the daemon's socket (default: $TOASTED_SOCKET, $XDG_RUNTIME_DIR/toasted.sock,\n"  \
 	"                       /tmp/toasted-$UID/toasted.sock)\n"                                                 \
 	"  Without a daemon, TOAST_API_BASE, TOAST_API_KEY and TOAST_MODEL name an OpenAI-compatible API.\n"
@@ -109,6 +110,11 @@ static bool toast_parse(int argc, char **argv, struct toast_opts *o, int *exit_c
 			if (!opt_num(a, v, 0, 1 << 24, &x) || x != floor(x))
 				return false;
 			o->p.top_k = (int)x;
+			i++;
+		} else if (strcmp(a, "--draft") == 0) {
+			if (!opt_num(a, v, 0, TOAST_DRAFT_MAX, &x) || x != floor(x))
+				return false;
+			o->p.draft = (int)x;
 			i++;
 		} else if (strcmp(a, "--max-tokens") == 0) {
 			if (!opt_num(a, v, 1, TOAST_PROTO_MAX_TOKENS, &x) || x != floor(x))

@@ -373,6 +373,79 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 	return TOAST_OK;
 }
 
+/* the session's logits are row `row` of the last pass's logits_all, left in work.logits */
+static void session_logits_row(struct toast_session *s, int row)
+{
+	struct toast_engine *e = s->e;
+	size_t V = (size_t)e->model.hp.n_vocab;
+	e->be->ops->copy(e->be, e->work.logits, e->work.logits_all + row * V, V * sizeof(float));
+	s->have_logits = true;
+	s->logits_dev = true;
+	e->logits_owner = s;
+}
+
+int toast_session_spec_step(struct toast_session *s, const int32_t *ids, int T, int32_t *next,
+			    struct toast_error *err)
+{
+	struct toast_engine *e = s->e;
+	struct toast_backend *be = e->be;
+	int V = e->model.hp.n_vocab, pos = s->n_past;
+	if (T < 1 || T > TOAST_GDN_KEEP_MAX || T > e->work.max_T || T > s->state.n_ctx - pos) {
+		toast_err_set(err, TOAST_ERR_INVALID, "speculative step of %d tokens at %d (at most %d, context %d)", T, pos,
+			      TOAST_GDN_KEEP_MAX < e->work.max_T ? TOAST_GDN_KEEP_MAX : e->work.max_T, s->state.n_ctx);
+		return -1;
+	}
+	if (e->logits_owner && e->logits_owner != s && session_logits_fetch(e->logits_owner, err) != TOAST_OK)
+		return -1;
+	toast_session_logits_on_host(s);
+	/* the states after each token kept (once a session); steps of every size recorded */
+	enum toast_status rc = TOAST_OK;
+	if (s->state.keep_T < TOAST_GDN_KEEP_MAX)
+		rc = toast_model_state_keep(&e->model, &s->state, TOAST_GDN_KEEP_MAX, err);
+	s->state.record_T = TOAST_GDN_KEEP_MAX;
+	if (rc == TOAST_OK)
+		rc = toast_model_forward(&e->model, &s->state, &e->work, ids, T, pos, true, NULL, NULL, err);
+	int n = 1;
+	for (bool agree = true; rc == TOAST_OK && n <= T && agree; n++) {
+		int32_t pick;
+		float val;
+		int got = be->ops->top(be, e->work.logits_all + (size_t)(n - 1) * V, V, 1, &pick, &val, err);
+		if (got != 1) {
+			rc = got < 0 ? TOAST_ERR_BACKEND : toast_err_set(err, TOAST_ERR_BACKEND, "the logits are all NaN");
+			break;
+		}
+		*next = pick;
+		agree = n < T && ids[n] == pick;
+	}
+	n--; /* (the loop went one past the last row it read) */
+	if (rc == TOAST_OK && n < T)
+		rc = toast_model_state_rewind(&e->model, &s->state, pos, T, n, err);
+	if (rc != TOAST_OK) {
+		toast_session_reset(s);
+		return -1;
+	}
+	memcpy(s->tokens + pos, ids, (size_t)n * sizeof(int32_t));
+	s->n_past = pos + n;
+	s->spec_pos = pos, s->spec_T = T, s->spec_n = n;
+	session_logits_row(s, n - 1);
+	return n;
+}
+
+enum toast_status toast_session_spec_trim(struct toast_session *s, int n, struct toast_error *err)
+{
+	if (n < 1 || n > s->spec_n || s->n_past != s->spec_pos + s->spec_n)
+		return toast_err_set(err, TOAST_ERR_INVALID, "trim a speculative step to %d of its %d tokens", n, s->spec_n);
+	if (n == s->spec_n)
+		return TOAST_OK;
+	enum toast_status rc = toast_model_state_rewind(&s->e->model, &s->state, s->spec_pos, s->spec_T, n, err);
+	if (rc != TOAST_OK)
+		return rc;
+	s->n_past = s->spec_pos + n;
+	s->spec_n = n;
+	session_logits_row(s, n - 1);
+	return TOAST_OK;
+}
+
 /* the backend's pick of the logits in work.logits, queued behind the pending ones (a sampled
  * pick takes the sampler's next uniform); prev: the pick before it is pending, its token not yet
  * accepted by the sampler (a penalty counts it) */

@@ -29,6 +29,7 @@ struct toast_session {
 	float *logits;   /* host [n_vocab]; the truth unless logits_dev */
 	bool have_logits;
 	bool logits_dev; /* the last logits are in e->work.logits (row 0), not yet read */
+	int spec_pos, spec_T, spec_n; /* the last speculative step: at spec_pos, spec_n of spec_T kept */
 };
 
 /* The host copy of the session's logits has just been written (a cache restore): it is the truth. */
@@ -47,6 +48,20 @@ void toast_session_logits_on_host(struct toast_session *s);
  */
 bool toast_session_chain_begin(struct toast_session *s, struct toast_sampler *sp);
 int32_t toast_session_chain_step(struct toast_session *s, struct toast_sampler *sp, struct toast_error *err);
+
+/*
+ * Speculative greedy steps. spec_step feeds ids[0..T) (1 <= T <= TOAST_GDN_KEEP_MAX; ids[0] the
+ * greedy pick of the session's logits, ids[1..T) a draft of what follows) in one forward pass,
+ * finds the largest logit of each row (the lower id among equals, as top() and greedy sampling
+ * choose) and keeps ids[0..n), n - 1 being how many of the draft agree in order with the
+ * model's picks: the session then holds them, as feeding them one at a time would leave it, with
+ * the logits of ids[n - 1], whose largest is *next. Returns n, or -1 on failure (err set, the
+ * session reset). spec_trim(s, n) keeps only the first n (1 <= n <= what spec_step kept) of
+ * them; only before anything else runs on the session.
+ */
+int toast_session_spec_step(struct toast_session *s, const int32_t *ids, int T, int32_t *next,
+			    struct toast_error *err);
+enum toast_status toast_session_spec_trim(struct toast_session *s, int n, struct toast_error *err);
 
 /* The draw of the next token on a backend (toast_backend_ops.pick): true with *d set (prev false)
  * and its uniform taken from the generator (d NULL: nothing taken; d->n_top 0 where the draw is

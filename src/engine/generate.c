@@ -91,9 +91,13 @@ static size_t gen_take(struct gen_text *t, size_t n)
 static enum toast_status gen_check(const struct toast_session *s, int n_prompt, const struct toast_gen_opts *o,
 				   struct toast_error *err)
 {
-	if (!o || n_prompt < 0 || o->max_tokens < 0 || o->n_stop < 0 || o->n_stop > GEN_MAX_STOP)
-		return toast_err_set(err, TOAST_ERR_INVALID, "generate: bad options (n_prompt %d, max_tokens %d, %d stop strings; at most %d)",
-				     n_prompt, o ? o->max_tokens : 0, o ? o->n_stop : 0, GEN_MAX_STOP);
+	if (!o || n_prompt < 0 || o->max_tokens < 0 || o->n_stop < 0 || o->n_stop > GEN_MAX_STOP || o->draft < 0 ||
+	    o->draft > TOAST_DRAFT_MAX)
+		return toast_err_set(err, TOAST_ERR_INVALID,
+				     "generate: bad options (n_prompt %d, max_tokens %d, %d stop strings, at most %d; draft %d, "
+				     "at most %d)",
+				     n_prompt, o ? o->max_tokens : 0, o ? o->n_stop : 0, GEN_MAX_STOP, o ? o->draft : 0,
+				     TOAST_DRAFT_MAX);
 	for (int k = 0; k < o->n_stop; k++) {
 		size_t l = o->stop[k] ? strlen(o->stop[k]) : 0;
 		if (l == 0 || l > GEN_MAX_STOP_LEN)
@@ -131,6 +135,39 @@ static enum toast_status gen_sample(struct toast_session *s, struct toast_sample
 	*id = toast_sampler_sample(sp, l);
 	return TOAST_OK;
 }
+
+/* Prompt lookup: the tokens after the latest earlier occurrence of the last 4, 3 or 2 of h[0..n)
+ * followed by last (the longest that occurred), at most k of them, into out; returns how many. */
+#define GEN_NGRAM_MAX 4
+#define GEN_NGRAM_MIN 2
+static int gen_lookup(const int32_t *h, int n, int32_t last, int k, int32_t *out)
+{
+	int L = n + 1;
+#define H(i) ((i) < n ? h[i] : last)
+	for (int g = L - 1 < GEN_NGRAM_MAX ? L - 1 : GEN_NGRAM_MAX; g >= GEN_NGRAM_MIN; g--)
+		for (int e = L - 2; e >= g - 1; e--) { /* an occurrence ending at e, followed by e + 1 */
+			int j = 0;
+			while (j < g && H(e - j) == H(L - 1 - j))
+				j++;
+			if (j < g)
+				continue;
+			int m = 0;
+			for (; m < k && e + 1 + m < L; m++)
+				out[m] = H(e + 1 + m);
+			return m;
+		}
+#undef H
+	return 0;
+}
+
+/* speculative decoding (toast_gen_opts.draft): the last step's tokens, all in the session */
+struct gen_spec {
+	int k;                          /* the next draft's length at most (0: off) */
+	int32_t next;                   /* the greedy pick after the step's tokens, -1: not known */
+	int32_t q[TOAST_DRAFT_MAX + 1]; /* the step's tokens */
+	int n, i;                       /* of them, n kept, the first i passed on */
+};
+_Static_assert(TOAST_DRAFT_MAX + 1 <= TOAST_GDN_KEEP_MAX, "a draft and its first token are one step");
 
 enum toast_status toast_generate(struct toast_session *s, const struct toast_tokenizer *tok, const int32_t *prompt,
 				 int n_prompt, const struct toast_gen_opts *opts, toast_token_cb cb, void *ud,
@@ -180,20 +217,53 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	 * each token is fed as it is picked, before the host knows it (engine.h), and the host
 	 * streams it while the next step runs; from the first token whose logits are on the
 	 * backend (not yet those a cache restore put on the host) */
-	bool chainable = s->e->be->async_steps;
+	/* speculative decoding (greedy only) takes the place of the chain: each step's tokens are
+	 * known on the host before the next step's draft can be made */
+	struct gen_spec g = {.k = opts->draft, .next = -1};
+	if (g.k > 0 && toast_sampler_top_need(sp) != 1)
+		g.k = 0;
+	bool chainable = s->e->be->async_steps && !g.k;
 	bool chain = false;
 	for (;;) {
 		if (chainable && !chain)
 			chain = toast_session_chain_begin(s, sp);
 		bool async = s->e->be->async_steps && !chain;
+		bool in_session = false; /* fed by a speculative step */
 		int32_t id;
 		if (chain) {
 			if ((id = toast_session_chain_step(s, sp, err)) < 0) {
 				rc = err ? err->code : TOAST_ERR_BACKEND;
 				goto out;
 			}
+		} else if (g.i < g.n) {
+			id = g.q[g.i++];
+			in_session = true;
+		} else if (g.next >= 0) {
+			id = g.next;
+			g.next = -1;
 		} else if ((rc = gen_sample(s, sp, &id, err)) != TOAST_OK) {
 			goto out;
+		}
+		if (g.k > 0 && !in_session) { /* a draft of what follows id, verified with it */
+			int n_past = toast_session_n_past(s), k = g.k;
+			k = k < n_ctx - n_past - 1 ? k : n_ctx - n_past - 1;
+			if (opts->max_tokens > 0 && k > opts->max_tokens - res->n_generated - 1)
+				k = opts->max_tokens - res->n_generated - 1;
+			int nd = k > 0 ? gen_lookup(s->tokens, n_past, id, k, g.q + 1) : 0;
+			if (nd > 0) {
+				g.q[0] = id;
+				g.n = toast_session_spec_step(s, g.q, 1 + nd, &g.next, err);
+				if (g.n < 0) {
+					rc = err ? err->code : TOAST_ERR_BACKEND;
+					goto out;
+				}
+				res->n_drafted += nd;
+				res->n_accepted += g.n - 1;
+				/* all taken: longer drafts; else as long as the part taken (one at least) */
+				g.k = g.n - 1 == nd ? (2 * g.k < opts->draft ? 2 * g.k : opts->draft) : g.n > 1 ? g.n - 1 : 1;
+				g.i = 1;
+				in_session = true;
+			}
 		}
 		toast_sampler_accept(sp, id);
 		if (res->n_generated++ == 0) {
@@ -207,14 +277,17 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 			last = true;
 			finish = TOAST_FINISH_LENGTH;
 		}
-		if (!last && toast_session_n_past(s) + (chain ? 0 : 1) >= n_ctx) { /* (chain: id is fed) */
+		/* the session's tokens through id (chain: id is fed; a speculative step: and those after it) */
+		int through = chain ? toast_session_n_past(s) : in_session ? toast_session_n_past(s) - (g.n - g.i)
+										    : toast_session_n_past(s) + 1;
+		if (!last && through >= n_ctx) {
 			last = true;
 			finish = TOAST_FINISH_CTX;
 		}
 		/* the token is fed whatever follows; where that only queues the step, it runs while
 		 * the text is found and streamed (a write to a pipe a token, else on its path) */
 		enum toast_status fed = TOAST_ERR_INVALID;
-		if (async)
+		if (async && !in_session)
 			fed = toast_session_feed(s, &id, 1, NULL, err);
 		size_t n_piece = tok && !eog ? toast_detok_push(&dt, tok, id, piece, t.cap_out) : 0;
 		if (!gen_hold(&t, piece, n_piece)) {
@@ -234,7 +307,9 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 			n_out = gen_take(&t, gen_safe_prefix(&t, opts));
 		}
 		int cancel = cb ? cb(ud, id, t.out, n_out) : 0;
-		rc = chain ? TOAST_OK : async ? fed : toast_session_feed(s, &id, 1, NULL, err);
+		rc = chain || in_session ? TOAST_OK : async ? fed : toast_session_feed(s, &id, 1, NULL, err);
+		if (rc == TOAST_OK && (cancel || last) && g.i < g.n) /* the session ends at id */
+			rc = toast_session_spec_trim(s, g.i, err);
 		if (rc != TOAST_OK)
 			goto out;
 		if (cancel || last) {

@@ -1066,9 +1066,10 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 	else
 		be->ops->begin_step_pick(be, pos);
 	/* a decode step can be replayed from a recording: same state, same buffers, T == 1 (or up to
-	 * s->record_T, keyed by T too; the span is below 2^28: n_ctx <= 2^26) */
-	bool record = (T == 1 || T <= s->record_T) && T <= 8 && !all_logits && !hook && be->ops->graph_begin;
-	uint64_t key = (uint64_t)s->id << 32 | (uint64_t)(T - 1) << 28 | (uint32_t)fwd_span(s, pos + T);
+	 * s->record_T, keyed by T and all_logits too; the span is below 2^28: n_ctx <= 2^26) */
+	bool record = (T == 1 || T <= s->record_T) && T <= 8 && !hook && be->ops->graph_begin;
+	uint64_t key = (uint64_t)s->id << 32 | (uint64_t)all_logits << 31 | (uint64_t)(T - 1) << 28 |
+		       (uint32_t)fwd_span(s, pos + T);
 	if (record && be->ops->graph_begin(be, key)) /* replayed: the next read waits for it */
 		return be->ops->status ? be->ops->status(be, err) : be->ops->sync(be, err);
 	be->ops->embed(be, w->x, &m->tok_embd, T);

@@ -81,7 +81,7 @@ void toast_proto_params_init(struct toast_proto_params *p)
 {
 	memset(p, 0, sizeof(*p));
 	p->temperature = p->top_p = p->min_p = p->repeat_penalty = NAN;
-	p->top_k = -1;
+	p->top_k = p->draft = -1;
 	p->stream = true;
 	p->enable_thinking = -1;
 }
@@ -251,7 +251,7 @@ static bool proto_stop(json_t *obj, struct toast_proto_params *p, struct toast_p
 bool toast_proto_chat_parse(json_t *obj, struct toast_proto_req *r, struct toast_proto_fail *f)
 {
 	struct toast_proto_params *p = &r->p;
-	long long max_tokens = 0, top_k = -1, seed = 0;
+	long long max_tokens = 0, top_k = -1, seed = 0, draft = -1;
 	int stream = p->stream;
 	if (!proto_messages(obj, r, f) ||
 	    !proto_int(obj, "max_tokens", 1, TOAST_PROTO_MAX_TOKENS, &max_tokens, NULL, f) ||
@@ -260,6 +260,7 @@ bool toast_proto_chat_parse(json_t *obj, struct toast_proto_req *r, struct toast
 	    !proto_num(obj, "top_p", 0, 1, &p->top_p, f) || !proto_num(obj, "min_p", 0, 1, &p->min_p, f) ||
 	    !proto_num(obj, "repeat_penalty", 0.01, 100, &p->repeat_penalty, f) ||
 	    !proto_int(obj, "top_k", 0, 1 << 24, &top_k, NULL, f) ||
+	    !proto_int(obj, "draft", 0, TOAST_DRAFT_MAX, &draft, NULL, f) ||
 	    !proto_int(obj, "seed", INT64_MIN, INT64_MAX, &seed, &p->has_seed, f) || !proto_stop(obj, p, f) ||
 	    !proto_bool(obj, "stream", &stream, f) || !proto_bool(obj, "enable_thinking", &p->enable_thinking, f))
 		return false;
@@ -268,6 +269,7 @@ bool toast_proto_chat_parse(json_t *obj, struct toast_proto_req *r, struct toast
 		return false;
 	p->max_tokens = (int)max_tokens;
 	p->top_k = (int)top_k;
+	p->draft = (int)draft;
 	p->seed = (uint64_t)seed;
 	p->stream = stream;
 	return true;
@@ -356,6 +358,8 @@ bool toast_proto_chat_write(struct toast_buf *b, const char *id, const struct to
 		ok = toast_buf_printf(b, ",\"repeat_penalty\":%.9g", p->repeat_penalty);
 	if (ok && p->top_k >= 0)
 		ok = toast_buf_printf(b, ",\"top_k\":%d", p->top_k);
+	if (ok && p->draft >= 0)
+		ok = toast_buf_printf(b, ",\"draft\":%d", p->draft);
 	if (ok && p->has_seed)
 		ok = toast_buf_printf(b, ",\"seed\":%lld", (long long)p->seed);
 	if (ok && p->enable_thinking >= 0)

@@ -65,6 +65,7 @@ struct toast_proto_params {
 	double temperature, top_p, min_p;     /* NAN: unset */
 	double repeat_penalty;                /* NAN: unset */
 	int top_k;                            /* -1: unset */
+	int draft;                            /* speculative drafts (toast_gen_opts.draft); -1: unset */
 	bool has_seed;
 	uint64_t seed;
 	const char *stop[TOAST_PROTO_MAX_STOP];

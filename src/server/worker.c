@@ -254,6 +254,7 @@ static void worker_gen_opts(const struct toast_proto_params *p, struct toast_gen
 	else if (getrandom(&go->sampling.seed, sizeof(go->sampling.seed), 0) != (ssize_t)sizeof(go->sampling.seed))
 		go->sampling.seed = (uint64_t)(toast_now() * 1e9);
 	go->max_tokens = p->max_tokens;
+	go->draft = p->draft >= 0 ? p->draft : 0;
 	go->stop = p->stop;
 	go->n_stop = p->n_stop;
 }

@@ -23,7 +23,7 @@ extern "C" {
 
 typedef __nv_bfloat16 bf16;
 
-#define CU_MAX_GRAPHS 8
+#define CU_MAX_GRAPHS 16
 
 struct cu_graph {
 	uint64_t key;
