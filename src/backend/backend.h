@@ -370,6 +370,11 @@ struct toast_backend_ops {
 	void (*pick)(struct toast_backend *be, const float *x, int n, const struct toast_draw *d);
 	void (*begin_step_pick)(struct toast_backend *be, int pos);
 	int32_t (*pick_read)(struct toast_backend *be, struct toast_error *err);
+	/* Optional (NULL: top() a row at a time): the largest of each of rows (<= TOAST_TOP_MAX) rows
+	 * of n values (x row-major, backend memory) as top() of 1 finds it, 0 for a row of NaN, with
+	 * one wait. Returns 0, or -1 on a backend failure (err set). */
+	int (*argmax_rows)(struct toast_backend *be, const float *x, int n, int rows, int32_t *ids,
+			   struct toast_error *err);
 };
 
 #define TOAST_TOP_MAX 256

@@ -405,19 +405,22 @@ int toast_session_spec_step(struct toast_session *s, const int32_t *ids, int T, 
 	s->state.record_T = TOAST_GDN_KEEP_MAX;
 	if (rc == TOAST_OK)
 		rc = toast_model_forward(&e->model, &s->state, &e->work, ids, T, pos, true, NULL, NULL, err);
-	int n = 1;
-	for (bool agree = true; rc == TOAST_OK && n <= T && agree; n++) {
-		int32_t pick;
-		float val;
-		int got = be->ops->top(be, e->work.logits_all + (size_t)(n - 1) * V, V, 1, &pick, &val, err);
-		if (got != 1) {
-			rc = got < 0 ? TOAST_ERR_BACKEND : toast_err_set(err, TOAST_ERR_BACKEND, "the logits are all NaN");
-			break;
+	int32_t picks[TOAST_GDN_KEEP_MAX]; /* each row's largest: one wait where the backend can */
+	if (rc == TOAST_OK && be->ops->argmax_rows) {
+		if (be->ops->argmax_rows(be, e->work.logits_all, V, T, picks, err) < 0)
+			rc = TOAST_ERR_BACKEND;
+	} else {
+		for (int r = 0; rc == TOAST_OK && r < T; r++) {
+			float val;
+			int got = be->ops->top(be, e->work.logits_all + (size_t)r * V, V, 1, picks + r, &val, err);
+			rc = got < 0 ? TOAST_ERR_BACKEND : TOAST_OK;
+			picks[r] = got == 1 ? picks[r] : 0; /* (a row of NaN, as a pick takes it) */
 		}
-		*next = pick;
-		agree = n < T && ids[n] == pick;
 	}
-	n--; /* (the loop went one past the last row it read) */
+	int n = 1; /* the draft's tokens the model agrees with, in order, and the first token */
+	while (rc == TOAST_OK && n < T && ids[n] == picks[n - 1])
+		n++;
+	*next = picks[n - 1];
 	if (rc == TOAST_OK && n < T)
 		rc = toast_model_state_rewind(&e->model, &s->state, pos, T, n, err);
 	if (rc != TOAST_OK) {

@@ -136,10 +136,10 @@ static enum toast_status gen_sample(struct toast_session *s, struct toast_sample
 	return TOAST_OK;
 }
 
-/* Prompt lookup: the tokens after the latest earlier occurrence of the last 4, 3 or 2 of h[0..n)
+/* Prompt lookup: the tokens after the latest earlier occurrence of the last 4 or 3 of h[0..n)
  * followed by last (the longest that occurred), at most k of them, into out; returns how many. */
 #define GEN_NGRAM_MAX 4
-#define GEN_NGRAM_MIN 2
+#define GEN_NGRAM_MIN 3
 static int gen_lookup(const int32_t *h, int n, int32_t last, int k, int32_t *out)
 {
 	int L = n + 1;

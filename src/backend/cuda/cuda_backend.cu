@@ -751,6 +751,15 @@ static int cuda_top(struct toast_backend *be, const float *x, int n, int m, int3
 	return k;
 }
 
+static int cuda_argmax_rows(struct toast_backend *be, const float *x, int n, int rows, int32_t *ids,
+			    struct toast_error *err)
+{
+	struct cuda_backend *cb = cu_of(be);
+	if (cb->failed || cu_argmax_rows(cb, x, n, rows, ids) < 0)
+		return toast_err_set(err, TOAST_ERR_BACKEND, "%s", cb->failed ? cb->fail_msg : "argmax of too many rows"), -1;
+	return 0;
+}
+
 static void cuda_free(struct toast_backend *be)
 {
 	struct cuda_backend *cb = cu_of(be);
@@ -824,6 +833,7 @@ static const struct toast_backend_ops cuda_ops = {
 	cuda_pick,
 	cuda_begin_step_pick,
 	cuda_pick_read,
+	cuda_argmax_rows,
 };
 
 extern "C" bool toast_backend_cuda_available(void)

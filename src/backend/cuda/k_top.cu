@@ -749,6 +749,19 @@ void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_
 	pick_launch(cb, x, n, d, (struct pick_out){cb->dh_pick + slot, keys + slot, cb->d_step, pos}, keys + (slot ^ 1));
 }
 
+int cu_argmax_rows(struct cuda_backend *cb, const float *x, int n, int rows, int32_t *ids)
+{
+	if (rows < 1 || rows > TOAST_TOP_MAX || n < 1)
+		return -1;
+	for (int r = 0; r < rows; r++) /* (keys land in h_top) */
+		pick_launch(cb, x + (size_t)r * n, n, NULL, (struct pick_out){cb->dh_top + r, NULL, NULL, 0}, NULL);
+	if (cb->failed || cu_fail(cb, cudaStreamSynchronize(cb->stream), "argmax read"))
+		return -1;
+	for (int r = 0; r < rows; r++)
+		ids[r] = (unsigned)(cb->h_top[r] >> 32) ? cu_key_id(cb->h_top[r]) : 0;
+	return 0;
+}
+
 int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals)
 {
 	if (m < 1 || m > TOAST_TOP_MAX || n < 1)
