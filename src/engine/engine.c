@@ -373,6 +373,20 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 	return TOAST_OK;
 }
 
+int32_t toast_session_chain_end(struct toast_session *s, struct toast_error *err)
+{
+	struct toast_engine *e = s->e;
+	if (e->picks_pending != 1 || e->logits_owner != s) {
+		toast_err_set(err, TOAST_ERR_INVALID, "chain end: no pick of this session's logits is queued");
+		return -1;
+	}
+	int32_t id = e->be->ops->pick_read(e->be, err);
+	e->picks_pending = 0;
+	if (id < 0)
+		toast_session_reset(s);
+	return id;
+}
+
 /* the session's logits are row `row` of the last pass's logits_all, left in work.logits */
 static void session_logits_row(struct toast_session *s, int row)
 {

@@ -48,6 +48,9 @@ void toast_session_logits_on_host(struct toast_session *s);
  */
 bool toast_session_chain_begin(struct toast_session *s, struct toast_sampler *sp);
 int32_t toast_session_chain_step(struct toast_session *s, struct toast_sampler *sp, struct toast_error *err);
+/* Leave a chain after a step: the pending pick (the token after the last fed, not fed) once
+ * known, or -1 on failure (err set, the session reset); the session keeps its logits. */
+int32_t toast_session_chain_end(struct toast_session *s, struct toast_error *err);
 
 /*
  * Speculative greedy steps. spec_step feeds ids[0..T) (1 <= T <= TOAST_GDN_KEEP_MAX; ids[0] the

@@ -217,21 +217,28 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	 * each token is fed as it is picked, before the host knows it (engine.h), and the host
 	 * streams it while the next step runs; from the first token whose logits are on the
 	 * backend (not yet those a cache restore put on the host) */
-	/* speculative decoding (greedy only) takes the place of the chain: each step's tokens are
-	 * known on the host before the next step's draft can be made */
+	/* speculative decoding (greedy only): where a draft is found the chain ends (its pending
+	 * pick is the next token, known), and steps of a token and its draft follow until none is;
+	 * then the chain begins again */
 	struct gen_spec g = {.k = opts->draft, .next = -1};
 	if (g.k > 0 && toast_sampler_top_need(sp) != 1)
 		g.k = 0;
-	bool chainable = s->e->be->async_steps && !g.k;
+	bool chainable = s->e->be->async_steps;
 	bool chain = false;
 	for (;;) {
-		if (chainable && !chain)
+		if (chainable && !chain && g.next < 0 && g.i >= g.n)
 			chain = toast_session_chain_begin(s, sp);
 		bool async = s->e->be->async_steps && !chain;
 		bool in_session = false; /* fed by a speculative step */
 		int32_t id;
 		if (chain) {
 			if ((id = toast_session_chain_step(s, sp, err)) < 0) {
+				rc = err ? err->code : TOAST_ERR_BACKEND;
+				goto out;
+			}
+			int32_t d; /* a draft follows id: the chain ends after it */
+			if (g.k > 0 && gen_lookup(s->tokens, toast_session_n_past(s) - 1, id, 1, &d) > 0 &&
+			    (g.next = toast_session_chain_end(s, err)) < 0) {
 				rc = err ? err->code : TOAST_ERR_BACKEND;
 				goto out;
 			}
@@ -244,7 +251,7 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 		} else if ((rc = gen_sample(s, sp, &id, err)) != TOAST_OK) {
 			goto out;
 		}
-		if (g.k > 0 && !in_session) { /* a draft of what follows id, verified with it */
+		if (g.k > 0 && !in_session && !chain) { /* a draft of what follows id, verified with it */
 			int n_past = toast_session_n_past(s), k = g.k;
 			k = k < n_ctx - n_past - 1 ? k : n_ctx - n_past - 1;
 			if (opts->max_tokens > 0 && k > opts->max_tokens - res->n_generated - 1)
@@ -316,6 +323,7 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 			res->finish = cancel ? TOAST_FINISH_CANCELLED : finish;
 			break;
 		}
+		chain = chain && g.next < 0; /* (ended) */
 	}
 	res->t_decode = toast_now() - t_first;
 out:
