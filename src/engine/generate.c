@@ -136,15 +136,17 @@ static enum toast_status gen_sample(struct toast_session *s, struct toast_sample
 	return TOAST_OK;
 }
 
-/* Prompt lookup: the tokens after the latest earlier occurrence of the last 4 or 3 of h[0..n)
- * followed by last (the longest that occurred), at most k of them, into out; returns how many. */
+/* Prompt lookup: the tokens after the latest earlier occurrence of the last 4 (down to min_g)
+ * of h[0..n) followed by last (the longest that occurred), at most k of them, into out; returns
+ * how many. Matches of 2 drafted half wrong (SmolLM2: a code edit's 58% taken, against 71% from
+ * 3 or more, a story's 46% against 70%). */
 #define GEN_NGRAM_MAX 4
 #define GEN_NGRAM_MIN 3
-static int gen_lookup(const int32_t *h, int n, int32_t last, int k, int32_t *out)
+static int gen_lookup(const int32_t *h, int n, int32_t last, int k, int min_g, int32_t *out)
 {
 	int L = n + 1;
 #define H(i) ((i) < n ? h[i] : last)
-	for (int g = L - 1 < GEN_NGRAM_MAX ? L - 1 : GEN_NGRAM_MAX; g >= GEN_NGRAM_MIN; g--)
+	for (int g = L - 1 < GEN_NGRAM_MAX ? L - 1 : GEN_NGRAM_MAX; g >= min_g; g--)
 		for (int e = L - 2; e >= g - 1; e--) { /* an occurrence ending at e, followed by e + 1 */
 			int j = 0;
 			while (j < g && H(e - j) == H(L - 1 - j))
@@ -163,11 +165,20 @@ static int gen_lookup(const int32_t *h, int n, int32_t last, int k, int32_t *out
 /* speculative decoding (toast_gen_opts.draft): the last step's tokens, all in the session */
 struct gen_spec {
 	int k;                          /* the next draft's length at most (0: off) */
+	float rate;                     /* the part of the drafts taken lately (a moving average) */
 	int32_t next;                   /* the greedy pick after the step's tokens, -1: not known */
 	int32_t q[TOAST_DRAFT_MAX + 1]; /* the step's tokens */
 	int n, i;                       /* of them, n kept, the first i passed on */
 };
 _Static_assert(TOAST_DRAFT_MAX + 1 <= TOAST_GDN_KEEP_MAX, "a draft and its first token are one step");
+/* Below this part taken lately, drafts only from matches of GEN_NGRAM_MAX: a step of two costs
+ * ~1.6x one on a GPU (docs/PERF.md), so a draft of one pays only where ~70% are taken. */
+#define GEN_RATE_MIN 0.7f
+
+static int gen_min_ngram(const struct gen_spec *g)
+{
+	return g->rate >= GEN_RATE_MIN ? GEN_NGRAM_MIN : GEN_NGRAM_MAX;
+}
 
 enum toast_status toast_generate(struct toast_session *s, const struct toast_tokenizer *tok, const int32_t *prompt,
 				 int n_prompt, const struct toast_gen_opts *opts, toast_token_cb cb, void *ud,
@@ -220,7 +231,7 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	/* speculative decoding (greedy only): where a draft is found the chain ends (its pending
 	 * pick is the next token, known), and steps of a token and its draft follow until none is;
 	 * then the chain begins again */
-	struct gen_spec g = {.k = opts->draft, .next = -1};
+	struct gen_spec g = {.k = opts->draft, .rate = 1, .next = -1};
 	if (g.k > 0 && toast_sampler_top_need(sp) != 1)
 		g.k = 0;
 	bool chainable = s->e->be->async_steps;
@@ -237,7 +248,7 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 				goto out;
 			}
 			int32_t d; /* a draft follows id: the chain ends after it */
-			if (g.k > 0 && gen_lookup(s->tokens, toast_session_n_past(s) - 1, id, 1, &d) > 0 &&
+			if (g.k > 0 && gen_lookup(s->tokens, toast_session_n_past(s) - 1, id, 1, gen_min_ngram(&g), &d) > 0 &&
 			    (g.next = toast_session_chain_end(s, err)) < 0) {
 				rc = err ? err->code : TOAST_ERR_BACKEND;
 				goto out;
@@ -256,7 +267,7 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 			k = k < n_ctx - n_past - 1 ? k : n_ctx - n_past - 1;
 			if (opts->max_tokens > 0 && k > opts->max_tokens - res->n_generated - 1)
 				k = opts->max_tokens - res->n_generated - 1;
-			int nd = k > 0 ? gen_lookup(s->tokens, n_past, id, k, g.q + 1) : 0;
+			int nd = k > 0 ? gen_lookup(s->tokens, n_past, id, k, gen_min_ngram(&g), g.q + 1) : 0;
 			if (nd > 0) {
 				g.q[0] = id;
 				g.n = toast_session_spec_step(s, g.q, 1 + nd, &g.next, err);
@@ -266,6 +277,7 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 				}
 				res->n_drafted += nd;
 				res->n_accepted += g.n - 1;
+				g.rate = 0.7f * g.rate + 0.3f * (float)(g.n - 1) / (float)nd;
 				/* all taken: longer drafts; else as long as the part taken (one at least) */
 				g.k = g.n - 1 == nd ? (2 * g.k < opts->draft ? 2 * g.k : opts->draft) : g.n > 1 ? g.n - 1 : 1;
 				g.i = 1;
