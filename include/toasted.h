@@ -152,9 +152,8 @@ void toast_session_bench_seek(struct toast_session *s, int n);
  * (on a backend that records), so that a step of several tokens (a speculative decoder's
  * verification) can be timed as decode is. */
 void toast_session_bench_record(struct toast_session *s, int T);
-/* Benchmarks only (until a speculative decoder uses it): feeds of 2..T <= 8 tokens also keep the
- * recurrent states after each of their tokens (toast_model_state_keep), as a speculative step
- * must to keep fewer of its tokens; 0 stops. */
+/* Benchmarks only: feeds of 2..T <= 8 tokens also keep the recurrent states after each of their
+ * tokens, as a speculative step does (toast_gen_opts.draft) to keep fewer of them; 0 stops. */
 enum toast_status toast_session_bench_keep(struct toast_session *s, int T, struct toast_error *err);
 
 /* ---- tokenizer (src/tokenizer/) ---------------------------------------------------------- */

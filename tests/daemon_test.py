@@ -186,6 +186,19 @@ def wait_idle(d, timeout=30):
     return None
 
 
+def test_draft(d):
+    # the protocol's draft: the greedy reply with the drafting loop on (this random model's
+    # replies repeat nothing, so no draft is made here: test_cache takes and refuses drafts, and
+    # test_proto writes their counts); a draft over 7 is refused
+    p = "one two three four five six seven eight nine ten " * 3 + "Repeat that."
+    ref = text_of(d.chat([{"role": "user", "content": p}], temperature=0, max_tokens=24))
+    for k in (1, 4, 7):
+        ev = d.chat([{"role": "user", "content": p}], temperature=0, max_tokens=24, draft=k)
+        C.check(text_of(ev) == ref, f"draft {k}: the greedy reply: {text_of(ev)!r} vs {ref!r}")
+    ev = raw_exchange(d, b'{"v":1,"id":"a","messages":[{"role":"user","content":"x"}],"draft":8}\n')
+    C.check(len(ev) == 1 and error_code(ev) == "too_large", f"draft 8: {ev}")
+
+
 def test_cancel(d):
     s = long_chat(d)
     f = s.makefile("rb")
@@ -348,6 +361,7 @@ def main():
         test_half_sent(d)
         test_thousand(d, 64)
         test_concurrent(d)
+        test_draft(d)
         test_cancel(d)
         C.check(d.alive(), "the daemon survived everything above")
     test_queue_full()

@@ -189,7 +189,7 @@ static void test_roundtrip(void)
 
 	toast_buf_consume(&b, b.len);
 	struct toast_proto_done d = {.finish_reason = "length", .prompt_tokens = 3, .completion_tokens = 4,
-				     .ttft_ms = NAN, .text = "whole", .text_len = 5};
+				     .draft_tokens = 6, .draft_accepted = 2, .ttft_ms = NAN, .text = "whole", .text_len = 5};
 	CHECK(toast_proto_delta_write(&b, "x", "é\n\"", strlen("é\n\"")) && toast_proto_done_write(&b, "x", &d) &&
 		      toast_proto_error_write(&b, NULL, TOAST_PROTO_BUSY, "full") &&
 		      toast_proto_done_raw_write(&b, "t", "tokens", "[1,2]"),
@@ -205,9 +205,12 @@ static void test_roundtrip(void)
 		      err.msg);
 		if (i == 0)
 			CHECK(ev.text_len == strlen("é\n\"") && memcmp(ev.text, "é\n\"", ev.text_len) == 0, "delta text");
+		json_t *usage = i == 1 ? json_object_get(ev.done, "usage") : NULL;
 		if (i == 1)
 			CHECK(strcmp(ev.finish_reason, "length") == 0 && ev.text && strcmp(ev.text, "whole") == 0 &&
-				      json_integer_value(json_object_get(json_object_get(ev.done, "usage"), "completion_tokens")) == 4,
+				      json_integer_value(json_object_get(usage, "completion_tokens")) == 4 &&
+				      json_integer_value(json_object_get(usage, "draft_tokens")) == 6 &&
+				      json_integer_value(json_object_get(usage, "draft_accepted")) == 2,
 			      "done fields (NaN timings are written as 0)");
 		if (i == 2)
 			CHECK(strcmp(ev.code, "busy") == 0 && strcmp(ev.text, "full") == 0 && !ev.id, "error fields");

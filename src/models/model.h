@@ -115,7 +115,7 @@ struct toast_state {
 	uint64_t id; /* unique per state made: keys recorded decode steps */
 	int n_ctx;
 	int record_T; /* passes of up to this many tokens (at most 8) are recorded as decode's one is
-			 (a benchmark's; 0: decode's one token only) */
+			 (a benchmark's, a speculative decoder's; 0: decode's one token only) */
 	void **k_cache, **v_cache; /* [n_layer] n_ctx tokens as m->kv_type lays them out (backend.h), NULL for GDN layers */
 	float **conv;              /* [n_layer] f32 [2][conv_k-1][conv_dim], NULL for attention layers */
 	float **ssm;               /* [n_layer] f32 [n_v_head][d_v][d_k], NULL for attention layers */

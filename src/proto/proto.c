@@ -401,9 +401,13 @@ bool toast_proto_done_write(struct toast_buf *b, const char *id, const struct to
 	bool ok = proto_head(b, id) &&
 		  toast_buf_printf(b,
 				   ",\"done\":{\"finish_reason\":\"%s\",\"usage\":{\"prompt_tokens\":%d,"
-				   "\"completion_tokens\":%d,\"cached_tokens\":%d},\"timings\":{\"queue_ms\":%.3f,"
-				   "\"prefill_ms\":%.3f,\"ttft_ms\":%.3f,\"decode_ms\":%.3f,\"tokens_per_s\":%.2f}",
-				   d->finish_reason, d->prompt_tokens, d->completion_tokens, d->cached_tokens,
+				   "\"completion_tokens\":%d,\"cached_tokens\":%d",
+				   d->finish_reason, d->prompt_tokens, d->completion_tokens, d->cached_tokens) &&
+		  (!d->draft_tokens || toast_buf_printf(b, ",\"draft_tokens\":%d,\"draft_accepted\":%d", d->draft_tokens,
+							d->draft_accepted)) &&
+		  toast_buf_printf(b,
+				   "},\"timings\":{\"queue_ms\":%.3f,\"prefill_ms\":%.3f,\"ttft_ms\":%.3f,"
+				   "\"decode_ms\":%.3f,\"tokens_per_s\":%.2f}",
 				   proto_finite(d->queue_ms), proto_finite(d->prefill_ms), proto_finite(d->ttft_ms),
 				   proto_finite(d->decode_ms), proto_finite(d->tokens_per_s));
 	if (ok && d->text)

@@ -110,6 +110,7 @@ bool toast_proto_simple_write(struct toast_buf *out, const char *id, enum toast_
 struct toast_proto_done {
 	const char *finish_reason;   /* "stop", "length", "context" */
 	int prompt_tokens, cached_tokens, completion_tokens;
+	int draft_tokens, draft_accepted; /* speculative drafts verified, taken (written when drafted) */
 	double queue_ms, prefill_ms, ttft_ms, decode_ms, tokens_per_s;
 	const char *text;            /* the whole answer when the request did not stream, else NULL */
 	size_t text_len;

@@ -343,6 +343,8 @@ static void worker_chat(struct srv_worker *w, struct srv_job *j, struct srv_audi
 		.prompt_tokens = res.n_prompt,
 		.cached_tokens = a->cached_tokens,
 		.completion_tokens = res.n_generated,
+		.draft_tokens = res.n_drafted,
+		.draft_accepted = res.n_accepted,
 		.queue_ms = a->queue_ms,
 		.prefill_ms = res.t_prefill * 1e3,
 		.ttft_ms = a->ttft_ms,
