@@ -412,13 +412,13 @@ int toast_session_spec_step(struct toast_session *s, const int32_t *ids, int T, 
 	if (e->logits_owner && e->logits_owner != s && session_logits_fetch(e->logits_owner, err) != TOAST_OK)
 		return -1;
 	toast_session_logits_on_host(s);
-	/* the states after each token kept (once a session); steps of every size recorded */
-	enum toast_status rc = TOAST_OK;
-	if (s->state.keep_T < TOAST_GDN_KEEP_MAX)
-		rc = toast_model_state_keep(&e->model, &s->state, TOAST_GDN_KEEP_MAX, err);
+	/* the states after each token kept (once a session; without the memory, nothing is done);
+	 * steps of every size recorded */
+	if (s->state.keep_T < TOAST_GDN_KEEP_MAX &&
+	    toast_model_state_keep(&e->model, &s->state, TOAST_GDN_KEEP_MAX, err) != TOAST_OK)
+		return 0;
 	s->state.record_T = TOAST_GDN_KEEP_MAX;
-	if (rc == TOAST_OK)
-		rc = toast_model_forward(&e->model, &s->state, &e->work, ids, T, pos, true, NULL, NULL, err);
+	enum toast_status rc = toast_model_forward(&e->model, &s->state, &e->work, ids, T, pos, true, NULL, NULL, err);
 	int32_t picks[TOAST_GDN_KEEP_MAX]; /* each row's largest: one wait where the backend can */
 	if (rc == TOAST_OK && be->ops->argmax_rows) {
 		if (be->ops->argmax_rows(be, e->work.logits_all, V, T, picks, err) < 0)

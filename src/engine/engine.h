@@ -58,7 +58,8 @@ int32_t toast_session_chain_end(struct toast_session *s, struct toast_error *err
  * finds the largest logit of each row (the lower id among equals, as top() and greedy sampling
  * choose) and keeps ids[0..n), n - 1 being how many of the draft agree in order with the
  * model's picks: the session then holds them, as feeding them one at a time would leave it, with
- * the logits of ids[n - 1], whose largest is *next. Returns n, or -1 on failure (err set, the
+ * the logits of ids[n - 1], whose largest is *next. Returns n; 0 when the states after each
+ * token cannot be kept (no memory: nothing done, err says why); -1 on failure (err set, the
  * session reset). spec_trim(s, n) keeps only the first n (1 <= n <= what spec_step kept) of
  * them; only before anything else runs on the session.
  */

@@ -16,6 +16,7 @@
 
 #include "engine/engine.h"
 #include "util/err.h"
+#include "util/log.h"
 #include "util/timeutil.h"
 
 #define GEN_MAX_STOP 16
@@ -276,13 +277,18 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 					rc = err ? err->code : TOAST_ERR_BACKEND;
 					goto out;
 				}
-				res->n_drafted += nd;
-				res->n_accepted += g.n - 1;
-				g.rate = 0.7f * g.rate + 0.3f * (float)(g.n - 1) / (float)nd;
-				/* all taken: longer drafts; else as long as the part taken (one at least) */
-				g.k = g.n - 1 == nd ? (2 * g.k < opts->draft ? 2 * g.k : opts->draft) : g.n > 1 ? g.n - 1 : 1;
-				g.i = 1;
-				in_session = true;
+				if (g.n == 0) { /* no memory for the states it keeps: no more drafts (id is fed below) */
+					TOAST_WARN("speculative decoding off: %s", err ? err->msg : "");
+					g.k = 0;
+				} else {
+					res->n_drafted += nd;
+					res->n_accepted += g.n - 1;
+					g.rate = 0.7f * g.rate + 0.3f * (float)(g.n - 1) / (float)nd;
+					/* all taken: longer drafts; else as long as the part taken (one at least) */
+					g.k = g.n - 1 == nd ? (2 * g.k < opts->draft ? 2 * g.k : opts->draft) : g.n > 1 ? g.n - 1 : 1;
+					g.i = 1;
+					in_session = true;
+				}
 			}
 		}
 		toast_sampler_accept(sp, id);
