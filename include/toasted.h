@@ -155,6 +155,9 @@ void toast_session_bench_record(struct toast_session *s, int T);
 /* Benchmarks only: feeds of 2..T <= 8 tokens also keep the recurrent states after each of their
  * tokens, as a speculative step does (toast_gen_opts.draft) to keep fewer of them; 0 stops. */
 enum toast_status toast_session_bench_keep(struct toast_session *s, int T, struct toast_error *err);
+/* Benchmarks only: after a feed of T tokens with the states kept, keep only its first n (what a
+ * speculative step does when its draft is refused). Queued. */
+enum toast_status toast_session_bench_rewind(struct toast_session *s, int T, int n, struct toast_error *err);
 
 /* ---- tokenizer (src/tokenizer/) ---------------------------------------------------------- */
 

@@ -1242,9 +1242,43 @@ static void test_quant_kernels(struct ctx *c)
 				}
 }
 
+/* copy_many (where the backend has it): 40 copies, more than a launch takes, of sizes in whole
+ * words and in 16-byte units, some at ends 4 bytes off 16 */
+static void test_copy_many(struct ctx *c)
+{
+	struct toast_backend *be = c->be;
+	if (!be->ops->copy_many)
+		return;
+	enum { N = 40 };
+	void *dst[N], *dbuf[N];
+	const void *src[N];
+	float *sbuf[N], *host[N];
+	size_t bytes[N];
+	for (int i = 0; i < N; i++) {
+		size_t words = i % 3 == 0 ? 4 * (size_t)(1 + i * 977) : (size_t)(1 + i * 1311);
+		int off = i % 4 == 1; /* a word past the buffer's start */
+		bytes[i] = words * 4;
+		host[i] = rand_vec(words + 1, 1);
+		sbuf[i] = put(be, host[i], words + 1, false);
+		dbuf[i] = be->ops->alloc(be, (words + 1) * 4);
+		src[i] = sbuf[i] + off, dst[i] = (float *)dbuf[i] + off;
+	}
+	be->ops->copy_many(be, dst, src, bytes, N);
+	int bad = 0;
+	for (int i = 0; i < N; i++) {
+		int off = i % 4 == 1;
+		float *got = get(be, dbuf[i], bytes[i] / 4 + 1, false);
+		bad += memcmp(got + off, host[i] + off, bytes[i]) != 0 || (!off && got[bytes[i] / 4] != 0) || (off && got[0] != 0);
+		free(got), free(host[i]);
+		be->ops->release(be, sbuf[i]), be->ops->release(be, dbuf[i]);
+	}
+	CHECK(bad == 0, "%s copy_many: %d of %d copies wrong (or past their ends)", c->name, bad, N);
+}
+
 static void test_backend(struct ctx *c)
 {
 	test_top(c);
+	test_copy_many(c);
 	enum toast_dtype types[] = {TOAST_DT_BF16, TOAST_DT_F16, TOAST_DT_F32};
 	int o1[] = {7}, o2[] = {33, 5}, o3[] = {129, 64, 1, 300}, o4[] = {4097}, o5[] = {300}, o6[] = {256, 8, 8, 512};
 	for (int i = 0; i < 3; i++) {

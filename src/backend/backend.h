@@ -375,6 +375,10 @@ struct toast_backend_ops {
 	 * one wait. Returns 0, or -1 on a backend failure (err set). */
 	int (*argmax_rows)(struct toast_backend *be, const float *x, int n, int rows, int32_t *ids,
 			   struct toast_error *err);
+	/* Optional (NULL: copy() each): n copies between backend buffers (sizes whole 4-byte words),
+	 * queued in a launch or few (a rewind's states: two a DeltaNet layer) */
+	void (*copy_many)(struct toast_backend *be, void *const *dst, const void *const *src, const size_t *n_bytes,
+			  int n);
 };
 
 #define TOAST_TOP_MAX 256

@@ -331,14 +331,16 @@ int cli_bench(int argc, char **argv)
 	/* --steps: steps of T tokens from context 0, recorded and replayed as decode's are, as a
 	 * speculative decoder's verification would run them (the head on the last row only), n_decode
 	 * of them timed back to back; then again keeping the recurrent states after each token, as
-	 * such a step must to keep fewer of its tokens */
+	 * such a step must to keep fewer of its tokens, and keeping them and then only the first
+	 * token (a draft refused) */
 	if (st == TOAST_OK && o.n_steps)
-		printf("\n%-10s %12s %12s %14s %14s\n", "step of T", "ms/step", "ms/token", "x one token", "kept ms/step");
+		printf("\n%-10s %12s %12s %14s %14s %14s\n", "step of T", "ms/step", "ms/token", "x one token",
+		       "kept ms/step", "rewound");
 	double t_one = 0;
 	for (int i = 0; st == TOAST_OK && i < o.n_steps; i++) {
 		int T = o.steps[i];
-		double t[2] = {0, 0};
-		for (int keep = 0; keep < (T > 1 ? 2 : 1) && st == TOAST_OK; keep++) {
+		double t[3] = {0, 0, 0};
+		for (int keep = 0; keep < (T > 1 ? 3 : 1) && st == TOAST_OK; keep++) {
 			toast_session_reset(s);
 			toast_session_bench_record(s, T);
 			st = toast_session_bench_keep(s, keep ? T : 0, &err);
@@ -349,8 +351,11 @@ int cli_bench(int argc, char **argv)
 			if (st == TOAST_OK && toast_session_top(s, 1, &top, &val, &err) < 0)
 				st = TOAST_ERR_BACKEND;
 			double t0 = toast_now();
-			for (int j = 0; st == TOAST_OK && j < o.n_decode; j++)
+			for (int j = 0; st == TOAST_OK && j < o.n_decode; j++) {
 				st = toast_session_feed(s, ids + (j + 2) * T, T, NULL, &err);
+				if (st == TOAST_OK && keep == 2)
+					st = toast_session_bench_rewind(s, T, 1, &err);
+			}
 			if (st == TOAST_OK && toast_session_top(s, 1, &top, &val, &err) < 0) /* (waits for the last) */
 				st = TOAST_ERR_BACKEND;
 			t[keep] = (toast_now() - t0) / o.n_decode;
@@ -358,13 +363,15 @@ int cli_bench(int argc, char **argv)
 		if (st == TOAST_OK)
 			st = toast_session_bench_keep(s, 0, &err);
 		t_one = T == 1 ? t[0] : t_one;
-		char ratio[32] = "-", kept[32] = "-"; /* (no ratio where no step of 1 was timed before) */
+		char ratio[32] = "-", kept[32] = "-", rew[32] = "-"; /* (no ratio where no step of 1 was timed before) */
 		if (t_one > 0)
 			snprintf(ratio, sizeof(ratio), "%.2f", t[0] / t_one);
 		if (t[1] > 0)
 			snprintf(kept, sizeof(kept), "%.3f", t[1] * 1e3);
+		if (t[2] > 0)
+			snprintf(rew, sizeof(rew), "%.3f", t[2] * 1e3);
 		if (st == TOAST_OK)
-			printf("%-10d %12.3f %12.3f %14s %14s\n", T, t[0] * 1e3, t[0] * 1e3 / T, ratio, kept);
+			printf("%-10d %12.3f %12.3f %14s %14s %14s\n", T, t[0] * 1e3, t[0] * 1e3 / T, ratio, kept, rew);
 	}
 	toast_session_bench_record(s, 0);
 	if (st != TOAST_OK) {

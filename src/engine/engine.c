@@ -292,6 +292,14 @@ enum toast_status toast_session_bench_keep(struct toast_session *s, int T, struc
 	return toast_model_state_keep(&s->e->model, &s->state, T, err);
 }
 
+enum toast_status toast_session_bench_rewind(struct toast_session *s, int T, int n, struct toast_error *err)
+{
+	enum toast_status rc = toast_model_state_rewind(&s->e->model, &s->state, s->n_past - T, T, n, err);
+	if (rc == TOAST_OK)
+		s->n_past -= T - n;
+	return rc;
+}
+
 int toast_session_n_past(const struct toast_session *s)
 {
 	return s->n_past;

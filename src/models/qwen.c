@@ -733,12 +733,26 @@ enum toast_status toast_model_state_rewind(const struct toast_model *m, struct t
 		return TOAST_OK;
 	struct toast_backend *be = m->be;
 	size_t sb = state_ssm_bytes(m), cb = state_conv_bytes(m) / 2;
-	for (int il = 0; il < m->hp.n_layer; il++)
+	int L = m->hp.n_layer, k = 0;
+	void **dst = malloc(2 * (size_t)L * sizeof(void *));
+	const void **src = malloc(2 * (size_t)L * sizeof(void *));
+	size_t *bytes = malloc(2 * (size_t)L * sizeof(size_t));
+	if (!dst || !src || !bytes) {
+		free(dst), free(src), free(bytes);
+		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
+	}
+	for (int il = 0; il < L; il++) /* each GDN layer's two states, after token n - 1 */
 		if (!m->layers[il].is_attn) {
-			be->ops->copy(be, s->ssm[il], (char *)s->ssm_keep[il] + (size_t)(n - 1) * sb, sb);
-			be->ops->copy(be, (char *)s->conv[il] + (size_t)((pos + n) & 1) * cb,
-				      (char *)s->conv_keep[il] + (size_t)(n - 1) * cb, cb);
+			dst[k] = s->ssm[il], src[k] = (char *)s->ssm_keep[il] + (size_t)(n - 1) * sb, bytes[k++] = sb;
+			dst[k] = (char *)s->conv[il] + (size_t)((pos + n) & 1) * cb;
+			src[k] = (char *)s->conv_keep[il] + (size_t)(n - 1) * cb, bytes[k++] = cb;
 		}
+	if (be->ops->copy_many)
+		be->ops->copy_many(be, dst, src, bytes, k);
+	else
+		for (int i = 0; i < k; i++)
+			be->ops->copy(be, dst[i], src[i], bytes[i]);
+	free(dst), free(src), free(bytes);
 	return TOAST_OK;
 }
 

@@ -244,6 +244,14 @@ static void cuda_copy(struct toast_backend *be, void *dst, const void *src, size
 		cu_fail(cb, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, cb->stream), "copy");
 }
 
+static void cuda_copy_many(struct toast_backend *be, void *const *dst, const void *const *src, const size_t *n_bytes,
+			   int n)
+{
+	struct cuda_backend *cb = cu_of(be);
+	if (!cb->failed)
+		cu_copy_many(cb, dst, src, n_bytes, n);
+}
+
 static void cuda_zero(struct toast_backend *be, void *dst, size_t n)
 {
 	struct cuda_backend *cb = cu_of(be);
@@ -834,6 +842,7 @@ static const struct toast_backend_ops cuda_ops = {
 	cuda_begin_step_pick,
 	cuda_pick_read,
 	cuda_argmax_rows,
+	cuda_copy_many,
 };
 
 extern "C" bool toast_backend_cuda_available(void)

@@ -615,6 +615,8 @@ void cu_swiglu(struct cuda_backend *cb, bf16 *out, const float *g, const float *
 void cu_fill_synthetic(struct cuda_backend *cb, void *dst, enum toast_dtype type, size_t n, uint64_t seed,
 		       int64_t n_in, int64_t n_out);
 void cu_f32_to_bf16(struct cuda_backend *cb, bf16 *dst, const float *src, size_t n);
+/* n copies between device buffers in ceil(n / 32) launches; sizes in whole 4-byte words */
+void cu_copy_many(struct cuda_backend *cb, void *const *dst, const void *const *src, const size_t *bytes, int n);
 
 /* k_matmul.cu */
 #define CU_GEMV_MAX_T 8 /* up to this many tokens a matmul is a GEMV (decode); beyond, cuBLAS */

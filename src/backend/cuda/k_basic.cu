@@ -1,6 +1,6 @@
 /*
  * k_basic.cu - small ops: embedding gather (plain or quantised rows), SwiGLU,
- * synthetic weight fill, f32 -> bf16.
+ * synthetic weight fill, f32 -> bf16, many copies in one launch.
  */
 #include "backend/cuda/cu_quant.cuh"
 
@@ -84,6 +84,43 @@ __global__ void k_f32_to_bf16(bf16 *dst, const float *src, size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
 		dst[i] = __float2bfloat16(src[i]);
+}
+
+/* copies of whole 4-byte words, CU_COPY_JOBS a launch (passed by value): 16 bytes at a time where
+ * a copy's ends and size allow; blockIdx.y a copy */
+#define CU_COPY_JOBS 32
+struct cu_copy_jobs {
+	void *dst[CU_COPY_JOBS];
+	const void *src[CU_COPY_JOBS];
+	size_t bytes[CU_COPY_JOBS];
+};
+
+__global__ void k_copy_many(cu_copy_jobs j)
+{
+	int k = blockIdx.y;
+	size_t n = j.bytes[k], i0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x;
+	if ((((uintptr_t)j.dst[k] | (uintptr_t)j.src[k] | n) & 15) == 0)
+		for (size_t i = i0; i < n / 16; i += step)
+			((uint4 *)j.dst[k])[i] = __ldcs((const uint4 *)j.src[k] + i);
+	else
+		for (size_t i = i0; i < n / 4; i += step)
+			((float *)j.dst[k])[i] = ((const float *)j.src[k])[i];
+}
+
+void cu_copy_many(struct cuda_backend *cb, void *const *dst, const void *const *src, const size_t *bytes, int n)
+{
+	for (int k0 = 0; k0 < n; k0 += CU_COPY_JOBS) {
+		cu_copy_jobs j = {};
+		int m = n - k0 < CU_COPY_JOBS ? n - k0 : CU_COPY_JOBS;
+		size_t most = 0;
+		for (int k = 0; k < m; k++) {
+			j.dst[k] = dst[k0 + k], j.src[k] = src[k0 + k], j.bytes[k] = bytes[k0 + k];
+			most = bytes[k0 + k] > most ? bytes[k0 + k] : most;
+		}
+		unsigned bx = cu_blocks(most / 16, 256 * 8); /* (eight 16-byte words a thread) */
+		cu_launch(cb, k_copy_many, dim3(bx ? bx : 1, m), 256, 0, j);
+		cu_launched(cb, "copy many");
+	}
 }
 
 void cu_f32_to_bf16(struct cuda_backend *cb, bf16 *dst, const float *src, size_t n)
