@@ -112,6 +112,12 @@ def main():
             C.check(r.returncode == 1 and b"context_length" in r.stderr, f"an error is on stderr, exit 1: {r.stderr}")
             r = run([TOAST, "--bogus"], b"", env)
             C.check(r.returncode == 2, "an unknown option is a usage error")
+            r = run([TOAST, "x", "--draft", "8"], b"", env)
+            C.check(r.returncode == 2, "--draft over 7 is a usage error")
+            q = ["--temperature", "0", "--max-tokens", "12", "--", "say it again and again"]
+            a, b = run([TOAST] + q, b"", env), run([TOAST, "--draft", "7"] + q, b"", env)
+            C.check(a.returncode == 0 and b.returncode == 0 and a.stdout == b.stdout,
+                    f"--draft 7: the greedy reply: {b.stdout!r} vs {a.stdout!r}")
             r = run([TOAST], b"", env)
             C.check(r.returncode == 2 and b"nothing to ask" in r.stderr, "nothing to ask")
         gone = dict(env, TOASTED_SOCKET=os.path.join(tmp, "none.sock"))
