@@ -230,6 +230,17 @@ static enum toast_status session_logits_fetch(struct toast_session *s, struct to
 	return rc;
 }
 
+/* work.logits is about to be overwritten by s's pass: another session's pending logits go home
+ * first, and s's own are no longer there */
+static enum toast_status session_logits_claim(struct toast_session *s, struct toast_error *err)
+{
+	struct toast_session *o = s->e->logits_owner;
+	enum toast_status rc = o && o != s ? session_logits_fetch(o, err) : TOAST_OK;
+	if (rc == TOAST_OK)
+		toast_session_logits_on_host(s);
+	return rc;
+}
+
 void toast_session_free(struct toast_session *s)
 {
 	if (!s)
@@ -347,17 +358,13 @@ enum toast_status toast_session_feed_layers(struct toast_session *s, const int32
 	if (n > s->state.n_ctx - s->n_past)
 		return toast_err_set(err, TOAST_ERR_CTX_FULL, "%d tokens do not fit: %d of %d context tokens used", n,
 				     s->n_past, s->state.n_ctx);
-	/* work.logits is about to be overwritten: another session's pending logits go home first */
-	if (e->logits_owner && e->logits_owner != s) {
-		enum toast_status rc = session_logits_fetch(e->logits_owner, err);
-		if (rc != TOAST_OK)
-			return rc;
-	}
-	toast_session_logits_on_host(s);
+	enum toast_status rc = session_logits_claim(s, err);
+	if (rc != TOAST_OK)
+		return rc;
 	for (int i = 0; i < n; i += e->chunk) {
 		int T = n - i < e->chunk ? n - i : e->chunk;
-		enum toast_status rc = toast_model_forward(&e->model, &s->state, &e->work, ids + i, T, s->n_past,
-							   all_logits != NULL, hook, hook_ud, err);
+		rc = toast_model_forward(&e->model, &s->state, &e->work, ids + i, T, s->n_past, all_logits != NULL, hook,
+					 hook_ud, err);
 		if (rc == TOAST_OK && all_logits)
 			rc = e->be->ops->read(e->be, all_logits + (size_t)i * V, e->work.logits_all, (size_t)T * V * sizeof(float),
 					      err);
@@ -417,9 +424,8 @@ int toast_session_spec_step(struct toast_session *s, const int32_t *ids, int T, 
 			      TOAST_GDN_KEEP_MAX < e->work.max_T ? TOAST_GDN_KEEP_MAX : e->work.max_T, s->state.n_ctx);
 		return -1;
 	}
-	if (e->logits_owner && e->logits_owner != s && session_logits_fetch(e->logits_owner, err) != TOAST_OK)
+	if (session_logits_claim(s, err) != TOAST_OK)
 		return -1;
-	toast_session_logits_on_host(s);
 	/* the states after each token kept (once a session; without the memory, nothing is done);
 	 * steps of every size recorded */
 	if (s->state.keep_T < TOAST_GDN_KEEP_MAX &&

@@ -269,7 +269,8 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 			if (opts->max_tokens > 0 && k > opts->max_tokens - res->n_generated - 1)
 				k = opts->max_tokens - res->n_generated - 1;
 			int nd = k > 0 ? gen_lookup(s->tokens, n_past, id, k, gen_min_ngram(&g), g.q + 1) : 0;
-			nd = nd >= 7 ? 7 : nd >= 3 ? 3 : nd > 0; /* steps of 2, 4 or 8: few shapes to record */
+			/* steps of 2, 4 or 8 (TOAST_DRAFT_MAX + 1): few shapes to record */
+			nd = nd >= TOAST_DRAFT_MAX ? TOAST_DRAFT_MAX : nd >= 3 ? 3 : nd > 0;
 			if (nd > 0) {
 				g.q[0] = id;
 				g.n = toast_session_spec_step(s, g.q, 1 + nd, &g.next, err);
