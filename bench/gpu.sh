@@ -2,7 +2,7 @@
 # One GPU session's work in one call: correctness of every CUDA op and model against the CPU
 # oracle, then timing. Run on the device machine from the repository root, with carry/gpu
 # (made here by tools/gpu-bundle.sh) carried. Full logs go to $OUT; a short table is printed last.
-# Usage: bench/gpu.sh [quick|full|perf|cache|quant|ab|dab|pab|prec|probe|demo|load]   (cache: only the session cache's checks and benchmark)
+# Usage: bench/gpu.sh [quick|full|perf|cache|quant|ab|dab|pab|prec|probe|demo|load|steps]   (cache: only the session cache's checks and benchmark)
 #   demo: the product on the GPU: the real demo model (SmolLM2-135M-Instruct, 98 MB: more than a
 #   run carries with the tree, so it comes in parts, see below) through test_smollm (CUDA against
 #   the CPU), tests/smollm_run.sh on the CUDA backend (`toasted run`, the daemon, `toast`), its
@@ -83,6 +83,30 @@ if [ "$MODE" = cache ]; then
 		--cache --history 1000,8000,20000 --new 64 >"$OUT/bench-cache.log" 2>&1
 	summary+=("bench --cache rc=$?")
 	cat "$OUT/bench-cache.log"
+	echo
+	echo "==== summary ===="
+	printf '%s\n' "${summary[@]}"
+	exit 0
+fi
+# steps: steps of several tokens (speculative decoding's verifying pass): test_ops and test_cache
+# (the drafts against plain greedy) on CUDA, the 48-layer Q4_K step of 1..8 tokens (kept and
+# rewound states too), the plain decode rate, and where a step of 2 goes (bench/trace-decode.sh)
+if [ "$MODE" = steps ]; then
+	TOASTED_TESTDATA=build/testdata timeout 300 $B/test_ops >"$OUT/test_ops.log" 2>&1
+	summary+=("test_ops: rc=$? $(tail -1 "$OUT/test_ops.log")")
+	grep -E "FAIL|failed" "$OUT/test_ops.log" | head -20
+	for r in 1 2; do
+		timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --type q4_k --backend cuda --prompt 1 --ctx 0 \
+			--decode 64 --steps ${STEPS:-1,2,3,4,8} 2>&1 | tee -a "$OUT/steps.log" | grep -vE '^(load|synth)'
+	done
+	timeout 200 $B/toasted bench --synthetic qwen3-next-80b-a3b --type q4_k --backend cuda --prompt 1 --ctx 0 \
+		--decode 128 2>&1 | tee "$OUT/decode.log" | grep -A3 '^decode@'
+	bash bench/trace-decode.sh --type q4_k --ctx 0 --steps 2 2>&1 | tail -30
+	if [ -x $B/test_cache ]; then
+		TOASTED_TESTDATA=build/testdata timeout ${CACHE_S:-240} $B/test_cache >"$OUT/test_cache.log" 2>&1
+		summary+=("test_cache: rc=$? $(tail -1 "$OUT/test_cache.log")")
+		grep -E "FAIL|failed" "$OUT/test_cache.log" | head -20
+	fi
 	echo
 	echo "==== summary ===="
 	printf '%s\n' "${summary[@]}"

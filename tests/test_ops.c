@@ -1229,6 +1229,12 @@ static void test_quant_kernels(struct ctx *c)
 	struct moe_types q4km = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q6_K, TOAST_DT_Q6_K};
 	test_moe_types(c, 2, 2048, 16, 10, 512, 0, true, false, &q4km);
 	test_moe_types(c, 1, 2048, 64, 8, 256, 0, false, false, &q4km);
+	/* steps of 2 to 8 tokens: down's kernel of every token in a block (a column each, the shared
+	 * expert's rows read by every token; ten of sixteen experts, so tokens share experts) */
+	test_moe_types(c, 2, 2048, 16, 10, 512, 512, true, true, &moe_q4k);
+	test_moe_types(c, 8, 2048, 16, 10, 512, 512, true, true, &moe_q4k);
+	test_moe_types(c, 4, 2048, 16, 10, 512, 512, true, true, &moe_mlx4);
+	test_moe_types(c, 7, 2048, 16, 10, 512, 0, false, false, &q4km);
 	/* every decode kernel variant of the three split or blocked types: n_embd 2048 (rows loaded
 	 * whole) or not, n_ff 512 (down rows loaded whole) or not, with and without a shared expert */
 	enum toast_dtype grid_types[] = {TOAST_DT_Q4_K, TOAST_DT_Q8_0, TOAST_DT_Q6_K};
@@ -1335,6 +1341,15 @@ static void test_backend(struct ctx *c)
 	test_attention(c, 16, 2, 256, 64, true, true, 200, 1, 8192, TOAST_KV_ACT);
 	test_attention(c, 16, 2, 256, 64, true, true, 5, 1, 32768, TOAST_KV_ACT);
 	test_attention(c, 32, 8, 128, 128, true, false, 150, 1, 4096, TOAST_KV_ACT);
+	/* steps of 2 to 8 tokens (speculative decoding's) take the decode kernel where their query
+	 * rows are few (n_rep <= 16): in one split (the output written by it), in splits, query rows
+	 * of two tokens in one block (n_rep 3, 6), an 8-bit cache; n_rep 17 takes prefill's */
+	test_attention(c, 16, 2, 256, 64, true, true, 5, 2, 0, TOAST_KV_ACT);
+	test_attention(c, 16, 2, 256, 64, true, true, 300, 4, 1024, TOAST_KV_ACT);
+	test_attention(c, 6, 2, 128, 32, false, true, 100, 8, 0, TOAST_KV_Q8);
+	test_attention(c, 12, 2, 64, 64, true, true, 603, 3, 2048, TOAST_KV_Q8);
+	test_attention(c, 32, 2, 128, 128, true, false, 40, 2, 4096, TOAST_KV_ACT);
+	test_attention(c, 34, 2, 64, 64, true, true, 10, 3, 0, TOAST_KV_ACT);
 	/* the 8-bit cache: prefill and decode at each head_dim, in one split and in several, a
 	 * split's last unit partly past its keys, odd positions (units of 4 split across calls) */
 	test_attention(c, 4, 2, 64, 16, true, true, 5, 1, 0, TOAST_KV_Q8);

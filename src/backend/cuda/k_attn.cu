@@ -972,21 +972,21 @@ static void attn_mma_d(struct cuda_backend *cb, const struct toast_attn_args *a,
 	}
 	dim3 grid(cu_blocks((size_t)a->T * (a->n_head / a->n_head_kv), 64 / KW), FO ? am_dslices(D, FO) : n_split,
 		  a->n_head_kv);
-	cu_launch_ex(cb, a->T == 1, k_attn_mma<D, KW, FO, Q8>, grid, 128, smem, qf, (const void *)a->k_cache,
+	cu_launch_ex(cb, KW > 1, k_attn_mma<D, KW, FO, Q8>, grid, 128, smem, qf, (const void *)a->k_cache,
 		     (const void *)a->v_cache, part, a->n_head, a->n_head_kv, n_split, a->T, (const int32_t *)cb->d_step, a->q,
 		     (bf16 *)a->out, (int)a->gated);
 	cu_launched(cb, "attention (tensor cores)");
 }
 
-/* decode in one split (one) writes the output itself (64 dims a block; part is NULL), with more
- * splits partials for the combine; prefill partials */
+/* decode (dec) in one split (one) writes the output itself (64 dims a block; part is NULL), with
+ * more splits partials for the combine; prefill partials */
 template <int D, bool Q8>
 static void attn_mma_q(struct cuda_backend *cb, const struct toast_attn_args *a, const float *qf, float *part,
-		       int n_split, bool one)
+		       int n_split, bool dec, bool one)
 {
 	if (one)
 		attn_mma_d<D, 4, true, Q8>(cb, a, qf, part, n_split);
-	else if (a->T == 1)
+	else if (dec)
 		attn_mma_d<D, 4, false, Q8>(cb, a, qf, part, n_split);
 	else
 		attn_mma_d<D, 1, false, Q8>(cb, a, qf, part, n_split);
@@ -994,12 +994,12 @@ static void attn_mma_q(struct cuda_backend *cb, const struct toast_attn_args *a,
 
 template <int D>
 static void attn_mma_kw(struct cuda_backend *cb, const struct toast_attn_args *a, const float *qf, float *part,
-			int n_split, bool one)
+			int n_split, bool dec, bool one)
 {
 	if (a->kv_type == TOAST_KV_Q8)
-		attn_mma_q<D, true>(cb, a, qf, part, n_split, one);
+		attn_mma_q<D, true>(cb, a, qf, part, n_split, dec, one);
 	else
-		attn_mma_q<D, false>(cb, a, qf, part, n_split, one);
+		attn_mma_q<D, false>(cb, a, qf, part, n_split, dec, one);
 }
 
 /* blocks of the decode kernel an SM (its ring of tiles takes most of the shared memory at
@@ -1043,14 +1043,18 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	 * 0, 132 empty splits and their combine cost the Q4_K step 8%). Prefill on tensor cores: two
 	 * blocks an SM, when the rows alone give fewer, and at least 128 keys a split (a short prompt
 	 * after a long history) */
-	int n_split = 1;
-	if (T == 1) {
+	/* a step of a few tokens (speculative decoding's) is decode too when its query rows, 16 a
+	 * block, are few: the decode kernel and splits, and one split's output written by it (the
+	 * prefill kernel and the combine took a step of 2 twice one's time, docs/PERF.md) */
+	int n_split = 1, rows = attn_mma_fits(a) ? (int)cu_blocks((size_t)T * n_rep, 16) : 1;
+	bool dec = T == 1 || (T <= CU_GEMV_MAX_T && attn_mma_fits(a) && n_rep <= 16);
+	if (dec) {
 		n_split = (a->span > 0 ? a->span : a->n_ctx) / 256;
 		int per_sm = !attn_mma_fits(a) ? 2
 			     : hd == 64	       ? attn_mma_per_sm<64>(cb, a)
 			     : hd == 128       ? attn_mma_per_sm<128>(cb, a)
 					       : attn_mma_per_sm<256>(cb, a);
-		int cap = (per_sm * cb->n_sm + a->n_head_kv - 1) / a->n_head_kv;
+		int cap = (per_sm * cb->n_sm / rows + a->n_head_kv - 1) / a->n_head_kv;
 		n_split = n_split < 1 ? 1 : n_split > cap ? cap : n_split;
 	} else if (attn_mma_fits(a)) {
 		int blocks = (int)cu_blocks((size_t)T * n_rep, 64) * a->n_head_kv, by_keys = (a->pos + T) / 128;
@@ -1059,7 +1063,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 		n_split = n_split < 1 ? 1 : n_split;
 	}
 	/* decode on tensor cores in one split: no partials, no combine */
-	bool one = T == 1 && n_split == 1 && attn_mma_fits(a);
+	bool one = dec && n_split == 1 && attn_mma_fits(a);
 	size_t qbytes = (size_t)T * a->n_head * hd * 4;
 	size_t pbytes = one ? 0 : (size_t)T * a->n_head_kv * n_split * n_rep * (hd + 2) * 4;
 	char *scr = (char *)cu_scratch(cb, qbytes + pbytes);
@@ -1068,7 +1072,7 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	float *qf = (float *)scr, *part = one ? NULL : (float *)(scr + qbytes);
 	int threads = (hd + 31) / 32 * 32;
 	dim3 pg(T, a->n_head + a->n_head_kv);
-	cu_launch_ex(cb, T == 1, k_attn_prep, pg, threads, hd * sizeof(float), a->q, a->k, a->v,
+	cu_launch_ex(cb, dec, k_attn_prep, pg, threads, hd * sizeof(float), a->q, a->k, a->v,
 		  a->q_norm ? (const float *)a->q_norm->dev : NULL, a->k_norm ? (const float *)a->k_norm->dev : NULL,
 		  a->norm_plus_one, a->eps, a->n_head, a->n_head_kv, hd, a->n_rot, a->rope_theta, a->rope_freq_type, a->gated,
 		  a->k_cache, a->v_cache, (int)(a->kv_type == TOAST_KV_Q8), qf, cb->d_step);
@@ -1076,19 +1080,19 @@ void cu_attention(struct cuda_backend *cb, const struct toast_attn_args *a)
 	if (!attn_mma_fits(a))
 		attn_tile(cb, a, qf, part, n_split);
 	else if (hd == 64)
-		attn_mma_kw<64>(cb, a, qf, part, n_split, one);
+		attn_mma_kw<64>(cb, a, qf, part, n_split, dec, one);
 	else if (hd == 128)
-		attn_mma_kw<128>(cb, a, qf, part, n_split, one);
+		attn_mma_kw<128>(cb, a, qf, part, n_split, dec, one);
 	else
-		attn_mma_kw<256>(cb, a, qf, part, n_split, one);
+		attn_mma_kw<256>(cb, a, qf, part, n_split, dec, one);
 	if (cb->failed || one)
 		return;
 	/* decode: 32 dims a block, a warp a group of splits; prefill: whole heads (thousands of rows
 	 * already fill the GPU), as many groups as 512 threads hold */
-	int hw = T == 1 ? 32 : threads, ng = T == 1 ? AC_GROUPS : 512 / hw;
+	int hw = dec ? 32 : threads, ng = dec ? AC_GROUPS : 512 / hw;
 	ng = ng < n_split ? ng : n_split;
-	dim3 cg(T, a->n_head, T == 1 ? (hd + 31) / 32 : 1);
-	cu_launch_ex(cb, T == 1, k_attn_combine, cg, ng * hw, (2 * n_split + ng * hw) * sizeof(float), part, a->q,
+	dim3 cg(T, a->n_head, dec ? (hd + 31) / 32 : 1);
+	cu_launch_ex(cb, dec, k_attn_combine, cg, ng * hw, (2 * n_split + ng * hw) * sizeof(float), part, a->q,
 		     (bf16 *)a->out, a->n_head, a->n_head_kv, hd, n_split, a->gated, hw);
 	cu_launched(cb, "attention combine");
 }

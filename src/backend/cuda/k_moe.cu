@@ -809,31 +809,45 @@ static size_t moe_k4_gateup_smem(const moe_dims &d, int sub)
 }
 
 /* x[t][r0..r0+15] += sum over slots slot0.. of weight * down_slot · act[t][slot]: the block's
- * warps take the (slot, unit) pairs in turn, two in flight */
-template <int TYPE>
+ * warps take the (slot, unit) pairs in turn, two in flight. One token a block (grid.y), or with
+ * MT every token of a step of several (T <= 8, slot0 0) in one block: a unit is then (token,
+ * slot, superblock), token t in the mma's column t (the lane's other columns read zeros), so the
+ * grid stays one wave of the row tiles (with a block row a token, a step of two took two waves:
+ * down's 5.4 us became 11.7) and the shared expert's rows, read by every token, come from L2 */
+template <int TYPE, bool MT>
 __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	k_moe_down_k4(moe_dims d, float *x, cu_wd D, const int32_t *sel, const float *wt, const float *ms, cu_wd SD,
 		      int slot0, int nslot, const float *sgate, const float *act)
 {
 	typedef cu_kq<TYPE> K;
-	constexpr int SUB = K::SUB;
+	constexpr int SUB = K::SUB, NT = MT ? CU_GEMV_MAX_T : 1;
 	extern __shared__ __align__(16) unsigned char mk_sm[];
-	__shared__ int32_t eid[MOE_MAX_K + 1];
-	__shared__ float wts[MOE_MAX_K + 1];
-	__shared__ float part[MK_WARPS * 16];
-	int t = blockIdx.y, E = d.E, F = d.F, r0 = blockIdx.x * 16;
+	__shared__ int32_t eid[NT * (MOE_MAX_K + 1)];
+	__shared__ float wts[NT * (MOE_MAX_K + 1)];
+	__shared__ float part[MK_WARPS * 16 * (MT ? 8 : 1)];
+	int T = MT ? d.T : 1, t0 = MT ? 0 : blockIdx.y, E = d.E, F = d.F, r0 = blockIdx.x * 16;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-	int nsb = F / K::EL, units = nslot * nsb;
+	int nsb = F / K::EL, tu = nslot * nsb, units = T * tu;
+	int srow = MT ? d.k + 1 : nslot; /* staged rows a token (MT: act's own, slot k staged even unused) */
 	bf16 *xs = (bf16 *)mk_sm;
-	float *xsum = (float *)(xs + nslot * F);
-	void *sc = (float4 *)(xsum + nslot * (F / SUB)) + warp * 64;
+	float *xsum = (float *)(xs + T * srow * F);
+	void *sc = (float4 *)(xsum + T * srow * (F / SUB)) + warp * 64;
+	bf16 *zx = (bf16 *)((float4 *)sc + (MK_WARPS - warp) * 64); /* MT: F zeros, then F / SUB sums of them */
+	float *zsum = (float *)(zx + F);
 	/* the experts are known before the wait (see k_moe_down) */
-	moe_down_slots(d, t, sel, wt, ms, sgate, slot0, nslot, eid, wts);
+	for (int t = 0; t < T; t++) {
+		if (t)
+			__syncthreads(); /* (moe_down_slots' picks in shared memory, read by every thread) */
+		moe_down_slots(d, t0 + t, sel, wt, ms, sgate, slot0, nslot, eid + t * nslot, wts + t * nslot);
+	}
+	if (MT)
+		for (int i = threadIdx.x; i < F / 2 + F / SUB; i += blockDim.x)
+			((float *)zx)[i] = 0.0f;
 	__syncthreads();
 	auto load = [&](int u) {
-		int j = u / nsb;
+		int t = MT ? u / tu : 0, j = (u - t * tu) / nsb;
 		cu_wd wd = slot0 + j == d.k ? SD : D;
-		return K::load(wd, cu_krows_of<TYPE>(wd, (size_t)eid[j], r0, lane), u - j * nsb, lane);
+		return K::load(wd, cu_krows_of<TYPE>(wd, (size_t)eid[t * nslot + j], r0, lane), u - t * tu - j * nsb, lane);
 	};
 	typename K::ld L[2];
 	if (warp < units)
@@ -844,12 +858,13 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	 * down launch: gate/up, the kernel before it, writes only act and lets this kernel start only
 	 * after its own wait returned, so x's last writer (the projection before the router) has
 	 * completed (a later launch would follow one that adds to x). Its round trip was at the
-	 * kernel's end. */
-	bool mine = threadIdx.x < 16 && r0 + threadIdx.x < E, pre = mine && slot0 == 0; /* (mine: an output row) */
-	float *xo = x + (size_t)t * E + r0 + threadIdx.x, xr = pre ? __ldcg(xo) : 0.0f;
+	 * kernel's end. Thread 16 t + i has row r0 + i of token t. */
+	int ot = (int)threadIdx.x >> 4, oi = threadIdx.x & 15;
+	bool mine = ot < T && r0 + oi < E, pre = mine && slot0 == 0; /* (mine: an output row) */
+	float *xo = x + (size_t)(t0 + ot) * E + r0 + oi, xr = pre ? __ldcg(xo) : 0.0f;
 	cu_pdl_wait();
 	cu_pdl_trigger(); /* one wave of blocks at the Qwen3 shapes */
-	moe_k4_stage<TYPE>(act + ((size_t)t * (d.k + 1) + slot0) * d.Fmax, d.Fmax, nslot, F, xs, xsum);
+	moe_k4_stage<TYPE>(act + ((size_t)t0 * (d.k + 1) + slot0) * d.Fmax, d.Fmax, T * srow, F, xs, xsum);
 	__syncthreads();
 	cu_tl_mark(0); /* act staged */
 	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -859,27 +874,46 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 			int u = u0 + k * MK_WARPS;
 			if (u >= units)
 				break;
-			int j = u / nsb, sb = u - j * nsb;
+			int t = MT ? u / tu : 0, j = (u - t * tu) / nsb, sb = u - t * tu - j * nsb, row = t * srow + j;
+			const bf16 *xb = xs + row * F;
+			const float *s0 = xsum + row * (F / SUB), *s1 = s0;
+			if (MT) { /* column t is the token's; the lane's others read zeros */
+				xb = g == t ? xb : zx;
+				s1 = 2 * tq + 1 == t ? s0 : zsum;
+				s0 = 2 * tq == t ? s0 : zsum;
+			}
 			__syncwarp();
 			K::scales(slot0 + j == d.k ? SD : D, L[k], sc, lane);
 			__syncwarp();
-			K::template mma<1>(acc, L[k], sc, xs + j * F + sb * K::EL, xsum + j * (F / SUB) + sb * (K::EL / SUB), NULL,
-					   wts[j], g, tq);
+			K::template mma<MT ? 2 : 1>(acc, L[k], sc, xb + sb * K::EL, s0 + sb * (K::EL / SUB),
+						    s1 + sb * (K::EL / SUB), wts[t * nslot + j], g, tq);
 			if (u + 2 * MK_WARPS < units)
 				L[k] = load(u + 2 * MK_WARPS);
 		}
 	}
 	cu_tl_mark(1); /* warp 0's MMAs */
-	moe_k4_part(part + 16 * warp, acc, lane);
+	if (MT) { /* part[warp][column][row] */
+		float *pw = part + 16 * 8 * warp;
+		pw[16 * (2 * tq) + g] = acc[0], pw[16 * (2 * tq) + g + 8] = acc[2];
+		pw[16 * (2 * tq + 1) + g] = acc[1], pw[16 * (2 * tq + 1) + g + 8] = acc[3];
+	} else {
+		moe_k4_part(part + 16 * warp, acc, lane);
+	}
 	__syncthreads();
 	cu_tl_mark(2); /* every warp's */
-	if (mine)
-		*xo = (pre ? xr : *xo) + moe_k4_sum(part, threadIdx.x, 0, MK_WARPS);
+	if (mine) {
+		float v = 0;
+		for (int w = 0; w < MK_WARPS; w++)
+			v += part[(MT ? 8 : 1) * 16 * w + 16 * ot + oi];
+		*xo = (pre ? xr : *xo) + v;
+	}
 }
 
-static size_t moe_k4_down_smem(const moe_dims &d, int nslot, int sub)
+/* MT: every token's rows (slot k's too), the zeros, the warps' scales */
+static size_t moe_k4_down_smem(const moe_dims &d, int nslot, int sub, bool mt)
 {
-	return (size_t)nslot * d.F * 2 + (size_t)nslot * (d.F / sub) * 4 + MK_WARPS * 64 * 16;
+	size_t rows = mt ? (size_t)d.T * (d.k + 1) : (size_t)nslot, zero = mt ? (size_t)d.F * 2 + d.F / sub * 4 : 0;
+	return rows * d.F * 2 + rows * (d.F / sub) * 4 + MK_WARPS * 64 * 16 + zero;
 }
 
 /* ---- kernel types: a kernel compiled per weight type (the fast ones), any other type through
@@ -1525,17 +1559,32 @@ static bool moe_gateup_tc(struct cuda_backend *cb, const moe_ff_args &f, int nsl
 	return true;
 }
 
-/* down (all nslot slots, the shared expert as wide as the rest) on tensor cores, the same way */
+/* down (all nslot slots, the shared expert as wide as the rest) on tensor cores, the same way;
+ * a step of several tokens in one wave (k_moe_down_k4's MT) */
 template <int TYPE>
 static bool moe_down_tc(struct cuda_backend *cb, const moe_ff_args &f, int nslot)
 {
 	const moe_dims &d = f.d;
-	size_t smem = moe_k4_down_smem(d, nslot, cu_kq<TYPE>::SUB);
 	if (f.D.type != TYPE || f.SD.type != TYPE || !cu_kq_fits(f.D) || !cu_kq_fits(f.SD) || (d.Fs && d.Fs != d.F) ||
-	    d.F % 256 || smem > 48 * 1024)
+	    d.F % 256)
+		return false;
+	if (d.T > 1 && d.T <= CU_GEMV_MAX_T) {
+		static size_t room;
+		if (!room)
+			room = cu_allow_smem(cb, (const void *)k_moe_down_k4<TYPE, true>);
+		size_t smem = moe_k4_down_smem(d, nslot, cu_kq<TYPE>::SUB, true);
+		if (smem <= room) {
+			cu_launch_pdl(cb, k_moe_down_k4<TYPE, true>, dim3((unsigned)(d.E + 15) / 16), MK_WARPS * 32, smem, d,
+				      f.x, f.D, (const int32_t *)f.pk.sel, (const float *)f.pk.lv, (const float *)f.pk.ms, f.SD,
+				      0, nslot, f.sgate, (const float *)f.act);
+			return true;
+		}
+	}
+	size_t smem = moe_k4_down_smem(d, nslot, cu_kq<TYPE>::SUB, false);
+	if (smem > 48 * 1024)
 		return false;
 	dim3 grid((unsigned)(d.E + 15) / 16, d.T);
-	cu_launch_pdl(cb, k_moe_down_k4<TYPE>, grid, MK_WARPS * 32, smem, d, f.x, f.D, (const int32_t *)f.pk.sel,
+	cu_launch_pdl(cb, k_moe_down_k4<TYPE, false>, grid, MK_WARPS * 32, smem, d, f.x, f.D, (const int32_t *)f.pk.sel,
 		      (const float *)f.pk.lv, (const float *)f.pk.ms, f.SD, 0, nslot, f.sgate, (const float *)f.act);
 	return true;
 }
