@@ -295,7 +295,7 @@ void toast_session_bench_seek(struct toast_session *s, int n)
 
 void toast_session_bench_record(struct toast_session *s, int T)
 {
-	s->state.record_T = T < 8 ? T : 8;
+	s->state.record_T = T < TOAST_RECORD_MAX_T ? T : TOAST_RECORD_MAX_T;
 }
 
 enum toast_status toast_session_bench_keep(struct toast_session *s, int T, struct toast_error *err)

@@ -110,12 +110,14 @@ struct toast_model {
 #define TOAST_LAYER_MAX_WEIGHTS 25
 int toast_layer_weights(struct toast_layer *l, struct toast_weight *ws[TOAST_LAYER_MAX_WEIGHTS]);
 
+#define TOAST_RECORD_MAX_T 8 /* the most tokens of a recorded pass: T - 1 is 3 bits of its key */
+
 /* Per-session state: KV caches of attention layers, conv and recurrent states of GDN layers. */
 struct toast_state {
 	uint64_t id; /* unique per state made: keys recorded decode steps */
 	int n_ctx;
-	int record_T; /* passes of up to this many tokens (at most 8) are recorded as decode's one is
-			 (a benchmark's, a speculative decoder's; 0: decode's one token only) */
+	int record_T; /* passes of up to this many tokens (at most TOAST_RECORD_MAX_T) are recorded as
+			 decode's one is (a benchmark's, a speculative decoder's; 0: decode's one token only) */
 	void **k_cache, **v_cache; /* [n_layer] n_ctx tokens as m->kv_type lays them out (backend.h), NULL for GDN layers */
 	float **conv;              /* [n_layer] f32 [2][conv_k-1][conv_dim], NULL for attention layers */
 	float **ssm;               /* [n_layer] f32 [n_v_head][d_v][d_k], NULL for attention layers */

@@ -724,6 +724,17 @@ enum toast_status toast_model_state_keep(const struct toast_model *m, struct toa
 	return TOAST_OK;
 }
 
+/* a rewind's copies, REWIND_BATCH at most at a time (the CUDA backend's copies a launch) */
+#define REWIND_BATCH 32
+static void rewind_copy(struct toast_backend *be, void *const *dst, const void *const *src, const size_t *bytes, int k)
+{
+	if (be->ops->copy_many)
+		be->ops->copy_many(be, dst, src, bytes, k);
+	else
+		for (int i = 0; i < k; i++)
+			be->ops->copy(be, dst[i], src[i], bytes[i]);
+}
+
 enum toast_status toast_model_state_rewind(const struct toast_model *m, struct toast_state *s, int pos, int T, int n,
 					   struct toast_error *err)
 {
@@ -731,28 +742,24 @@ enum toast_status toast_model_state_rewind(const struct toast_model *m, struct t
 		return toast_err_set(err, TOAST_ERR_INVALID, "rewind: %d of %d tokens (states kept for %d)", n, T, s->keep_T);
 	if (n == T)
 		return TOAST_OK;
-	struct toast_backend *be = m->be;
 	size_t sb = state_ssm_bytes(m), cb = state_conv_bytes(m) / 2;
-	int L = m->hp.n_layer, k = 0;
-	void **dst = malloc(2 * (size_t)L * sizeof(void *));
-	const void **src = malloc(2 * (size_t)L * sizeof(void *));
-	size_t *bytes = malloc(2 * (size_t)L * sizeof(size_t));
-	if (!dst || !src || !bytes) {
-		free(dst), free(src), free(bytes);
-		return toast_err_set(err, TOAST_ERR_NOMEM, "out of memory");
-	}
-	for (int il = 0; il < L; il++) /* each GDN layer's two states, after token n - 1 */
-		if (!m->layers[il].is_attn) {
-			dst[k] = s->ssm[il], src[k] = (char *)s->ssm_keep[il] + (size_t)(n - 1) * sb, bytes[k++] = sb;
-			dst[k] = (char *)s->conv[il] + (size_t)((pos + n) & 1) * cb;
-			src[k] = (char *)s->conv_keep[il] + (size_t)(n - 1) * cb, bytes[k++] = cb;
+	void *dst[REWIND_BATCH];
+	const void *src[REWIND_BATCH];
+	size_t bytes[REWIND_BATCH];
+	int k = 0;
+	for (int il = 0; il < m->hp.n_layer; il++) { /* each GDN layer's two states, after token n - 1 */
+		if (m->layers[il].is_attn)
+			continue;
+		dst[k] = s->ssm[il], src[k] = (char *)s->ssm_keep[il] + (size_t)(n - 1) * sb, bytes[k++] = sb;
+		dst[k] = (char *)s->conv[il] + (size_t)((pos + n) & 1) * cb;
+		src[k] = (char *)s->conv_keep[il] + (size_t)(n - 1) * cb, bytes[k++] = cb;
+		if (k == REWIND_BATCH) {
+			rewind_copy(m->be, dst, src, bytes, k);
+			k = 0;
 		}
-	if (be->ops->copy_many)
-		be->ops->copy_many(be, dst, src, bytes, k);
-	else
-		for (int i = 0; i < k; i++)
-			be->ops->copy(be, dst[i], src[i], bytes[i]);
-	free(dst), free(src), free(bytes);
+	}
+	if (k)
+		rewind_copy(m->be, dst, src, bytes, k);
 	return TOAST_OK;
 }
 
@@ -1081,7 +1088,7 @@ enum toast_status toast_model_forward(const struct toast_model *m, struct toast_
 		be->ops->begin_step_pick(be, pos);
 	/* a decode step can be replayed from a recording: same state, same buffers, T == 1 (or up to
 	 * s->record_T, keyed by T and all_logits too; the span is below 2^28: n_ctx <= 2^26) */
-	bool record = (T == 1 || T <= s->record_T) && T <= 8 && !hook && be->ops->graph_begin;
+	bool record = (T == 1 || T <= s->record_T) && T <= TOAST_RECORD_MAX_T && !hook && be->ops->graph_begin;
 	uint64_t key = (uint64_t)s->id << 32 | (uint64_t)all_logits << 31 | (uint64_t)(T - 1) << 28 |
 		       (uint32_t)fwd_span(s, pos + T);
 	if (record && be->ops->graph_begin(be, key)) /* replayed: the next read waits for it */

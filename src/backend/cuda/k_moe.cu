@@ -714,12 +714,12 @@ __device__ __forceinline__ void moe_k4_part(float *part, const float *acc, int l
 	}
 }
 
-/* row r of part[warp][16] summed over warps w0..w1-1 */
-__device__ __forceinline__ float moe_k4_sum(const float *part, int r, int w0, int w1)
+/* row r of part[warp][16] (a warp's part every stride floats) summed over warps w0..w1-1 */
+__device__ __forceinline__ float moe_k4_sum(const float *part, int r, int w0, int w1, int stride = 16)
 {
 	float v = 0;
 	for (int w = w0; w < w1; w++)
-		v += part[w * 16 + r];
+		v += part[w * stride + r];
 	return v;
 }
 
@@ -901,12 +901,8 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 	}
 	__syncthreads();
 	cu_tl_mark(2); /* every warp's */
-	if (mine) {
-		float v = 0;
-		for (int w = 0; w < MK_WARPS; w++)
-			v += part[(MT ? 8 : 1) * 16 * w + 16 * ot + oi];
-		*xo = (pre ? xr : *xo) + v;
-	}
+	if (mine)
+		*xo = (pre ? xr : *xo) + moe_k4_sum(part + 16 * ot, oi, 0, MK_WARPS, MT ? 16 * 8 : 16);
 }
 
 /* MT: every token's rows (slot k's too), the zeros, the warps' scales */
