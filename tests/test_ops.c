@@ -50,6 +50,9 @@ static enum toast_dtype mlx_sb = TOAST_DT_BF16;
 /* > 0: test_moe's bf16 router rows repeat with this period, so the logits tie in groups (the
  * experts chosen among equal logits: the lower index first) */
 static int moe_tie_period;
+/* > 0: test_moe's token rows repeat with this period, so tokens choose the same experts in the
+ * same slots (a step's kernels group a slot's tokens by expert) */
+static int moe_tok_period;
 
 /* scale or bias v stored as mlx_sb at p[i] */
 static void mlx_sb_put(void *p, size_t i, float v)
@@ -813,6 +816,8 @@ static void test_moe_up(struct ctx *c, int T, int E, int ne, int k, int F, int F
 	struct toast_backend *be = c->be;
 	struct toast_error err;
 	float *x0 = rand_vec((size_t)T * E, 3);
+	for (int t = moe_tok_period; moe_tok_period > 0 && t < T; t++)
+		memcpy(x0 + (size_t)t * E, x0 + (size_t)(t % moe_tok_period) * E, E * sizeof(float));
 	struct hw nw = mkw(TOAST_DT_BF16, 1, E, 0.5, 0);
 	prep(be, &nw);
 	double *hd = ref_norm(x0, nw.f, T, E, true);
@@ -1229,12 +1234,24 @@ static void test_quant_kernels(struct ctx *c)
 	struct moe_types q4km = {TOAST_DT_BF16, TOAST_DT_Q4_K, TOAST_DT_Q6_K, TOAST_DT_Q6_K};
 	test_moe_types(c, 2, 2048, 16, 10, 512, 0, true, false, &q4km);
 	test_moe_types(c, 1, 2048, 64, 8, 256, 0, false, false, &q4km);
-	/* steps of 2 to 8 tokens: down's kernel of every token in a block (a column each, the shared
-	 * expert's rows read by every token; ten of sixteen experts, so tokens share experts) */
+	/* steps of 2 to 8 tokens: gate/up's and down's kernels of every token in a block (a column
+	 * each; ten of sixteen experts, so tokens share experts). Gate/up groups a slot's tokens by
+	 * expert: token rows repeating with a period make groups of several tokens in every slot,
+	 * a period of 1 one group; h in registers (T = 2 at 2048) or staged in rounds */
 	test_moe_types(c, 2, 2048, 16, 10, 512, 512, true, true, &moe_q4k);
 	test_moe_types(c, 8, 2048, 16, 10, 512, 512, true, true, &moe_q4k);
 	test_moe_types(c, 4, 2048, 16, 10, 512, 512, true, true, &moe_mlx4);
 	test_moe_types(c, 7, 2048, 16, 10, 512, 0, false, false, &q4km);
+	for (int per = 1; per <= 3; per++) {
+		moe_tok_period = per;
+		test_moe_types(c, per == 2 ? 2 : 7, 2048, 16, 10, 512, 512, true, true, per == 3 ? &q5m : &moe_q4k);
+		test_moe_types(c, 8, 256, 8, 3, 256, 512, true, true, &moe_q4k); /* a shared expert wider */
+	}
+	moe_tok_period = 0;
+	struct moe_types q6k = {TOAST_DT_BF16, TOAST_DT_Q6_K, TOAST_DT_Q6_K, TOAST_DT_Q6_K};
+	test_moe_types(c, 3, 2048, 16, 10, 512, 512, true, true, &q6k);
+	test_moe_types(c, 5, 2048, 16, 10, 512, 512, true, true, &moe_q8);
+	test_moe_types(c, 6, 2048, 16, 10, 512, 512, true, true, &moe_mlx8);
 	/* every decode kernel variant of the three split or blocked types: n_embd 2048 (rows loaded
 	 * whole) or not, n_ff 512 (down rows loaded whole) or not, with and without a shared expert */
 	enum toast_dtype grid_types[] = {TOAST_DT_Q4_K, TOAST_DT_Q8_0, TOAST_DT_Q6_K};
@@ -1405,6 +1422,8 @@ static void test_backend(struct ctx *c)
 	test_gdn(c, k5, p10, 7);
 	test_gdn(c, k64, p9, 6);
 	test_gdn(c, k256, p10, 7);
+	struct gdn_shape wide = {1, 2, 256, 256, 4, true, false, false}; /* a step of 8 past 48 KB of smem */
+	test_gdn(c, wide, p9, 6);
 	/* and keeping the states after each token (a speculative step's), every register layout:
 	 * d_k 128 (and the tiled heads), 64, 32, 256, and none (d_k 7, a conv of 3) */
 	int p11[] = {3, 1, 2, 8, 4};
@@ -1830,6 +1849,17 @@ int main(int argc, char **argv)
 		perf_backend(be);
 		toast_backend_free(be);
 		return test_done("test_ops --perf");
+	}
+	if (argc > 1 && strcmp(argv[1], "kernels") == 0) { /* test_quant_kernels alone (a GPU's) */
+		struct toast_backend *be;
+		struct toast_error err;
+		CHECK(toast_backend_cuda_new(&be, &err) == TOAST_OK, "%s", err.msg);
+		if (!test_failures) {
+			struct ctx c = {.be = be, .name = "cuda", .tol = 1.5e-2};
+			test_quant_kernels(&c);
+			toast_backend_free(be);
+		}
+		return test_done("test_ops kernels");
 	}
 	if (argc > 1 && strcmp(argv[1], "top") == 0) { /* top() and the picks alone, on each backend */
 		struct toast_backend *be;

@@ -147,13 +147,17 @@ __global__ void k_gdn_prep(gdn_dims g, float *conv, const float *b, const float 
  * Decode steps (T <= GDN_DEC_MAX_T): the whole step of one value head in one block, token after
  * token: conv of its q/k/v channels (the block owning a channel writes the new conv state; q/k
  * channels belong to the first value head of their key head), L2 norms, gates, the state update
- * one warp per row, gated RMSNorm. MULTI (T > 1) stages every token's inputs first and keeps
- * the conv window and the state in registers across the tokens; an even T leaves the new conv
- * state in the slot it read (pos & 1 == (pos + T) & 1), so the owner of a key head's q/k
- * channels writes them once the other value heads of the key head have read them (a count a
- * key head in cb->counters, which the owner zeroes).
- * smem: q[dk], k[dk], v[dv], o[dv]; MULTI: then the conv inputs [T][2 dk + dv], z [T][dv], b
- * and a [T].
+ * one warp per row, gated RMSNorm. MULTI (T > 1) stages every token's inputs first, then does
+ * what does not depend on the state for all tokens at once (conv, L2 norms, gates: a barrier
+ * each, not each a token), then each warp carries its own state rows through the tokens with
+ * no barrier (a row's update needs only the token's q, k, v[row] and gates), then the output
+ * norms of all tokens; an even T leaves the new conv state in the slot it read
+ * (pos & 1 == (pos + T) & 1), so the owner of a key head's q/k channels writes them once the
+ * other value heads of the key head have read them (a count a key head in cb->counters, which
+ * the owner zeroes).
+ * smem: q[dk], k[dk], v[dv], o[dv]; MULTI: the conv inputs [T][2 dk + dv], z [T][dv], b and a
+ * [T], the conv outputs [T][2 dk + dv], the outputs [T][dv], then per token the q and k norms'
+ * factors, beta, alpha and the output norm's factor [T] each (cu_gdn's smem).
  */
 #define GDN_DEC_THREADS 512
 #define GDN_DEC_TAPS 4 /* a conv of this many taps (Qwen3-Next's) is loaded before the wait */
@@ -173,6 +177,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	int nc = 2 * dk + dv, T = MULTI ? g.T : 1;
 	float *qs = sm, *ks = qs + dk, *vs = ks + dk, *os = vs + dv;
 	float *xin = os + dv, *zin = xin + T * nc, *bin = zin + T * dv, *ain = bin + T; /* (MULTI) */
+	float *cy = ain + T, *oy = cy + T * nc, *fqk = oy + T * dv, *bet = fqk + 2 * T, *alp = bet + T, *rr = alp + T;
 	int warp = tid >> 5, lane = tid & 31, nwarp = blockDim.x >> 5;
 	/* the state rows in registers (DPL > 0) are loaded before waiting for the previous kernel:
 	 * only this kernel, a step ago, wrote them */
@@ -198,7 +203,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		for (int j = 0; j < GDN_DEC_TAPS; j++)
 			tap[j] = cu_ldw(cw, cwt, (size_t)chan(tid) * GDN_DEC_TAPS + j);
 	float dtbv = 0, An = 0, nwv = tid < dv ? nw[tid] : 0.0f; /* (nwv: the output norm's weight) */
-	if (tid == 0) {
+	if (MULTI ? tid < T : tid == 0) { /* (MULTI: thread t makes token t's gates) */
 		dtbv = dtb[h];
 		An = a_neg_exp ? A[h] : -expf(A[h]);
 	}
@@ -253,10 +258,152 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 	bool own_qk = gdn_first_of_kh(g, h);
 	/* conv input u of channel c (u < 0: the old state) */
 	auto conv_in = [&](int cl, int c, int u) { return u >= 0 ? xin[u * nc + cl] : st[(size_t)(K - 1 + u) * g.conv_dim + c]; };
-	for (int t = 0; t < T; t++) {
+	if constexpr (MULTI) {
+		/* conv of every token, a channel a thread (its window slides in registers) */
 		for (int cl = tid; cl < nc; cl += blockDim.x) {
 			int c = chan(cl);
-			float x = MULTI ? xin[t * nc + cl] : qkv[gdn_chan(g, c)], acc;
+			bool mine = taps && cl == tid;
+			for (int t = 0; t < T; t++) {
+				float x = xin[t * nc + cl], acc;
+				if (mine) {
+					acc = tap[GDN_DEC_TAPS - 1] * x;
+#pragma unroll
+					for (int j = 0; j < GDN_DEC_TAPS - 1; j++)
+						acc += tap[j] * hist[j];
+#pragma unroll
+					for (int j = 0; j < GDN_DEC_TAPS - 2; j++)
+						hist[j] = hist[j + 1];
+					hist[GDN_DEC_TAPS - 2] = x;
+				} else {
+					acc = cu_ldw(cw, cwt, (size_t)c * K + K - 1) * x;
+					for (int j = 0; j < K - 1; j++)
+						acc += cu_ldw(cw, cwt, (size_t)c * K + j) * conv_in(cl, c, t - (K - 1) + j);
+				}
+				cy[t * nc + cl] = cu_silu(acc);
+				if (conv_keep && t < T - 1 && (cl >= 2 * dk || own_qk)) { /* the window after token t */
+					float *ck = conv_keep + (size_t)t * slot + c;
+					if (mine)
+#pragma unroll
+						for (int j = 0; j < GDN_DEC_TAPS - 1; j++)
+							ck[(size_t)j * g.conv_dim] = hist[j];
+					else
+						for (int j = 0; j < K - 1; j++)
+							ck[(size_t)j * g.conv_dim] = conv_in(cl, c, t - (K - 2) + j);
+				}
+			}
+		}
+		if (tid < T) { /* token tid's gates */
+			float xx = ain[tid] + dtbv, sp = xx > 20.0f ? xx : log1pf(expf(xx));
+			bet[tid] = 1.0f / (1.0f + expf(-bin[tid]));
+			alp[tid] = expf(An * sp);
+		}
+		__syncthreads();
+		cu_tl_mark(0); /* conv, gates */
+		for (int w = warp; w < 2 * T; w += nwarp) { /* the L2 norms: q of token w / 2, or its k */
+			const float *v = cy + (w >> 1) * nc + (w & 1) * dk;
+			float ss = 0;
+			for (int i = lane; i < dk; i += 32)
+				ss += v[i] * v[i];
+			ss = cu_warp_sum(ss);
+			if (lane == 0)
+				fqk[w] = w & 1 ? rsqrtf(ss + 1e-6f) : rsqrtf(ss + 1e-6f) * rsqrtf((float)dk);
+		}
+		__syncthreads();
+		cu_tl_mark(1); /* norms */
+		/* the state: each warp its rows, token after token */
+		for (int t = 0; t < T; t++) {
+			const float *qt = cy + t * nc, *kt = qt + dk, *vt = kt + dk;
+			float fq = fqk[2 * t], fk = fqk[2 * t + 1], alpha = alp[t], beta = bet[t];
+			if (DPL > 0) {
+				/* (the T = 1 path's update below, written twice: a shared helper moved that
+				 * kernel's schedule, docs/PERF.md) */
+				float kr[DPL > 0 ? DPL : 1], qr[DPL > 0 ? DPL : 1];
+#pragma unroll
+				for (int k = 0; k < DPL; k++) {
+					kr[k] = kt[lane + 32 * k] * fk;
+					qr[k] = qt[lane + 32 * k] * fq;
+				}
+				float m[RPW];
+#pragma unroll
+				for (int i = 0; i < RPW; i++) {
+					m[i] = 0;
+#pragma unroll
+					for (int k = 0; k < DPL; k++) {
+						Sr[i][k] *= alpha;
+						m[i] += Sr[i][k] * kr[k];
+					}
+				}
+#pragma unroll
+				for (int i = 0; i < RPW; i++)
+					m[i] = cu_warp_sum(m[i]);
+				float o[RPW];
+#pragma unroll
+				for (int i = 0; i < RPW; i++) {
+					int j = warp * RPW + i;
+					float delta = j < dv ? beta * (vt[j] - m[i]) : 0.0f;
+					o[i] = 0;
+#pragma unroll
+					for (int k = 0; k < DPL; k++) {
+						Sr[i][k] += kr[k] * delta;
+						o[i] += Sr[i][k] * qr[k];
+					}
+				}
+#pragma unroll
+				for (int i = 0; i < RPW; i++) {
+					int j = warp * RPW + i;
+					o[i] = cu_warp_sum(o[i]);
+					if (j < dv) {
+						float *sd = t == T - 1 ? S + ((size_t)h * dv + j) * dk
+							   : S_keep ? S_keep + (((size_t)t * g.nv + h) * dv + j) * dk : NULL;
+						if (sd) /* the new state, or (S_keep) the state after token t */
+#pragma unroll
+							for (int k = 0; k < DPL; k++)
+								sd[lane + 32 * k] = Sr[i][k];
+						if (lane == 0)
+							oy[t * dv + j] = o[i];
+					}
+				}
+			} else {
+				for (int j = warp; j < dv; j += nwarp) {
+					float *Sj = S + ((size_t)h * dv + j) * dk;
+					float m = 0;
+					for (int i = lane; i < dk; i += 32)
+						m += (Sj[i] * alpha) * (kt[i] * fk);
+					m = cu_warp_sum(m);
+					float delta = beta * (vt[j] - m), o = 0;
+					for (int i = lane; i < dk; i += 32) {
+						float sv = Sj[i] * alpha + (kt[i] * fk) * delta;
+						Sj[i] = sv;
+						if (S_keep && t < T - 1)
+							S_keep[(((size_t)t * g.nv + h) * dv + j) * dk + i] = sv;
+						o += sv * (qt[i] * fq);
+					}
+					o = cu_warp_sum(o);
+					if (lane == 0)
+						oy[t * dv + j] = o;
+				}
+			}
+		}
+		__syncthreads();
+		cu_tl_mark(2); /* the state update */
+		for (int w = warp; w < T; w += nwarp) { /* the output norms */
+			float ss = 0;
+			for (int j = lane; j < dv; j += 32)
+				ss += oy[w * dv + j] * oy[w * dv + j];
+			ss = cu_warp_sum(ss);
+			if (lane == 0)
+				rr[w] = rsqrtf(ss / dv + eps);
+		}
+		__syncthreads();
+		cu_tl_mark(3); /* the outputs' norms */
+		for (int i = tid; i < T * dv; i += blockDim.x) {
+			int t = i / dv, j = i - t * dv;
+			out[(size_t)t * g.vdim + (size_t)h * dv + j] = oy[i] * rr[t] * nw[j] * cu_silu(zin[i]);
+		}
+	} else {
+		for (int cl = tid; cl < nc; cl += blockDim.x) {
+			int c = chan(cl);
+			float x = qkv[gdn_chan(g, c)], acc;
 			bool mine = taps && cl == tid;
 			if (mine) {
 				acc = tap[GDN_DEC_TAPS - 1] * x;
@@ -266,11 +413,10 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 			} else {
 				acc = cu_ldw(cw, cwt, (size_t)c * K + K - 1) * x;
 				for (int j = 0; j < K - 1; j++)
-					acc += cu_ldw(cw, cwt, (size_t)c * K + j) *
-					       (MULTI ? conv_in(cl, c, t - (K - 1) + j) : st[(size_t)j * g.conv_dim + c]);
+					acc += cu_ldw(cw, cwt, (size_t)c * K + j) * st[(size_t)j * g.conv_dim + c];
 			}
 			sm[cl] = cu_silu(acc);
-			if (!MULTI && (cl >= 2 * dk || own_qk)) {
+			if (cl >= 2 * dk || own_qk) {
 				if (mine)
 #pragma unroll
 					for (int j = 0; j < GDN_DEC_TAPS - 2; j++)
@@ -279,22 +425,6 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 					for (int j = 0; j < K - 2; j++)
 						sn[(size_t)j * g.conv_dim + c] = st[(size_t)(j + 1) * g.conv_dim + c];
 				sn[(size_t)(K - 2) * g.conv_dim + c] = x;
-			}
-			if (MULTI && mine) { /* the window slides */
-#pragma unroll
-				for (int j = 0; j < GDN_DEC_TAPS - 2; j++)
-					hist[j] = hist[j + 1];
-				hist[GDN_DEC_TAPS - 2] = x;
-			}
-			if (MULTI && conv_keep && t < T - 1 && (cl >= 2 * dk || own_qk)) { /* the window after token t */
-				float *ck = conv_keep + (size_t)t * slot + c;
-				if (mine)
-#pragma unroll
-					for (int j = 0; j < GDN_DEC_TAPS - 1; j++)
-						ck[(size_t)j * g.conv_dim] = hist[j];
-				else
-					for (int j = 0; j < K - 1; j++)
-						ck[(size_t)j * g.conv_dim] = conv_in(cl, c, t - (K - 2) + j);
 			}
 		}
 		__syncthreads();
@@ -308,8 +438,6 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		sk = cu_block_sum(sk, red);
 		float fq = rsqrtf(sq + 1e-6f) * rsqrtf((float)dk), fk = rsqrtf(sk + 1e-6f);
 		if (tid == 0) {
-			if (MULTI)
-				bv = bin[t], av = ain[t];
 			float xx = av + dtbv;
 			float sp = xx > 20.0f ? xx : log1pf(expf(xx));
 			gate_beta = 1.0f / (1.0f + expf(-bv));
@@ -364,14 +492,9 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 				int j = warp * RPW + i;
 				o[i] = cu_warp_sum(o[i]);
 				if (j < dv) {
-					if (t == T - 1)
 #pragma unroll
-						for (int k = 0; k < DPL; k++)
-							S[((size_t)h * dv + j) * dk + lane + 32 * k] = Sr[i][k];
-					else if (MULTI && S_keep) /* the state after token t */
-#pragma unroll
-						for (int k = 0; k < DPL; k++)
-							S_keep[(((size_t)t * g.nv + h) * dv + j) * dk + lane + 32 * k] = Sr[i][k];
+					for (int k = 0; k < DPL; k++)
+						S[((size_t)h * dv + j) * dk + lane + 32 * k] = Sr[i][k];
 					if (lane == 0)
 						os[j] = o[i];
 				}
@@ -387,8 +510,6 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 				for (int i = lane; i < dk; i += 32) {
 					float sv = Sj[i] * alpha + ks[i] * delta;
 					Sj[i] = sv;
-					if (MULTI && S_keep && t < T - 1)
-						S_keep[(((size_t)t * g.nv + h) * dv + j) * dk + i] = sv;
 					o += sv * qs[i];
 				}
 				o = cu_warp_sum(o);
@@ -405,8 +526,8 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		cu_tl_mark(3); /* the output's norm */
 		float rr = rsqrtf(ss / dv + eps);
 		for (int j = tid; j < dv; j += blockDim.x) {
-			float zv = MULTI ? zin[t * dv + j] : j == tid ? zpre : zval(0, j);
-			out[(size_t)t * g.vdim + (size_t)h * dv + j] = os[j] * rr * (j == tid ? nwv : nw[j]) * cu_silu(zv);
+			float zv = j == tid ? zpre : zval(0, j);
+			out[(size_t)h * dv + j] = os[j] * rr * (j == tid ? nwv : nw[j]) * cu_silu(zv);
 		}
 	}
 	if constexpr (MULTI) {
@@ -988,6 +1109,17 @@ __global__ void k_gdn_gnorm(gdn_dims g, const float *o, const float *qkv, const 
 	}
 }
 
+/* the dynamic shared memory k_gdn_decode<D, R, M> may take: 48 KB, or (a step of several tokens)
+ * what the device allows, opted in once */
+template <int D, int R, bool M>
+static size_t gdn_dec_room(struct cuda_backend *cb)
+{
+	static size_t room;
+	if (!room)
+		room = M ? cu_allow_smem(cb, (const void *)k_gdn_decode<D, R, M>) : 48 * 1024;
+	return room;
+}
+
 void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 {
 	gdn_dims g;
@@ -999,13 +1131,13 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 		return;
 	}
 	size_t smem = (size_t)(2 * g.dk + 2 * g.dv) * sizeof(float);
-	if (g.T > 1) /* the staged inputs of every token */
-		smem += (size_t)g.T * (2 * g.dk + 2 * g.dv + 2) * sizeof(float);
+	if (g.T > 1) /* every token's inputs, conv outputs, outputs and factors (k_gdn_decode) */
+		smem += (size_t)g.T * (2 * (2 * g.dk + g.dv) + 2 * g.dv + 7) * sizeof(float);
 	if (g.T == 1 && smem > 48 * 1024) {
 		cu_fail_msg(cb, "gdn: head dims %d/%d are too large", g.dk, g.dv);
 		return;
 	}
-	if (g.T <= GDN_DEC_MAX_T && smem <= 48 * 1024 && g.nk <= GDN_SIB_MAX) {
+	if (g.T <= GDN_DEC_MAX_T && g.nk <= GDN_SIB_MAX) {
 		const int warps = GDN_DEC_THREADS / 32;
 		bool regs = g.dv <= warps * 8 && (g.dk == 32 || g.dk == 64 || g.dk == 128 || g.dk == 256);
 		int rpw = (g.dv + warps - 1) / warps;
@@ -1017,11 +1149,17 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 			GDN_DEC_M(D, R, true);                                                                     \
 	} while (0)
 #define GDN_DEC_M(D, R, M)                                                                                          \
-	cu_launch_pdl(cb, k_gdn_decode<D, R, M>, g.nv, GDN_DEC_THREADS, smem,                                            \
-		g, a->qkv, a->z, a->b, a->a, a->conv_w->dev, a->conv_w->dev_type, a->conv_state, cb->d_step,          \
-		(const float *)a->A_log->dev, a->a_is_neg_exp, (const float *)a->dt_bias->dev,                        \
-		(const float *)a->norm_w->dev, a->eps, a->ssm_state, a->out, cb->counters + CU_CTR_GDN, a->ssm_keep,   \
-		a->conv_keep)
+	do {                                                                                                       \
+		if (smem > gdn_dec_room<D, R, M>(cb))                                                              \
+			break;                                                                                     \
+		cu_launch_pdl(cb, k_gdn_decode<D, R, M>, g.nv, GDN_DEC_THREADS, smem, g, a->qkv, a->z, a->b, a->a,   \
+			      a->conv_w->dev, a->conv_w->dev_type, a->conv_state, cb->d_step,                      \
+			      (const float *)a->A_log->dev, a->a_is_neg_exp, (const float *)a->dt_bias->dev,       \
+			      (const float *)a->norm_w->dev, a->eps, a->ssm_state, a->out, cb->counters + CU_CTR_GDN, \
+			      a->ssm_keep, a->conv_keep);                                                          \
+		cu_launched(cb, "gdn decode");                                                                     \
+		return;                                                                                            \
+	} while (0)
 		if (!regs)
 			GDN_DEC(0, 1);
 		else if (g.dk == 128 && rpw <= 8)
@@ -1034,8 +1172,6 @@ void cu_gdn(struct cuda_backend *cb, const struct toast_gdn_args *a)
 			GDN_DEC(8, 8);
 #undef GDN_DEC
 #undef GDN_DEC_M
-		cu_launched(cb, "gdn decode");
-		return;
 	}
 	if (a->ssm_keep) {
 		cu_fail_msg(cb, "gdn: a step of %d tokens cannot keep its states (at most %d, head dims %d/%d)", g.T,

@@ -457,11 +457,11 @@ struct moe_picks {
 };
 
 __device__ __forceinline__ void moe_pick_slot(const moe_dims &d, const float *logits, const moe_picks &pk, int t,
-					      int slot, int *e_s)
+					      int slot, int *e_s, int warp = 0)
 {
-	if (!d.pick || threadIdx.x >= 32)
+	if (!d.pick || threadIdx.x - 32u * warp >= 32u)
 		return;
-	int lane = threadIdx.x;
+	int lane = threadIdx.x - 32 * warp;
 	moe_warp_topk w;
 	w.load(d, logits + (size_t)t * d.ne, lane);
 	int ix = 0;
@@ -803,9 +803,118 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 			cu_silu(moe_k4_sum(part, threadIdx.x, 0, 4)) * moe_k4_sum(part, threadIdx.x, 4, 8);
 }
 
-static size_t moe_k4_gateup_smem(const moe_dims &d, int sub)
+/* the same for every token of a step of several (T <= 8) in one block, so that the grid stays
+ * the one wave of T = 1 (a block a token made a step of two two waves: 8.1 us became 14.4).
+ * The slot's tokens are grouped by the expert they chose (__match_any; the shared expert's are
+ * one group) and a unit is (group, superblock): a group's rows are read once, and a lane's mma
+ * column c reads token c's h where token c is in the unit's group, zeros elsewhere. A kernel of
+ * its own: T = 1's is at its 80 registers, and folding this into it spilled there. */
+template <int TYPE>
+__global__ void __launch_bounds__(GU_WARPS * 32, 3)
+	k_moe_gateup_k4_mt(moe_dims d, const float *h, cu_wd G, cu_wd U, const float *logits, moe_picks pk, cu_wd SG,
+			   cu_wd SU, float *act, int one_wave)
 {
-	return (size_t)d.E * 2 + d.E / sub * 4 + GU_WARPS * 64 * 16;
+	typedef cu_kq<TYPE> K;
+	constexpr int SUB = K::SUB;
+	extern __shared__ __align__(16) unsigned char mk_sm[];
+	__shared__ float part[GU_WARPS * 8 * 16];
+	__shared__ int e_s[CU_GEMV_MAX_T];
+	int slot = blockIdx.y, T = d.T, E = d.E;
+	bool shared = slot == d.k;
+	int n = shared ? d.Fs : d.F, r0 = blockIdx.x * 16;
+	if (r0 >= n)
+		return;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3, nsb = E / K::EL;
+	int up = warp >> 2, w4 = warp & 3;
+	bf16 *xs = (bf16 *)mk_sm;
+	float *xsum = (float *)(xs + T * E);
+	void *sc = (float4 *)(xsum + T * (E / SUB)) + warp * 64;
+	bf16 *zx = (bf16 *)((float4 *)sc + (GU_WARPS - warp) * 64); /* E zeros, then E / SUB sums of them */
+	float *zsum = (float *)(zx + E);
+	/* as k_moe_gateup_k4: h staged (from registers when it is one round) while warp t picks
+	 * token t's expert */
+	bool early = T * E / 8 <= 2 * (int)blockDim.x;
+	float hv[2][8];
+	cu_pdl_wait();
+	if (early)
+		moe_k4_load(h, E, E, T * E / 8, threadIdx.x, hv);
+	if (!shared && warp < T)
+		moe_pick_slot(d, logits, pk, warp, slot, e_s + warp, warp);
+	for (int i = threadIdx.x; i < E / 2 + E / SUB; i += blockDim.x)
+		((float *)zx)[i] = 0.0f;
+	if (early)
+		moe_k4_store<TYPE>(E, T * E / 8, threadIdx.x, hv, xs, xsum);
+	else
+		moe_k4_stage<TYPE>(h, E, T, E, xs, xsum);
+	if (d.pick && !shared && blockIdx.x == 0 && lane == 0 && warp < T) /* (moe_pick_fence, each picker's) */
+		__threadfence();
+	__syncthreads();
+	if (one_wave)
+		cu_pdl_trigger();
+	/* lane i < ng: group i's tokens gm and its matrix's base gb (tokens past T: no expert's id) */
+	int te = lane < T ? (shared ? 0 : moe_slot_read(d, pk, e_s + lane, lane, slot)) : -1 - lane;
+	unsigned same = __match_any_sync(0xffffffffu, te);
+	unsigned lead = __ballot_sync(0xffffffffu, lane < T && !(same & ((1u << lane) - 1)));
+	int ng = __popc(lead), at = __fns(lead, 0, min(lane, ng - 1) + 1);
+	unsigned gm = __shfl_sync(0xffffffffu, same, at);
+	cu_wd wd = up ? (shared ? SU : U) : (shared ? SG : G);
+	unsigned long long gb =
+		(unsigned long long)(wd.base + (size_t)__shfl_sync(0xffffffffu, te, at) * wd.stride);
+	cu_krows o = cu_krows_of<TYPE>(wd, 0, r0, lane); /* the lane's offsets in a matrix */
+	unsigned oa = (unsigned)(o.a - wd.base), oh = (unsigned)(o.h - wd.base); /* (an expert's matrix < 4 GB) */
+	cu_tl_mark(0); /* h staged, the experts picked */
+	int nw = w4 < nsb ? (nsb - w4 + 3) / 4 : 0, units = ng * nw; /* the warp's units: group u / nw */
+	auto load = [&](int u) {
+		int gi = u / nw;
+		const uint8_t *b = (const uint8_t *)__shfl_sync(0xffffffffu, gb, gi);
+		return K::load(wd, cu_krows{b + oa, b + oh}, w4 + 4 * (u - gi * nw), lane);
+	};
+	typename K::ld L[2];
+	if (units > 0)
+		L[0] = load(0);
+	if (units > 1)
+		L[1] = load(1);
+	cu_tl_mark(1); /* warp 0's loads issued */
+	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (int u0 = 0; u0 < units; u0 += 2) {
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			int u = u0 + k;
+			if (u >= units)
+				break;
+			int gi = u / nw, sb = w4 + 4 * (u - gi * nw);
+			unsigned m = __shfl_sync(0xffffffffu, gm, gi);
+			const bf16 *xb = m >> g & 1 ? xs + g * E : zx;
+			const float *s0 = m >> (2 * tq) & 1 ? xsum + 2 * tq * (E / SUB) : zsum;
+			const float *s1 = m >> (2 * tq + 1) & 1 ? xsum + (2 * tq + 1) * (E / SUB) : zsum;
+			__syncwarp();
+			K::scales(wd, L[k], sc, lane);
+			__syncwarp();
+			K::template mma<2>(acc, L[k], sc, xb + sb * K::EL, s0 + sb * (K::EL / SUB), s1 + sb * (K::EL / SUB),
+					   1.0f, g, tq);
+			if (u + 2 < units)
+				L[k] = load(u + 2);
+		}
+	}
+	cu_tl_mark(2); /* warp 0's MMAs */
+	float *pw = part + 16 * 8 * warp; /* part[warp][column][row] */
+	pw[16 * (2 * tq) + g] = acc[0], pw[16 * (2 * tq) + g + 8] = acc[2];
+	pw[16 * (2 * tq + 1) + g] = acc[1], pw[16 * (2 * tq + 1) + g + 8] = acc[3];
+	__syncthreads();
+	cu_tl_mark(3); /* every warp's */
+	if (!one_wave)
+		cu_pdl_trigger();
+	int ot = (int)threadIdx.x >> 4, oi = threadIdx.x & 15; /* gate: warps 0-3, up: 4-7 */
+	if (ot < T && r0 + oi < n)
+		act[((size_t)ot * (d.k + 1) + slot) * d.Fmax + r0 + oi] =
+			cu_silu(moe_k4_sum(part + 16 * ot, oi, 0, 4, 16 * 8)) * moe_k4_sum(part + 16 * ot, oi, 4, 8, 16 * 8);
+}
+
+/* T = 1: h, the warps' scales; MT: every token's h, the zeros too */
+static size_t moe_k4_gateup_smem(const moe_dims &d, int sub, bool mt)
+{
+	size_t rows = mt ? (size_t)d.T : 1, zero = mt ? (size_t)d.E * 2 + d.E / sub * 4 : 0;
+	return rows * d.E * 2 + rows * (d.E / sub) * 4 + GU_WARPS * 64 * 16 + zero;
 }
 
 /* x[t][r0..r0+15] += sum over slots slot0.. of weight * down_slot · act[t][slot]: the block's
@@ -1537,19 +1646,35 @@ static void moe_down(struct cuda_backend *cb, int ktype, const moe_ff_args &f, i
 	moe_with_ktype(ktype, [&](auto k) { moe_down_t<decltype(k)::value>(cb, f, s0, ns, smem); });
 }
 
-/* gate/up (all nslot slots) on tensor cores when every matrix is of kind TYPE and fits (cu_kq) */
+/* gate/up (all nslot slots) on tensor cores when every matrix is of kind TYPE and fits (cu_kq);
+ * a step of several tokens in one wave (k_moe_gateup_k4_mt) */
 template <int TYPE>
 static bool moe_gateup_tc(struct cuda_backend *cb, const moe_ff_args &f, int nslot)
 {
 	const moe_dims &d = f.d;
-	size_t smem = moe_k4_gateup_smem(d, cu_kq<TYPE>::SUB);
 	const cu_wd *w[] = {&f.G, &f.U, &f.SG, &f.SU};
 	for (const cu_wd *x : w)
 		if (x->type != TYPE || !cu_kq_fits(*x))
 			return false;
-	if (d.E % 256 || smem > 48 * 1024)
+	if (d.E % 256)
 		return false;
-	dim3 grid((unsigned)(d.Fmax + 15) / 16, nslot, d.T);
+	dim3 grid((unsigned)(d.Fmax + 15) / 16, nslot);
+	if (d.T > 1 && d.T <= CU_GEMV_MAX_T) {
+		const void *fn = (const void *)k_moe_gateup_k4_mt<TYPE>;
+		static size_t room;
+		if (!room)
+			room = cu_allow_smem(cb, fn);
+		size_t smem = moe_k4_gateup_smem(d, cu_kq<TYPE>::SUB, true);
+		if (smem <= room) {
+			cu_launch_pdl(cb, k_moe_gateup_k4_mt<TYPE>, grid, GU_WARPS * 32, smem, d, f.h, f.G, f.U, f.logits, f.pk,
+				      f.SG, f.SU, f.act, (int)moe_one_wave(cb, fn, grid, GU_WARPS * 32, smem));
+			return true;
+		}
+	}
+	size_t smem = moe_k4_gateup_smem(d, cu_kq<TYPE>::SUB, false);
+	if (smem > 48 * 1024)
+		return false;
+	grid.z = d.T;
 	cu_launch_pdl(cb, k_moe_gateup_k4<TYPE>, grid, GU_WARPS * 32, smem, d, f.h, f.G, f.U, f.logits, f.pk, f.SG, f.SU, 0,
 		      f.act, (int)moe_one_wave(cb, (const void *)k_moe_gateup_k4<TYPE>, grid, GU_WARPS * 32, smem));
 	return true;
