@@ -173,7 +173,8 @@ struct gen_spec {
 };
 _Static_assert(TOAST_DRAFT_MAX + 1 <= TOAST_GDN_KEEP_MAX, "a draft and its first token are one step");
 /* Below this part taken lately, drafts only from matches of GEN_NGRAM_MAX: a step of two costs
- * ~1.6x one on a GPU (docs/PERF.md), so a draft of one pays only where ~70% are taken. */
+ * ~1.5x one on a GPU (docs/PERF.md), so a draft of one pays only where over half are taken, and
+ * more with the host's wait for the picks (0.7 is from when it cost 1.6x; not measured since). */
 #define GEN_RATE_MIN 0.7f
 
 static int gen_min_ngram(const struct gen_spec *g)
