@@ -714,6 +714,13 @@ __device__ __forceinline__ void moe_k4_part(float *part, const float *acc, int l
 	}
 }
 
+/* the same for every column (the multi-token kernels): the warp's part[column][16] at pw */
+__device__ __forceinline__ void moe_k4_part_cols(float *pw, const float *acc, int g, int tq)
+{
+	pw[16 * (2 * tq) + g] = acc[0], pw[16 * (2 * tq) + g + 8] = acc[2];
+	pw[16 * (2 * tq + 1) + g] = acc[1], pw[16 * (2 * tq + 1) + g + 8] = acc[3];
+}
+
 /* row r of part[warp][16] (a warp's part every stride floats) summed over warps w0..w1-1 */
 __device__ __forceinline__ float moe_k4_sum(const float *part, int r, int w0, int w1, int stride = 16)
 {
@@ -897,9 +904,7 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 		}
 	}
 	cu_tl_mark(2); /* warp 0's MMAs */
-	float *pw = part + 16 * 8 * warp; /* part[warp][column][row] */
-	pw[16 * (2 * tq) + g] = acc[0], pw[16 * (2 * tq) + g + 8] = acc[2];
-	pw[16 * (2 * tq + 1) + g] = acc[1], pw[16 * (2 * tq + 1) + g + 8] = acc[3];
+	moe_k4_part_cols(part + 16 * 8 * warp, acc, g, tq); /* part[warp][column][row] */
 	__syncthreads();
 	cu_tl_mark(3); /* every warp's */
 	if (!one_wave)
@@ -910,11 +915,17 @@ __global__ void __launch_bounds__(GU_WARPS * 32, 3)
 			cu_silu(moe_k4_sum(part + 16 * ot, oi, 0, 4, 16 * 8)) * moe_k4_sum(part + 16 * ot, oi, 4, 8, 16 * 8);
 }
 
-/* T = 1: h, the warps' scales; MT: every token's h, the zeros too */
+/* the k4 expert kernels' shared memory: rows staged rows of n (bf16, and their sums per sub),
+ * each of the warps' scales, and (mt) a row of zeros with its sums */
+static size_t moe_k4_smem(size_t rows, int n, int sub, int warps, bool mt)
+{
+	return (rows + mt) * ((size_t)n * 2 + n / sub * 4) + (size_t)warps * 64 * 16;
+}
+
+/* T = 1: h; MT: every token's h */
 static size_t moe_k4_gateup_smem(const moe_dims &d, int sub, bool mt)
 {
-	size_t rows = mt ? (size_t)d.T : 1, zero = mt ? (size_t)d.E * 2 + d.E / sub * 4 : 0;
-	return rows * d.E * 2 + rows * (d.E / sub) * 4 + GU_WARPS * 64 * 16 + zero;
+	return moe_k4_smem(mt ? (size_t)d.T : 1, d.E, sub, GU_WARPS, mt);
 }
 
 /* x[t][r0..r0+15] += sum over slots slot0.. of weight * down_slot · act[t][slot]: the block's
@@ -1001,24 +1012,20 @@ __global__ void __launch_bounds__(MK_WARPS * 32, 1)
 		}
 	}
 	cu_tl_mark(1); /* warp 0's MMAs */
-	if (MT) { /* part[warp][column][row] */
-		float *pw = part + 16 * 8 * warp;
-		pw[16 * (2 * tq) + g] = acc[0], pw[16 * (2 * tq) + g + 8] = acc[2];
-		pw[16 * (2 * tq + 1) + g] = acc[1], pw[16 * (2 * tq + 1) + g + 8] = acc[3];
-	} else {
+	if (MT) /* part[warp][column][row] */
+		moe_k4_part_cols(part + 16 * 8 * warp, acc, g, tq);
+	else
 		moe_k4_part(part + 16 * warp, acc, lane);
-	}
 	__syncthreads();
 	cu_tl_mark(2); /* every warp's */
 	if (mine)
 		*xo = (pre ? xr : *xo) + moe_k4_sum(part + 16 * ot, oi, 0, MK_WARPS, MT ? 16 * 8 : 16);
 }
 
-/* MT: every token's rows (slot k's too), the zeros, the warps' scales */
+/* the act rows of the nslot slots; MT: every token's (slot k's too) */
 static size_t moe_k4_down_smem(const moe_dims &d, int nslot, int sub, bool mt)
 {
-	size_t rows = mt ? (size_t)d.T * (d.k + 1) : (size_t)nslot, zero = mt ? (size_t)d.F * 2 + d.F / sub * 4 : 0;
-	return rows * d.F * 2 + rows * (d.F / sub) * 4 + MK_WARPS * 64 * 16 + zero;
+	return moe_k4_smem(mt ? (size_t)d.T * (d.k + 1) : (size_t)nslot, d.F, sub, MK_WARPS, mt);
 }
 
 /* ---- kernel types: a kernel compiled per weight type (the fast ones), any other type through
