@@ -376,6 +376,10 @@ static void test_daemon_files(const char *dir)
 	CHECK(toast_daemon_lock(sock, &fd2, &err) == TOAST_ERR_BUSY && strstr(err.msg, "4242"),
 	      "a second lock is refused and names the holder: %s", err.msg);
 	CHECK(toast_daemon_running(sock) == 4242, "running() reads the holder's pid");
+	toast_daemon_write_pid(fd1, 0); /* a daemon stopping (or starting): the lock held, no pid */
+	CHECK(toast_daemon_running(sock) == -1, "a holder without its pid still runs (stop waited on it)");
+	CHECK(toast_daemon_lock(sock, &fd2, &err) == TOAST_ERR_BUSY && strstr(err.msg, "starting or stopping"),
+	      "a second lock is refused while the holder has no pid: %s", err.msg);
 	close(fd1);
 	CHECK(toast_daemon_running(sock) == 0, "no holder, nothing running");
 	CHECK(toast_daemon_lock(sock, &fd2, &err) == TOAST_OK, "the lock is free again once its holder closes it");

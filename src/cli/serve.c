@@ -392,8 +392,12 @@ int cli_stop(int argc, char **argv)
 	if (!serve_socket(sock_opt, sock, sizeof(sock)))
 		return 2;
 	pid_t pid = toast_daemon_running(sock);
-	if (pid <= 0) {
+	if (pid == 0) {
 		fprintf(stderr, "toasted: no daemon is running on %s\n", sock);
+		return 1;
+	}
+	if (pid < 0) {
+		fprintf(stderr, "toasted: the daemon on %s is starting or stopping (no pid to signal yet)\n", sock);
 		return 1;
 	}
 	if (kill(pid, SIGTERM) != 0) {
@@ -401,7 +405,7 @@ int cli_stop(int argc, char **argv)
 		return 1;
 	}
 	for (double t0 = toast_now(); toast_now() - t0 < (double)timeout;) {
-		if (toast_daemon_running(sock) == 0) {
+		if (toast_daemon_running(sock) == 0) { /* the lock released, not only the pid emptied */
 			printf("toasted: stopped the daemon on %s (pid %ld)\n", sock, (long)pid);
 			return 0;
 		}

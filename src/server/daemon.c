@@ -84,9 +84,12 @@ enum toast_status toast_daemon_lock(const char *sock_path, int *fd_out, struct t
 		int e = errno;
 		pid_t pid = daemon_read_pid(fd);
 		close(fd);
-		if (e == EWOULDBLOCK)
+		if (e == EWOULDBLOCK && pid > 0)
 			return toast_err_set(err, TOAST_ERR_BUSY, "a daemon is already running on %s (pid %ld)", sock_path,
 					     (long)pid);
+		if (e == EWOULDBLOCK)
+			return toast_err_set(err, TOAST_ERR_BUSY, "a daemon is already running on %s (starting or stopping: no pid yet)",
+					     sock_path);
 		return toast_err_set(err, TOAST_ERR_IO, "%s: cannot lock: %s", path, strerror(e));
 	}
 	*fd_out = fd;
@@ -110,9 +113,10 @@ pid_t toast_daemon_running(const char *sock_path)
 	if (fd < 0)
 		return 0;
 	pid_t pid = 0;
-	if (flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK)
+	if (flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
 		pid = daemon_read_pid(fd);
-	else
+		pid = pid > 0 ? pid : -1; /* held, its pid not yet (or no longer) written */
+	} else
 		flock(fd, LOCK_UN);
 	close(fd);
 	return pid;

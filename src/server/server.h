@@ -62,7 +62,9 @@ enum toast_status toast_daemon_prepare_dir(const char *sock_path, struct toast_e
 enum toast_status toast_daemon_lock(const char *sock_path, int *fd, struct toast_error *err);
 /* Record pid in the locked file (0: empty it). */
 void toast_daemon_write_pid(int lock_fd, pid_t pid);
-/* The pid of the daemon holding SOCK.pid's lock, or 0 when none does. */
+/* The pid of the daemon holding SOCK.pid's lock, -1 when one holds it without its pid written
+ * (starting: loading its model; stopping: the pid emptied before the lock goes), or 0 when
+ * none does. */
 pid_t toast_daemon_running(const char *sock_path);
 /* With the lock held: remove a stale socket at path (a socket nothing listens on). A path that
  * is not a socket, or one that answers, is never removed (error). */
