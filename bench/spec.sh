@@ -1,8 +1,9 @@
 #!/bin/bash
 # Speculative decoding (toast_gen_opts.draft) on a real model: each prompt of bench/spec/ through
-# `toasted run --temperature 0 --stats` with drafts of 0, 2, 4 and 7 tokens; the text must not
-# change, and the table gives decode tok/s and the drafts taken. Usage (repository root; MODEL:
-# a GGUF or model directory, default the demo model; BIN: where toasted is; BACKEND: cpu|cuda):
+# `toasted run --temperature TEMP --seed SEED --stats` with drafts of 0, 2, 4 and 7 tokens; the text
+# must not change, and the table gives decode tok/s and the drafts taken. Usage (repository root;
+# MODEL: a GGUF or model directory, default the demo model; BIN: where toasted is; BACKEND:
+# cpu|cuda; TEMP: 0, greedy, by default, else the default sampler's top-k 20 and top-p 0.8):
 #   MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf BACKEND=cpu bash bench/spec.sh
 # On the device machine the demo model arrives in parts (bench/gpu.sh's demo mode): SMOL_PARTS=1
 # assembles it from /tmp/smol first.
@@ -10,6 +11,8 @@ set -u
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 BIN=${BIN:-build}
 BACKEND=${BACKEND:-cpu}
+TEMP=${TEMP:-0}
+SEED=${SEED:-1}
 OUT=${OUT:-/tmp/spec-out}
 mkdir -p "$OUT"
 if [ "${SMOL_PARTS:-0}" = 1 ]; then
@@ -21,7 +24,7 @@ printf '%-8s %6s %10s %14s %8s\n' prompt draft "tok/s" "drafts taken" text
 for p in bench/spec/*.txt; do
 	name=$(basename "$p" .txt)
 	for d in 0 2 4 7; do
-		"$BIN/toasted" run "$MODEL" "$(cat "$p")" --temperature 0 --max-tokens 200 --backend "$BACKEND" --stats \
+		"$BIN/toasted" run "$MODEL" "$(cat "$p")" --temperature "$TEMP" --seed "$SEED" --max-tokens 200 --backend "$BACKEND" --stats \
 			--draft $d </dev/null >"$OUT/$name-$d.txt" 2>"$OUT/$name-$d.log"
 		rc=$?
 		tps=$(grep -o 'decode: [0-9]* tokens in [0-9.]* s ([0-9.]* tok/s)' "$OUT/$name-$d.log" | grep -o '([0-9.]*' | tr -d '(')

@@ -282,11 +282,13 @@ struct toast_gen_opts {
 	 * none): where a session cache marks the end of the prompt (toast_cache_mark_prompt). */
 	void (*on_prompt)(void *ud, struct toast_session *s);
 	void *on_prompt_ud;
-	/* Speculative decoding for greedy sampling (temperature 0 or top_k 1, no penalty): drafts of
-	 * up to this many tokens (at most TOAST_DRAFT_MAX) copied from where the last tokens occurred
-	 * earlier in the session (the prompt, or the reply so far: prompt lookup), verified in one
-	 * forward pass; the tokens are those greedy decoding gives. Pays where the reply repeats its
-	 * input (edits, code, quotes). 0: off. */
+	/* Speculative decoding (any sampling without a repetition penalty; with one, nothing is
+	 * drafted): drafts of up to this many tokens (at most TOAST_DRAFT_MAX) copied from where the
+	 * last tokens occurred earlier in the session (the prompt, or the reply so far: prompt
+	 * lookup), verified in one forward pass, a draft token taken where the model's pick there
+	 * (greedy, or the sampler's draw with the uniform that token takes) is that token: the tokens
+	 * are those decoding without drafts gives (with the same seed). Pays where the reply repeats
+	 * its input (edits, code, quotes). 0: off. */
 	int draft;
 };
 #define TOAST_DRAFT_MAX 7

@@ -605,7 +605,7 @@ static void test_spec_step(const char *model, double tol)
 		{{G[7]}, 1, 1, G[8], 0},
 	};
 	for (int k = 0; k < 4; k++) {
-		int n = toast_session_spec_step(s, steps[k].ids, steps[k].T, &next, &err);
+		int n = toast_session_spec_step(s, steps[k].ids, steps[k].T, NULL, &next, &err);
 		CHECK(n == steps[k].n && next == steps[k].next, "%s %s step %d: %d of %d kept (want %d), then %d (want %d) %s",
 		      backend, model, k, n, steps[k].T, steps[k].n, next, steps[k].next, err.msg);
 		int kept = n;
@@ -621,7 +621,7 @@ static void test_spec_step(const char *model, double tol)
 		      toast_session_n_past(s), toast_session_n_past(h), d);
 	}
 	CHECK(toast_session_spec_trim(s, 2, &err) == TOAST_ERR_INVALID, "a trim past what was kept is refused");
-	CHECK(toast_session_spec_step(s, G, TOAST_GDN_KEEP_MAX + 1, &next, &err) < 0, "a step of %d is refused",
+	CHECK(toast_session_spec_step(s, G, TOAST_GDN_KEEP_MAX + 1, NULL, &next, &err) < 0, "a step of %d is refused",
 	      TOAST_GDN_KEEP_MAX + 1);
 	toast_session_free(h);
 	toast_session_free(s);
@@ -691,6 +691,123 @@ static void test_generate_draft(const char *model, bool loops, bool async, doubl
 	CHECK(toast_generate(s, NULL, p, 32, &go, collect_id, &(struct collect){0}, &res, &err) == TOAST_ERR_INVALID,
 	      "drafts of more than %d tokens are refused", TOAST_DRAFT_MAX);
 	free(ref);
+	toast_session_free(s);
+	toast_engine_close(e);
+}
+
+/* A speculative step with a sampler: each row drawn with the uniform its token takes, a draft
+ * token kept where that draw chooses it (all, some, none); the sampler then stands where
+ * sampling the kept tokens and the next one by hand leaves it (the next draws agree). */
+static void test_spec_step_sampled(const char *model)
+{
+	struct toast_session *s, *h = NULL;
+	struct toast_engine *e = setup(model, 0, &s);
+	if (!e)
+		return;
+	int V = toast_engine_info(e)->n_vocab;
+	struct toast_error err = {0};
+	struct toast_sampling so;
+	toast_sampling_init(&so);
+	so.temperature = 1.0f, so.top_k = 40, so.top_p = 0.95f, so.seed = 99;
+	struct toast_sampler *a = NULL, *b = NULL;
+	CHECK(toast_sampler_new(&so, V, &a, &err) == TOAST_OK && toast_sampler_new(&so, V, &b, &err) == TOAST_OK &&
+		      toast_session_new(e, N_CTX, &h, &err) == TOAST_OK,
+	      "samplers, session: %s", err.msg);
+	int32_t p[32], G[12], next = -1;
+	fill_ids(p, 32, 11, V);
+	if (!a || !b || !h)
+		goto out;
+	feed(h, p, 32);
+	for (int i = 0; i < 12; i++) { /* the sampled reply by hand */
+		G[i] = hand_pick(h, b, &err);
+		feed(h, G + i, 1);
+	}
+	feed(s, p, 32);
+	CHECK(hand_pick(s, a, &err) == G[0], "%s %s: the first token by hand", backend, model);
+	int32_t x = (G[7] + 1) % V, y = (G[8] + 1) % V;
+	const struct {
+		int32_t ids[5];
+		int T, n, next;
+	} steps[] = {
+		{{G[0], G[1], G[2], G[3], G[4]}, 5, 5, G[5]},
+		{{G[5], G[6], x, G[8]}, 4, 2, G[7]},
+		{{G[7], y}, 2, 1, G[8]},
+		{{G[8]}, 1, 1, G[9]},
+	};
+	for (int k = 0; k < 4; k++) {
+		int n = toast_session_spec_step(s, steps[k].ids, steps[k].T, a, &next, &err);
+		CHECK(n == steps[k].n && next == steps[k].next,
+		      "%s %s sampled step %d: %d of %d kept (want %d), then %d (want %d) %s", backend, model, k, n,
+		      steps[k].T, steps[k].n, next, steps[k].next, err.msg);
+	}
+	feed(s, G + 9, 1);
+	for (int i = 10; i < 12; i++) {
+		int32_t t = hand_pick(s, a, &err);
+		CHECK(t == G[i], "%s %s: token %d by hand after the steps: %d (want %d)", backend, model, i, t, G[i]);
+		feed(s, &t, 1);
+	}
+	CHECK(toast_session_n_past(s) == 44 && memcmp(toast_session_tokens(s), toast_session_tokens(h), 44 * 4) == 0,
+	      "%s %s: the session holds the sampled reply", backend, model);
+out:
+	toast_sampler_free(a);
+	toast_sampler_free(b);
+	toast_session_free(h);
+	toast_session_free(s);
+	toast_engine_close(e);
+}
+
+/* Speculative sampling: with drafts, a sampled reply is the one plain sampling gives with the
+ * same seed, for a draw from the top k, from every logit, and a near-greedy one (whose drafts are
+ * taken and refused where the reply loops). With a repetition penalty nothing is drafted. */
+static void test_generate_draft_sampled(const char *model, bool loops, bool async)
+{
+	struct toast_session *s;
+	struct toast_engine *e = setup(model, 0, &s);
+	if (!e)
+		return;
+	if (async)
+		e->be->async_steps = true;
+	int V = toast_engine_info(e)->n_vocab;
+	struct toast_error err = {0};
+	int32_t p[40];
+	fill_ids(p, 20, 5, V);
+	memcpy(p + 20, p, 20 * sizeof(int32_t));
+	const struct {
+		float temperature, top_p, penalty;
+		int top_k;
+	} cfg[] = {{0.7f, 0.8f, 1.0f, 20}, {1.0f, 1.0f, 1.0f, 0}, {0.3f, 0.95f, 1.0f, 3}, {0.7f, 0.8f, 1.1f, 20},
+		   {0.05f, 1.0f, 1.0f, 0}};
+	int drafted = 0, accepted = 0;
+	for (int c = 0; c < 5; c++) {
+		struct toast_gen_opts go = {.max_tokens = 60};
+		toast_sampling_init(&go.sampling);
+		go.sampling.temperature = cfg[c].temperature, go.sampling.top_p = cfg[c].top_p;
+		go.sampling.top_k = cfg[c].top_k, go.sampling.repeat_penalty = cfg[c].penalty;
+		go.sampling.seed = 1234 + c;
+		struct collect plain = {0};
+		struct toast_gen_result res;
+		toast_session_reset(s);
+		CHECK(toast_generate(s, NULL, p, 32, &go, collect_id, &plain, &res, &err) == TOAST_OK, "generate: %s",
+		      err.msg);
+		for (int k = 1; k <= TOAST_DRAFT_MAX; k += 3) {
+			struct collect got = {0};
+			go.draft = k;
+			toast_session_reset(s);
+			CHECK(toast_generate(s, NULL, p, 32, &go, collect_id, &got, &res, &err) == TOAST_OK, "generate: %s",
+			      err.msg);
+			CHECK(got.n == 60 && memcmp(got.ids, plain.ids, sizeof(got.ids)) == 0 && toast_session_n_past(s) == 92 &&
+				      memcmp(toast_session_tokens(s) + 32, got.ids, 60 * sizeof(int32_t)) == 0,
+			      "%s %s, sampler %d, drafts of %d: plain sampling's tokens (%d streamed, %d in the session)",
+			      backend, model, c, k, got.n, toast_session_n_past(s));
+			if (cfg[c].penalty != 1.0f)
+				CHECK(res.n_drafted == 0, "%s %s: nothing drafted with a penalty (%d)", backend, model,
+				      res.n_drafted);
+			drafted += res.n_drafted, accepted += res.n_accepted;
+		}
+		go.draft = 0;
+	}
+	CHECK(!loops || (accepted > 0 && drafted > 0), "%s %s: sampled drafts taken (%d; %d refused of %d)",
+	      backend, model, accepted, drafted - accepted, drafted);
 	toast_session_free(s);
 	toast_engine_close(e);
 }
@@ -796,6 +913,9 @@ int main(int argc, char **argv)
 		test_spec_step(models[i], 1e-4);
 		test_generate_draft(models[i], i == 1, false, 1e-4);
 		test_generate_draft(models[i], i == 1, true, 1e-4);
+		test_spec_step_sampled(models[i]);
+		test_generate_draft_sampled(models[i], i == 1, false);
+		test_generate_draft_sampled(models[i], i == 1, true);
 	}
 	/* the GPU: restores (from pinned host and from device memory) and files, bit for bit */
 	if (toast_backend_cuda_available()) {
@@ -811,6 +931,8 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 3; i++) {
 			test_spec_step(models[i], 2e-2);
 			test_generate_draft(models[i], i == 1, true, 2e-2);
+			test_spec_step_sampled(models[i]);
+			test_generate_draft_sampled(models[i], i == 1, true);
 		}
 	} else {
 		printf("test_cache: cuda SKIP (no CUDA device in this build or machine)\n");

@@ -296,6 +296,7 @@ struct toast_moe_args {
 float toast_rope_inv_freq(float theta, int i, int n_rot, enum toast_dtype freq_type);
 
 struct toast_backend;
+struct toast_draw;
 
 struct toast_backend_ops {
 	void (*free)(struct toast_backend *be);
@@ -370,11 +371,12 @@ struct toast_backend_ops {
 	void (*pick)(struct toast_backend *be, const float *x, int n, const struct toast_draw *d);
 	void (*begin_step_pick)(struct toast_backend *be, int pos);
 	int32_t (*pick_read)(struct toast_backend *be, struct toast_error *err);
-	/* Optional (NULL: top() a row at a time): the largest of each of rows (<= TOAST_TOP_MAX) rows
-	 * of n values (x row-major, backend memory) as top() of 1 finds it, 0 for a row of NaN, with
-	 * one wait. Returns 0, or -1 on a backend failure (err set). */
-	int (*argmax_rows)(struct toast_backend *be, const float *x, int n, int rows, int32_t *ids,
-			   struct toast_error *err);
+	/* Optional (NULL: pick() then pick_read() a row at a time): the picks of rows (<=
+	 * TOAST_TOP_MAX) rows of n values (x row-major, backend memory), row r's as pick(x + r n, n,
+	 * d ? d + r : NULL) makes it (no d[r].prev), 0 for a row of NaN, with one wait; pending picks
+	 * stay pending. Returns 0, or -1 on a backend failure (err set). */
+	int (*pick_rows)(struct toast_backend *be, const float *x, int n, int rows, const struct toast_draw *d,
+			 int32_t *ids, struct toast_error *err);
 	/* Optional (NULL: copy() each): n copies between backend buffers (sizes whole 4-byte words),
 	 * queued in a launch or few (a rewind's states: two a DeltaNet layer) */
 	void (*copy_many)(struct toast_backend *be, void *const *dst, const void *const *src, const size_t *n_bytes,
@@ -388,7 +390,6 @@ int toast_top_host(const float *x, int n, int m, int32_t *ids, float *vals);
  * of the index in the low) of the k-th largest of x[0..n) that are not NaN; 0 when k is 0 or
  * there are no more than k. keys: scratch of n. */
 uint64_t toast_top_key(const float *x, int n, int k, uint64_t *keys);
-struct toast_draw;
 /* What a pick (toast_backend_ops.pick) of x[0..n) (host memory) chooses, prev the pending pick's
  * token (counted when d->prev): the largest (d NULL), toast_draw_pick's draw from top()'s
  * d->n_top largest, or, n_top 0, the draw from every logit (n <= TOAST_DRAW_WIDE_MAX): the penalty

@@ -29,7 +29,7 @@
 	"      --temperature X  --top-p X  --top-k N  --min-p X  --repeat-penalty X  --seed N\n"            \
 	"      --max-tokens N   (defaults as in `toasted run`: 0.7, 0.8, 20, 0, 1; a random seed)\n"                       \
 	"      --stop TEXT      stop string (repeatable)   --no-think / --think\n"                                 \
-	"      --draft N        with --temperature 0: draft up to N (<= 7) tokens a step from earlier text\n"     \
+	"      --draft N        draft up to N (<= 7) tokens a step from earlier text (no --repeat-penalty)\n"     \
 	"      --socket PATH    the daemon's socket (default: $TOASTED_SOCKET, $XDG_RUNTIME_DIR/toasted.sock,\n"  \
 	"                       /tmp/toasted-$UID/toasted.sock)\n"                                                 \
 	"  Without a daemon, TOAST_API_BASE, TOAST_API_KEY and TOAST_MODEL name an OpenAI-compatible API.\n"

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/draw.h"
 #include "format/modeldir.h"
 #include "models/quantize.h"
 #include "tokenizer/tok_gguf.h"
@@ -402,6 +403,15 @@ int32_t toast_session_chain_end(struct toast_session *s, struct toast_error *err
 	return id;
 }
 
+/* a chain's last pick, never read, dropped */
+static enum toast_status session_picks_drop(struct toast_engine *e, struct toast_error *err)
+{
+	for (; e->picks_pending > 0; e->picks_pending--)
+		if (e->be->ops->pick_read(e->be, err) < 0)
+			return TOAST_ERR_BACKEND;
+	return TOAST_OK;
+}
+
 /* the session's logits are row `row` of the last pass's logits_all, left in work.logits */
 static void session_logits_row(struct toast_session *s, int row)
 {
@@ -413,8 +423,8 @@ static void session_logits_row(struct toast_session *s, int row)
 	e->logits_owner = s;
 }
 
-int toast_session_spec_step(struct toast_session *s, const int32_t *ids, int T, int32_t *next,
-			    struct toast_error *err)
+int toast_session_spec_step(struct toast_session *s, const int32_t *ids, int T, struct toast_sampler *sp,
+			    int32_t *next, struct toast_error *err)
 {
 	struct toast_engine *e = s->e;
 	struct toast_backend *be = e->be;
@@ -432,23 +442,32 @@ int toast_session_spec_step(struct toast_session *s, const int32_t *ids, int T, 
 	    toast_model_state_keep(&e->model, &s->state, TOAST_GDN_KEEP_MAX, err) != TOAST_OK)
 		return 0;
 	s->state.record_T = TOAST_GDN_KEEP_MAX;
-	enum toast_status rc = toast_model_forward(&e->model, &s->state, &e->work, ids, T, pos, true, NULL, NULL, err);
-	int32_t picks[TOAST_GDN_KEEP_MAX]; /* each row's largest: one wait where the backend can */
-	if (rc == TOAST_OK && be->ops->argmax_rows) {
-		if (be->ops->argmax_rows(be, e->work.logits_all, V, T, picks, err) < 0)
+	if (sp && !toast_sampler_spec_ok(sp)) {
+		toast_err_set(err, TOAST_ERR_INVALID, "speculative step: a repetition penalty's draws depend on each other");
+		return -1;
+	}
+	enum toast_status rc = session_picks_drop(e, err);
+	if (rc == TOAST_OK)
+		rc = toast_model_forward(&e->model, &s->state, &e->work, ids, T, pos, true, NULL, NULL, err);
+	/* each row's pick: one wait where the backend can */
+	struct toast_draw d[TOAST_GDN_KEEP_MAX];
+	bool drawn = sp && toast_sampler_draws(sp, d, T);
+	int32_t picks[TOAST_GDN_KEEP_MAX];
+	if (rc == TOAST_OK && be->ops->pick_rows) {
+		if (be->ops->pick_rows(be, e->work.logits_all, V, T, drawn ? d : NULL, picks, err) < 0)
 			rc = TOAST_ERR_BACKEND;
 	} else {
 		for (int r = 0; rc == TOAST_OK && r < T; r++) {
-			float val;
-			int got = be->ops->top(be, e->work.logits_all + (size_t)r * V, V, 1, picks + r, &val, err);
-			rc = got < 0 ? TOAST_ERR_BACKEND : TOAST_OK;
-			picks[r] = got == 1 ? picks[r] : 0; /* (a row of NaN, as a pick takes it) */
+			be->ops->pick(be, e->work.logits_all + (size_t)r * V, V, drawn ? d + r : NULL);
+			rc = (picks[r] = be->ops->pick_read(be, err)) < 0 ? TOAST_ERR_BACKEND : TOAST_OK;
 		}
 	}
 	int n = 1; /* the draft's tokens the model agrees with, in order, and the first token */
 	while (rc == TOAST_OK && n < T && ids[n] == picks[n - 1])
 		n++;
 	*next = picks[n - 1];
+	if (drawn)
+		toast_sampler_take(sp, n);
 	if (rc == TOAST_OK && n < T)
 		rc = toast_model_state_rewind(&e->model, &s->state, pos, T, n, err);
 	if (rc != TOAST_OK) {
@@ -492,14 +511,9 @@ static void session_pick(struct toast_engine *e, struct toast_sampler *sp, bool 
 bool toast_session_chain_begin(struct toast_session *s, struct toast_sampler *sp)
 {
 	struct toast_engine *e = s->e;
-	struct toast_error err;
 	if (!e->be->ops->pick || !s->have_logits || !s->logits_dev ||
-	    e->logits_owner != s)
+	    e->logits_owner != s || session_picks_drop(e, &(struct toast_error){0}) != TOAST_OK)
 		return false;
-	/* a chain's last pick, never read, is dropped first */
-	for (; e->picks_pending > 0; e->picks_pending--)
-		if (e->be->ops->pick_read(e->be, &err) < 0)
-			return false;
 	session_pick(e, sp, false);
 	return true;
 }

@@ -53,18 +53,21 @@ int32_t toast_session_chain_step(struct toast_session *s, struct toast_sampler *
 int32_t toast_session_chain_end(struct toast_session *s, struct toast_error *err);
 
 /*
- * Speculative greedy steps. spec_step feeds ids[0..T) (1 <= T <= TOAST_GDN_KEEP_MAX; ids[0] the
- * greedy pick of the session's logits, ids[1..T) a draft of what follows) in one forward pass,
- * finds the largest logit of each row (the lower id among equals, as top() and greedy sampling
- * choose) and keeps ids[0..n), n - 1 being how many of the draft agree in order with the
- * model's picks: the session then holds them, as feeding them one at a time would leave it, with
- * the logits of ids[n - 1], whose largest is *next. Returns n; 0 when the states after each
- * token cannot be kept (no memory: nothing done, err says why); -1 on failure (err set, the
+ * Speculative steps. spec_step feeds ids[0..T) (1 <= T <= TOAST_GDN_KEEP_MAX; ids[0] the pick of
+ * the session's logits, ids[1..T) a draft of what follows) in one forward pass, picks a token
+ * from each row of logits (sp NULL or greedy: the largest, the lower id among equals, as top()
+ * and greedy sampling choose; else sp's draw, toast_sampler_spec_ok, each row with the uniform
+ * its token takes in order) and keeps ids[0..n), n - 1 being how many of the draft agree in order
+ * with the model's picks: the session then holds them, as feeding them one at a time would leave
+ * it, with the logits of ids[n - 1], whose pick is *next; sp has given the n picks' uniforms, as
+ * sampling them one at a time would (a draft token is taken where the draw would have chosen it:
+ * the tokens are those of plain sampling with the same seed). Returns n; 0 when the states after
+ * each token cannot be kept (no memory: nothing done, err says why); -1 on failure (err set, the
  * session reset). spec_trim(s, n) keeps only the first n (1 <= n <= what spec_step kept) of
  * them; only before anything else runs on the session.
  */
-int toast_session_spec_step(struct toast_session *s, const int32_t *ids, int T, int32_t *next,
-			    struct toast_error *err);
+int toast_session_spec_step(struct toast_session *s, const int32_t *ids, int T, struct toast_sampler *sp,
+			    int32_t *next, struct toast_error *err);
 enum toast_status toast_session_spec_trim(struct toast_session *s, int n, struct toast_error *err);
 
 /* The draw of the next token on a backend (toast_backend_ops.pick): true with *d set (prev false)
@@ -72,5 +75,14 @@ enum toast_status toast_session_spec_trim(struct toast_session *s, int n, struct
  * from every logit, toast_sampler_top_need 0), false for greedy with no penalty (no draw: the
  * largest). */
 bool toast_sampler_backend_draw(struct toast_sampler *sp, struct toast_draw *d);
+/* Speculative sampling (toast_session_spec_step with a sampler): spec_ok when a token's draw
+ * depends only on its row of logits and its uniform (no repetition penalty), so that the draws
+ * of a step's rows can be made at once. draws fills d[0..rows) with the draws of the next rows
+ * tokens, as toast_sampler_backend_draw would make them one after the other, and leaves the
+ * generator where it was (false, nothing filled: greedy, no draw). take then takes the uniforms
+ * of the next n tokens' draws, as n draws would. */
+bool toast_sampler_spec_ok(const struct toast_sampler *sp);
+bool toast_sampler_draws(struct toast_sampler *sp, struct toast_draw *d, int rows);
+void toast_sampler_take(struct toast_sampler *sp, int n);
 
 #endif

@@ -230,11 +230,11 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	 * each token is fed as it is picked, before the host knows it (engine.h), and the host
 	 * streams it while the next step runs; from the first token whose logits are on the
 	 * backend (not yet those a cache restore put on the host) */
-	/* speculative decoding (greedy only): where a draft is found the chain ends (its pending
+	/* speculative decoding (no repetition penalty): where a draft is found the chain ends (its pending
 	 * pick is the next token, known), and steps of a token and its draft follow until none is;
 	 * then the chain begins again */
 	struct gen_spec g = {.k = opts->draft, .rate = 1, .next = -1};
-	if (g.k > 0 && toast_sampler_top_need(sp) != 1)
+	if (g.k > 0 && !toast_sampler_spec_ok(sp))
 		g.k = 0;
 	bool chainable = s->e->be->async_steps;
 	bool chain = false;
@@ -274,7 +274,7 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 			nd = nd >= TOAST_DRAFT_MAX ? TOAST_DRAFT_MAX : nd >= 3 ? 3 : nd > 0;
 			if (nd > 0) {
 				g.q[0] = id;
-				g.n = toast_session_spec_step(s, g.q, 1 + nd, &g.next, err);
+				g.n = toast_session_spec_step(s, g.q, 1 + nd, sp, &g.next, err);
 				if (g.n < 0) {
 					rc = err ? err->code : TOAST_ERR_BACKEND;
 					goto out;

@@ -243,3 +243,25 @@ bool toast_sampler_backend_draw(struct toast_sampler *sp, struct toast_draw *d)
 		sampler_params(sp, toast_sampler_top_need(sp), d);
 	return true;
 }
+
+bool toast_sampler_spec_ok(const struct toast_sampler *sp)
+{
+	return !sampler_penalizes(sp);
+}
+
+bool toast_sampler_draws(struct toast_sampler *sp, struct toast_draw *d, int rows)
+{
+	uint64_t rng[4];
+	memcpy(rng, sp->rng, sizeof(rng));
+	bool drawn = false;
+	for (int r = 0; r < rows; r++)
+		drawn = toast_sampler_backend_draw(sp, d + r);
+	memcpy(sp->rng, rng, sizeof(rng));
+	return drawn;
+}
+
+void toast_sampler_take(struct toast_sampler *sp, int n)
+{
+	for (int i = 0; i < n && sp->p.temperature > 0; i++) /* (sampler_params' uniforms) */
+		sampler_uniform(sp);
+}

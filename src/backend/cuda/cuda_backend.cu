@@ -759,12 +759,14 @@ static int cuda_top(struct toast_backend *be, const float *x, int n, int m, int3
 	return k;
 }
 
-static int cuda_argmax_rows(struct toast_backend *be, const float *x, int n, int rows, int32_t *ids,
-			    struct toast_error *err)
+static int cuda_pick_rows(struct toast_backend *be, const float *x, int n, int rows, const struct toast_draw *d,
+			  int32_t *ids, struct toast_error *err)
 {
 	struct cuda_backend *cb = cu_of(be);
-	if (cb->failed || cu_argmax_rows(cb, x, n, rows, ids) < 0)
-		return toast_err_set(err, TOAST_ERR_BACKEND, "%s", cb->failed ? cb->fail_msg : "argmax of too many rows"), -1;
+	if (cb->failed || cu_pick_rows(cb, x, n, rows, d, ids) < 0)
+		return toast_err_set(err, TOAST_ERR_BACKEND, "%s",
+				     cb->failed ? cb->fail_msg : "picks of too many rows, or counting a pending pick"),
+		       -1;
 	return 0;
 }
 
@@ -841,7 +843,7 @@ static const struct toast_backend_ops cuda_ops = {
 	cuda_pick,
 	cuda_begin_step_pick,
 	cuda_pick_read,
-	cuda_argmax_rows,
+	cuda_pick_rows,
 	cuda_copy_many,
 };
 

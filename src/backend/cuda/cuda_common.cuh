@@ -661,7 +661,7 @@ void cu_moe(struct cuda_backend *cb, const struct toast_moe_args *a);
 
 /* k_top.cu: toast_backend_ops.top (waits for the stream); -1 when the backend has failed */
 int cu_top(struct cuda_backend *cb, const float *x, int n, int m, int32_t *ids, float *vals);
-int cu_argmax_rows(struct cuda_backend *cb, const float *x, int n, int rows, int32_t *ids);
+int cu_pick_rows(struct cuda_backend *cb, const float *x, int n, int rows, const struct toast_draw *d, int32_t *ids);
 /* the key (top()'s, cu_key_id names its token) of the largest of x[0, n) (d NULL), or drawn by
  * d (toast_draw_pick's; with d->prev, the pick queued before it in the other slot counts), into
  * pick slot `slot` (h_pick's, pinned and device-visible, and the device's copy after d_pick's

@@ -749,13 +749,17 @@ void cu_pick(struct cuda_backend *cb, const float *x, int n, const struct toast_
 	pick_launch(cb, x, n, d, (struct pick_out){cb->dh_pick + slot, keys + slot, cb->d_step, pos}, keys + (slot ^ 1));
 }
 
-int cu_argmax_rows(struct cuda_backend *cb, const float *x, int n, int rows, int32_t *ids)
+int cu_pick_rows(struct cuda_backend *cb, const float *x, int n, int rows, const struct toast_draw *d, int32_t *ids)
 {
 	if (rows < 1 || rows > TOAST_TOP_MAX || n < 1)
 		return -1;
-	for (int r = 0; r < rows; r++) /* (keys land in h_top) */
-		pick_launch(cb, x + (size_t)r * n, n, NULL, (struct pick_out){cb->dh_top + r, NULL, NULL, 0}, NULL);
-	if (cb->failed || cu_fail(cb, cudaStreamSynchronize(cb->stream), "argmax read"))
+	for (int r = 0; r < rows; r++) { /* (keys land in h_top) */
+		if (d && d[r].prev)
+			return -1;
+		pick_launch(cb, x + (size_t)r * n, n, d ? d + r : NULL, (struct pick_out){cb->dh_top + r, NULL, NULL, 0},
+			    NULL);
+	}
+	if (cb->failed || cu_fail(cb, cudaStreamSynchronize(cb->stream), "picks read"))
 		return -1;
 	for (int r = 0; r < rows; r++)
 		ids[r] = (unsigned)(cb->h_top[r] >> 32) ? cu_key_id(cb->h_top[r]) : 0;
