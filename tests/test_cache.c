@@ -696,9 +696,11 @@ static void test_generate_draft(const char *model, bool loops, bool async, doubl
 }
 
 /* A speculative step with a sampler: each row drawn with the uniform its token takes, a draft
- * token kept where that draw chooses it (all, some, none); the sampler then stands where
- * sampling the kept tokens and the next one by hand leaves it (the next draws agree). */
-static void test_spec_step_sampled(const char *model)
+ * token kept where that draw chooses it (all, some, none): the step's picks are the host's draws
+ * from its own rows of logits with a twin sampler's uniforms, and where the logits are exactly
+ * decode's (exact: the CPU) the kept tokens are those of sampling by hand, and the sampler then
+ * stands where sampling them and the next one by hand leaves it (the next draws agree). */
+static void test_spec_step_sampled(const char *model, bool exact)
 {
 	struct toast_session *s, *h = NULL;
 	struct toast_engine *e = setup(model, 0, &s);
@@ -709,13 +711,14 @@ static void test_spec_step_sampled(const char *model)
 	struct toast_sampling so;
 	toast_sampling_init(&so);
 	so.temperature = 1.0f, so.top_k = 40, so.top_p = 0.95f, so.seed = 99;
-	struct toast_sampler *a = NULL, *b = NULL;
-	CHECK(toast_sampler_new(&so, V, &a, &err) == TOAST_OK && toast_sampler_new(&so, V, &b, &err) == TOAST_OK &&
-		      toast_session_new(e, N_CTX, &h, &err) == TOAST_OK,
+	struct toast_sampler *a = NULL, *b = NULL, *c = NULL; /* the step's, the hand's, the twin */
+	float *rows = malloc((size_t)TOAST_GDN_KEEP_MAX * V * sizeof(float));
+	CHECK(rows && toast_sampler_new(&so, V, &a, &err) == TOAST_OK && toast_sampler_new(&so, V, &b, &err) == TOAST_OK &&
+		      toast_sampler_new(&so, V, &c, &err) == TOAST_OK && toast_session_new(e, N_CTX, &h, &err) == TOAST_OK,
 	      "samplers, session: %s", err.msg);
 	int32_t p[32], G[12], next = -1;
 	fill_ids(p, 32, 11, V);
-	if (!a || !b || !h)
+	if (!rows || !a || !b || !c || !h)
 		goto out;
 	feed(h, p, 32);
 	for (int i = 0; i < 12; i++) { /* the sampled reply by hand */
@@ -723,7 +726,8 @@ static void test_spec_step_sampled(const char *model)
 		feed(h, G + i, 1);
 	}
 	feed(s, p, 32);
-	CHECK(hand_pick(s, a, &err) == G[0], "%s %s: the first token by hand", backend, model);
+	CHECK(hand_pick(s, a, &err) == G[0] && hand_pick(s, c, &err) == G[0], "%s %s: the first token by hand", backend,
+	      model);
 	int32_t x = (G[7] + 1) % V, y = (G[8] + 1) % V;
 	const struct {
 		int32_t ids[5];
@@ -735,31 +739,50 @@ static void test_spec_step_sampled(const char *model)
 		{{G[8]}, 1, 1, G[9]},
 	};
 	for (int k = 0; k < 4; k++) {
-		int n = toast_session_spec_step(s, steps[k].ids, steps[k].T, a, &next, &err);
-		CHECK(n == steps[k].n && next == steps[k].next,
-		      "%s %s sampled step %d: %d of %d kept (want %d), then %d (want %d) %s", backend, model, k, n,
-		      steps[k].T, steps[k].n, next, steps[k].next, err.msg);
+		int T = steps[k].T;
+		int n = toast_session_spec_step(s, steps[k].ids, T, a, &next, &err);
+		struct toast_draw d[TOAST_GDN_KEEP_MAX];
+		int32_t pk[TOAST_GDN_KEEP_MAX];
+		bool drawn = toast_sampler_draws(c, d, T);
+		CHECK(drawn && e->be->ops->read(e->be, rows, e->work.logits_all, (size_t)T * V * sizeof(float), &err) == TOAST_OK,
+		      "the step's rows: %s", err.msg);
+		int want = 1;
+		for (int r = 0; r < T; r++)
+			pk[r] = toast_pick_host(rows + (size_t)r * V, V, d + r, -1);
+		while (want < T && steps[k].ids[want] == pk[want - 1])
+			want++;
+		toast_sampler_take(c, want);
+		CHECK(n == want && next == pk[want - 1], "%s %s sampled step %d: %d of %d kept, then %d (the rows' draws: %d, %d)",
+		      backend, model, k, n, T, next, want, pk[want - 1]);
+		CHECK(!exact || (n == steps[k].n && next == steps[k].next),
+		      "%s %s sampled step %d: %d of %d kept (by hand %d), then %d (by hand %d) %s", backend, model, k, n, T,
+		      steps[k].n, next, steps[k].next, err.msg);
 	}
-	feed(s, G + 9, 1);
+	feed(s, &next, 1);
 	for (int i = 10; i < 12; i++) {
-		int32_t t = hand_pick(s, a, &err);
-		CHECK(t == G[i], "%s %s: token %d by hand after the steps: %d (want %d)", backend, model, i, t, G[i]);
+		int32_t t = hand_pick(s, a, &err), tc = hand_pick(s, c, &err);
+		CHECK(t == tc && (!exact || t == G[i]), "%s %s: token %d by hand after the steps: %d (the twin's %d, want %d)",
+		      backend, model, i, t, tc, G[i]);
 		feed(s, &t, 1);
 	}
-	CHECK(toast_session_n_past(s) == 44 && memcmp(toast_session_tokens(s), toast_session_tokens(h), 44 * 4) == 0,
+	CHECK(!exact || (toast_session_n_past(s) == 44 && memcmp(toast_session_tokens(s), toast_session_tokens(h), 44 * 4) == 0),
 	      "%s %s: the session holds the sampled reply", backend, model);
 out:
+	free(rows);
 	toast_sampler_free(a);
 	toast_sampler_free(b);
+	toast_sampler_free(c);
 	toast_session_free(h);
 	toast_session_free(s);
 	toast_engine_close(e);
 }
 
 /* Speculative sampling: with drafts, a sampled reply is the one plain sampling gives with the
- * same seed, for a draw from the top k, from every logit, and a near-greedy one (whose drafts are
- * taken and refused where the reply loops). With a repetition penalty nothing is drafted. */
-static void test_generate_draft_sampled(const char *model, bool loops, bool async)
+ * same seed, for a draw from the top k, from every logit, and near-greedy ones (whose drafts are
+ * taken where the reply loops). With a repetition penalty nothing is drafted. Not exact (a GPU:
+ * the verifying pass's logits round differently from decode's, so a draw near the edge between
+ * two tokens may take the other), only the near-greedy draws and the penalty's. */
+static void test_generate_draft_sampled(const char *model, bool loops, bool async, bool exact)
 {
 	struct toast_session *s;
 	struct toast_engine *e = setup(model, 0, &s);
@@ -776,9 +799,11 @@ static void test_generate_draft_sampled(const char *model, bool loops, bool asyn
 		float temperature, top_p, penalty;
 		int top_k;
 	} cfg[] = {{0.7f, 0.8f, 1.0f, 20}, {1.0f, 1.0f, 1.0f, 0}, {0.3f, 0.95f, 1.0f, 3}, {0.7f, 0.8f, 1.1f, 20},
-		   {0.05f, 1.0f, 1.0f, 0}};
+		   {0.05f, 1.0f, 1.0f, 0}, {0.05f, 0.8f, 1.0f, 20}};
 	int drafted = 0, accepted = 0;
-	for (int c = 0; c < 5; c++) {
+	for (int c = 0; c < 6; c++) {
+		if (!exact && cfg[c].temperature > 0.05f && cfg[c].penalty == 1.0f)
+			continue;
 		struct toast_gen_opts go = {.max_tokens = 60};
 		toast_sampling_init(&go.sampling);
 		go.sampling.temperature = cfg[c].temperature, go.sampling.top_p = cfg[c].top_p;
@@ -913,9 +938,9 @@ int main(int argc, char **argv)
 		test_spec_step(models[i], 1e-4);
 		test_generate_draft(models[i], i == 1, false, 1e-4);
 		test_generate_draft(models[i], i == 1, true, 1e-4);
-		test_spec_step_sampled(models[i]);
-		test_generate_draft_sampled(models[i], i == 1, false);
-		test_generate_draft_sampled(models[i], i == 1, true);
+		test_spec_step_sampled(models[i], true);
+		test_generate_draft_sampled(models[i], i == 1, false, true);
+		test_generate_draft_sampled(models[i], i == 1, true, true);
 	}
 	/* the GPU: restores (from pinned host and from device memory) and files, bit for bit */
 	if (toast_backend_cuda_available()) {
@@ -931,8 +956,8 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 3; i++) {
 			test_spec_step(models[i], 2e-2);
 			test_generate_draft(models[i], i == 1, true, 2e-2);
-			test_spec_step_sampled(models[i]);
-			test_generate_draft_sampled(models[i], i == 1, true);
+			test_spec_step_sampled(models[i], false);
+			test_generate_draft_sampled(models[i], i == 1, true, false);
 		}
 	} else {
 		printf("test_cache: cuda SKIP (no CUDA device in this build or machine)\n");

@@ -1022,6 +1022,33 @@ static void test_picks(struct ctx *c, const float *x, void *d, int n)
 		int32_t got = c->be->ops->pick_read(c->be, &err), want = toast_pick_host(x, n, &dr, -1);
 		CHECK(got == want, "%s: a draw of %d (u %.17g): %d (%d expected) %s", c->name, n, dr.u, got, want, err.msg);
 	}
+	/* pick_rows (a speculative step's): rows of x turned by 7 r, the largest of each, or each row
+	 * its own draw without a penalty (top 20, 7, 100, from every logit, over 256) */
+	if (c->be->ops->pick_rows) {
+		enum { R = 5 };
+		int sel[R] = {0, 2, 7, 8, 14};
+		struct toast_draw dr[R];
+		float *xs = malloc((size_t)R * n * sizeof(float));
+		for (int r = 0; r < R; r++) {
+			dr[r] = draws[sel[r]];
+			dr[r].u = (rnd() + 1) / 2;
+			for (int i = 0; i < n; i++)
+				xs[(size_t)r * n + i] = x[(i + 7 * r) % n];
+		}
+		void *dx = put(c->be, xs, (size_t)R * n, false);
+		for (int g = 0; g < 2; g++) {
+			int32_t got[R];
+			struct toast_error err = {0};
+			int rc = c->be->ops->pick_rows(c->be, dx, n, R, g ? dr : NULL, got, &err);
+			for (int r = 0; r < R; r++) {
+				int32_t want = toast_pick_host(xs + (size_t)r * n, n, g ? dr + r : NULL, -1);
+				CHECK(rc == 0 && got[r] == want, "%s: pick_rows of %d, row %d (%s): %d (%d expected) %s", c->name,
+				      n, r, g ? "drawn" : "the largest", got[r], want, err.msg);
+			}
+		}
+		c->be->ops->release(c->be, dx);
+		free(xs);
+	}
 }
 
 /* top(): exactly toast_top_host's answer (ties, -0, NaN, -inf; sizes around the GPU's
