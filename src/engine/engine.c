@@ -434,6 +434,10 @@ int toast_session_spec_step(struct toast_session *s, const int32_t *ids, int T, 
 			      TOAST_GDN_KEEP_MAX < e->work.max_T ? TOAST_GDN_KEEP_MAX : e->work.max_T, s->state.n_ctx);
 		return -1;
 	}
+	if (sp && !toast_sampler_spec_ok(sp)) {
+		toast_err_set(err, TOAST_ERR_INVALID, "speculative step: a repetition penalty's draws depend on each other");
+		return -1;
+	}
 	if (session_logits_claim(s, err) != TOAST_OK)
 		return -1;
 	/* the states after each token kept (once a session; without the memory, nothing is done);
@@ -442,10 +446,6 @@ int toast_session_spec_step(struct toast_session *s, const int32_t *ids, int T, 
 	    toast_model_state_keep(&e->model, &s->state, TOAST_GDN_KEEP_MAX, err) != TOAST_OK)
 		return 0;
 	s->state.record_T = TOAST_GDN_KEEP_MAX;
-	if (sp && !toast_sampler_spec_ok(sp)) {
-		toast_err_set(err, TOAST_ERR_INVALID, "speculative step: a repetition penalty's draws depend on each other");
-		return -1;
-	}
 	enum toast_status rc = session_picks_drop(e, err);
 	if (rc == TOAST_OK)
 		rc = toast_model_forward(&e->model, &s->state, &e->work, ids, T, pos, true, NULL, NULL, err);

@@ -230,9 +230,9 @@ enum toast_status toast_generate(struct toast_session *s, const struct toast_tok
 	 * each token is fed as it is picked, before the host knows it (engine.h), and the host
 	 * streams it while the next step runs; from the first token whose logits are on the
 	 * backend (not yet those a cache restore put on the host) */
-	/* speculative decoding (no repetition penalty): where a draft is found the chain ends (its pending
-	 * pick is the next token, known), and steps of a token and its draft follow until none is;
-	 * then the chain begins again */
+	/* speculative decoding (no repetition penalty): where a draft is found the chain ends (its
+	 * pending pick is the next token, known), and steps of a token and its draft follow until
+	 * none is; then the chain begins again */
 	struct gen_spec g = {.k = opts->draft, .rate = 1, .next = -1};
 	if (g.k > 0 && !toast_sampler_spec_ok(sp))
 		g.k = 0;
