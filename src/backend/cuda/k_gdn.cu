@@ -163,6 +163,70 @@ __global__ void k_gdn_prep(gdn_dims g, float *conv, const float *b, const float 
 #define GDN_DEC_TAPS 4 /* a conv of this many taps (Qwen3-Next's) is loaded before the wait */
 #define GDN_DEC_MAX_T TOAST_GDN_KEEP_MAX
 #define GDN_SIB_MAX (CU_CTR_N - CU_CTR_GDN) /* key heads a multi-token step can count */
+/* v[0..N) summed over the lanes whose lane & (2 O - 1) differ, each lane left with one of the
+ * sums in v[0] (N a power of two <= 2 O): from O = 16, value lane / (32 / N), in every lane of its
+ * group. Each step halves what a lane holds and sends the other half: N - 1 + log2(32 / N)
+ * shuffles, not 5 N. */
+template <int N, int O>
+__device__ __forceinline__ void gdn_warp_sum_scatter(float *v, int lane)
+{
+	if constexpr (O > 0) {
+		if constexpr (N >= 2) {
+			bool hi = (lane & O) != 0;
+#pragma unroll
+			for (int i = 0; i < N / 2; i++) {
+				float a = v[i], b = v[i + N / 2];
+				v[i] = (hi ? b : a) + __shfl_xor_sync(0xffffffffu, hi ? a : b, O);
+			}
+		} else {
+			v[0] += __shfl_xor_sync(0xffffffffu, v[0], O);
+		}
+		gdn_warp_sum_scatter<N >= 2 ? N / 2 : 1, O / 2>(v, lane);
+	}
+}
+
+/* One token through a warp's RPW state rows j0.. (registers, the lane's columns lane + 32 k):
+ * S = alpha S + k delta^T, delta = beta (v - alpha S k), and the output S q, from the old rows:
+ * alpha S q + delta (k q). The rows' products with k and with q are one reduction (2 RPW values,
+ * each lane keeps one), the deltas then broadcast: 30 shuffles a token at 8 rows a warp, where a
+ * warp sum a product took 80 (the update was bound by them, 16 warps an SM: docs/PERF.md). Returns
+ * row r's output in the lanes of value RPW + r (lane / (16 / RPW) - RPW == r), something else
+ * elsewhere. Both decode paths (one token, a step of several) take it. */
+template <int DPL, int RPW>
+__device__ __forceinline__ float gdn_rows_step(float (&Sr)[RPW][DPL], const float *kr, const float *qr,
+					     const float *v, int j0, int dv, float alpha, float beta, int lane)
+{
+	constexpr int L = 16 / RPW; /* lanes a value */
+	static_assert(RPW >= 1 && RPW <= 16 && (RPW & (RPW - 1)) == 0, "RPW: a power of two <= 16");
+	float x[2 * RPW], kq = 0;
+#pragma unroll
+	for (int k = 0; k < DPL; k++)
+		kq += kr[k] * qr[k];
+#pragma unroll
+	for (int i = 0; i < RPW; i++) {
+		x[i] = x[RPW + i] = 0;
+#pragma unroll
+		for (int k = 0; k < DPL; k++) {
+			x[i] += Sr[i][k] * kr[k];
+			x[RPW + i] += Sr[i][k] * qr[k];
+		}
+	}
+	kq = cu_warp_sum(kq);
+	gdn_warp_sum_scatter<2 * RPW, 16>(x, lane);
+	float y = x[0];
+	int idx = lane / L, j = j0 + (idx & (RPW - 1));
+	float delta = idx < RPW && j < dv ? beta * (v[j] - alpha * y) : 0.0f;
+	float o = alpha * y + __shfl_xor_sync(0xffffffffu, delta, 16) * kq; /* (value RPW + r: lane 16 on) */
+#pragma unroll
+	for (int i = 0; i < RPW; i++) {
+		float d = __shfl_sync(0xffffffffu, delta, i * L);
+#pragma unroll
+		for (int k = 0; k < DPL; k++)
+			Sr[i][k] = fmaf(Sr[i][k], alpha, kr[k] * d);
+	}
+	return o;
+}
+
 /* DPL > 0: dk == 32 * DPL and dv <= 16 * RPW, the state rows of a warp live in registers */
 template <int DPL, int RPW, bool MULTI>
 __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
@@ -314,55 +378,27 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		for (int t = 0; t < T; t++) {
 			const float *qt = cy + t * nc, *kt = qt + dk, *vt = kt + dk;
 			float fq = fqk[2 * t], fk = fqk[2 * t + 1], alpha = alp[t], beta = bet[t];
-			if (DPL > 0) {
-				/* (the T = 1 path's update below, written twice: a shared helper moved that
-				 * kernel's schedule, docs/PERF.md) */
+			if constexpr (DPL > 0) {
 				float kr[DPL > 0 ? DPL : 1], qr[DPL > 0 ? DPL : 1];
 #pragma unroll
 				for (int k = 0; k < DPL; k++) {
 					kr[k] = kt[lane + 32 * k] * fk;
 					qr[k] = qt[lane + 32 * k] * fq;
 				}
-				float m[RPW];
-#pragma unroll
-				for (int i = 0; i < RPW; i++) {
-					m[i] = 0;
-#pragma unroll
-					for (int k = 0; k < DPL; k++) {
-						Sr[i][k] *= alpha;
-						m[i] += Sr[i][k] * kr[k];
-					}
-				}
-#pragma unroll
-				for (int i = 0; i < RPW; i++)
-					m[i] = cu_warp_sum(m[i]);
-				float o[RPW];
+				float o = gdn_rows_step<DPL, RPW>(Sr, kr, qr, vt, warp * RPW, dv, alpha, beta, lane);
 #pragma unroll
 				for (int i = 0; i < RPW; i++) {
 					int j = warp * RPW + i;
-					float delta = j < dv ? beta * (vt[j] - m[i]) : 0.0f;
-					o[i] = 0;
+					float *sd = t == T - 1 ? S + ((size_t)h * dv + j) * dk
+						   : S_keep ? S_keep + (((size_t)t * g.nv + h) * dv + j) * dk : NULL;
+					if (j < dv && sd) /* the new state, or (S_keep) the state after token t */
 #pragma unroll
-					for (int k = 0; k < DPL; k++) {
-						Sr[i][k] += kr[k] * delta;
-						o[i] += Sr[i][k] * qr[k];
-					}
+						for (int k = 0; k < DPL; k++)
+							sd[lane + 32 * k] = Sr[i][k];
 				}
-#pragma unroll
-				for (int i = 0; i < RPW; i++) {
-					int j = warp * RPW + i;
-					o[i] = cu_warp_sum(o[i]);
-					if (j < dv) {
-						float *sd = t == T - 1 ? S + ((size_t)h * dv + j) * dk
-							   : S_keep ? S_keep + (((size_t)t * g.nv + h) * dv + j) * dk : NULL;
-						if (sd) /* the new state, or (S_keep) the state after token t */
-#pragma unroll
-							for (int k = 0; k < DPL; k++)
-								sd[lane + 32 * k] = Sr[i][k];
-						if (lane == 0)
-							oy[t * dv + j] = o[i];
-					}
-				}
+				int r = lane / (16 / RPW) - RPW; /* the row whose output the lane has */
+				if (r >= 0 && lane % (16 / RPW) == 0 && warp * RPW + r < dv)
+					oy[t * dv + warp * RPW + r] = o;
 			} else {
 				for (int j = warp; j < dv; j += nwarp) {
 					float *Sj = S + ((size_t)h * dv + j) * dk;
@@ -451,7 +487,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		__syncthreads();
 		float alpha = gate_alpha, beta = gate_beta;
 		cu_tl_mark(1); /* norms, gates */
-		if (DPL > 0) {
+		if constexpr (DPL > 0) {
 			/* the warp's rows are held in registers */
 			float kr[DPL > 0 ? DPL : 1], qr[DPL > 0 ? DPL : 1];
 #pragma unroll
@@ -459,46 +495,18 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 				kr[k] = ks[lane + 32 * k];
 				qr[k] = qs[lane + 32 * k];
 			}
-#pragma unroll
-			for (int i = 0; i < RPW; i++)
-#pragma unroll
-				for (int k = 0; k < DPL; k++)
-					Sr[i][k] *= alpha;
-			float m[RPW];
-#pragma unroll
-			for (int i = 0; i < RPW; i++) {
-				m[i] = 0;
-#pragma unroll
-				for (int k = 0; k < DPL; k++)
-					m[i] += Sr[i][k] * kr[k];
-			}
-#pragma unroll
-			for (int i = 0; i < RPW; i++)
-				m[i] = cu_warp_sum(m[i]);
-			float o[RPW];
+			float o = gdn_rows_step<DPL, RPW>(Sr, kr, qr, vs, warp * RPW, dv, alpha, beta, lane);
 #pragma unroll
 			for (int i = 0; i < RPW; i++) {
 				int j = warp * RPW + i;
-				float delta = j < dv ? beta * (vs[j] - m[i]) : 0.0f;
-				o[i] = 0;
-#pragma unroll
-				for (int k = 0; k < DPL; k++) {
-					Sr[i][k] += kr[k] * delta;
-					o[i] += Sr[i][k] * qr[k];
-				}
-			}
-#pragma unroll
-			for (int i = 0; i < RPW; i++) {
-				int j = warp * RPW + i;
-				o[i] = cu_warp_sum(o[i]);
-				if (j < dv) {
+				if (j < dv)
 #pragma unroll
 					for (int k = 0; k < DPL; k++)
 						S[((size_t)h * dv + j) * dk + lane + 32 * k] = Sr[i][k];
-					if (lane == 0)
-						os[j] = o[i];
-				}
 			}
+			int r = lane / (16 / RPW) - RPW; /* the row whose output the lane has */
+			if (r >= 0 && lane % (16 / RPW) == 0 && warp * RPW + r < dv)
+				os[warp * RPW + r] = o;
 		} else {
 			for (int j = warp; j < dv; j += nwarp) {
 				float *Sj = S + ((size_t)h * dv + j) * dk;
