@@ -628,22 +628,33 @@ static void test_spec_step(const char *model, double tol)
 	toast_engine_close(e);
 }
 
+/* The draft tests' engine and session (async: on the CPU, steps chained by the backend's picks,
+ * as on a GPU, then left) and prompt p[40], a text that repeats itself: the prompt lookup finds
+ * drafts at once */
+static struct toast_engine *draft_setup(const char *model, bool async, struct toast_session **s, int32_t *p)
+{
+	struct toast_engine *e = setup(model, 0, s);
+	if (!e)
+		return NULL;
+	if (async)
+		e->be->async_steps = true;
+	fill_ids(p, 20, 5, toast_engine_info(e)->n_vocab);
+	memcpy(p + 20, p, 20 * sizeof(int32_t));
+	return e;
+}
+
 /* Speculative greedy decoding (toast_gen_opts.draft): the tokens of plain greedy decoding, drafts
  * taken and refused, and a reply cut inside a step's kept tokens leaves the session as plain
  * decoding would (its tokens and logits; the logits within tol of the one-token path's). */
 static void test_generate_draft(const char *model, bool loops, bool async, double tol)
 {
 	struct toast_session *s;
-	struct toast_engine *e = setup(model, 0, &s);
+	int32_t p[40];
+	struct toast_engine *e = draft_setup(model, async, &s, p);
 	if (!e)
 		return;
-	if (async) /* (on the CPU: steps chained by the backend's picks, as on a GPU, then left) */
-		e->be->async_steps = true;
 	int V = toast_engine_info(e)->n_vocab;
 	struct toast_error err = {0};
-	int32_t p[40]; /* a text that repeats itself: the prompt lookup finds drafts at once */
-	fill_ids(p, 20, 5, V);
-	memcpy(p + 20, p, 20 * sizeof(int32_t));
 	struct collect plain = {0};
 	struct toast_gen_opts go = {.max_tokens = 60};
 	toast_sampling_init(&go.sampling);
@@ -785,16 +796,11 @@ out:
 static void test_generate_draft_sampled(const char *model, bool loops, bool async, bool exact)
 {
 	struct toast_session *s;
-	struct toast_engine *e = setup(model, 0, &s);
+	int32_t p[40];
+	struct toast_engine *e = draft_setup(model, async, &s, p);
 	if (!e)
 		return;
-	if (async)
-		e->be->async_steps = true;
-	int V = toast_engine_info(e)->n_vocab;
 	struct toast_error err = {0};
-	int32_t p[40];
-	fill_ids(p, 20, 5, V);
-	memcpy(p + 20, p, 20 * sizeof(int32_t));
 	const struct {
 		float temperature, top_p, penalty;
 		int top_k;
