@@ -1325,6 +1325,56 @@ static void test_copy_many(struct ctx *c)
 	CHECK(bad == 0, "%s copy_many: %d of %d copies wrong (or past their ends)", c->name, bad, N);
 }
 
+/* the gated DeltaNet op on every register layout and path of the decode and prefill kernels */
+static void test_gdn_shapes(struct ctx *c)
+{
+	struct gdn_shape flat = {2, 4, 32, 48, 4, false, false, false}, grouped = {2, 4, 32, 48, 4, true, false, false};
+	struct gdn_shape odd = {3, 3, 7, 5, 3, false, false, false}, big = {2, 6, 128, 128, 4, true, false, false};
+	int p1[] = {1, 1, 1}, p2[] = {12}, p3[] = {5, 1, 70}, p4[] = {64, 64, 1, 3}, p5[] = {131};
+	test_gdn(c, flat, p1, 3);
+	test_gdn(c, flat, p2, 1);
+	test_gdn(c, grouped, p2, 1);
+	test_gdn(c, grouped, p3, 3);
+	test_gdn(c, odd, p4, 4);
+	/* the decode kernel's other register layouts: key heads of 64 and 256 */
+	struct gdn_shape k64 = {2, 4, 64, 64, 4, false, false, false}, k256 = {1, 2, 256, 32, 4, true, false, false};
+	test_gdn(c, k64, p3, 3);
+	test_gdn(c, k256, p1, 3);
+	test_gdn(c, big, p5, 1);
+	test_gdn(c, big, p1, 3);
+	/* the CUDA fast path (d_k 128, d_v a multiple of 32): two blocks of state rows, many chunks
+	 * with a partial last one, decode between prefills, a partial single chunk; flat layout with
+	 * one value head a key head and T exactly one chunk, then 2 tokens; d_k 128 with d_v 48 takes
+	 * the general kernels */
+	struct gdn_shape fast2 = {2, 4, 128, 64, 4, true, false, false}, fast_flat = {4, 4, 128, 32, 2, false, false, false};
+	struct gdn_shape slow128 = {1, 2, 128, 48, 4, false, false, false};
+	int p6[] = {200, 1, 63}, p7[] = {64, 129, 2}, p8[] = {70, 3};
+	test_gdn(c, fast2, p6, 3);
+	test_gdn(c, fast_flat, p7, 3);
+	test_gdn(c, slow128, p8, 2);
+	/* decode steps of several tokens (on a GPU the decode kernel takes up to 8, token after
+	 * token): an even count leaves the conv state in the slot it read, which the key head's
+	 * other value heads read too; a conv of 5 taps reaches back past a step of 2 into the state */
+	struct gdn_shape tiled2 = {4, 8, 128, 128, 4, false, true, false}, k5 = {2, 4, 32, 48, 5, true, false, false};
+	int p9[] = {2, 4, 1, 3, 8, 2}, p10[] = {1, 2, 1, 2, 4, 6, 9};
+	test_gdn(c, big, p9, 6);
+	test_gdn(c, tiled2, p9, 6);
+	test_gdn(c, odd, p10, 7);
+	test_gdn(c, k5, p10, 7);
+	test_gdn(c, k64, p9, 6);
+	test_gdn(c, k256, p10, 7);
+	struct gdn_shape wide = {1, 2, 256, 256, 4, true, false, false}; /* a step of 8 past 48 KB of smem */
+	test_gdn(c, wide, p9, 6);
+	/* and keeping the states after each token (a speculative step's), every register layout:
+	 * d_k 128 (and the tiled heads), 64, 32, 256, and none (d_k 7, a conv of 3) */
+	int p11[] = {3, 1, 2, 8, 4};
+	struct gdn_shape kept[] = {big, tiled2, k64, flat, k256, odd, k5};
+	for (int i = 0; i < 7; i++) {
+		kept[i].keep = true;
+		test_gdn(c, kept[i], p11, 5);
+	}
+}
+
 static void test_backend(struct ctx *c)
 {
 	test_top(c);
@@ -1414,51 +1464,7 @@ static void test_backend(struct ctx *c)
 	test_attention(c, 32, 1, 128, 128, true, true, 77, 1, 0, TOAST_KV_Q8);
 	test_attention(c, 16, 2, 256, 64, true, true, 201, 1, 8192, TOAST_KV_Q8);
 	test_attention(c, 16, 2, 256, 64, true, true, 203, 1, 32768, TOAST_KV_Q8);
-	struct gdn_shape flat = {2, 4, 32, 48, 4, false, false, false}, grouped = {2, 4, 32, 48, 4, true, false, false};
-	struct gdn_shape odd = {3, 3, 7, 5, 3, false, false, false}, big = {2, 6, 128, 128, 4, true, false, false};
-	int p1[] = {1, 1, 1}, p2[] = {12}, p3[] = {5, 1, 70}, p4[] = {64, 64, 1, 3}, p5[] = {131};
-	test_gdn(c, flat, p1, 3);
-	test_gdn(c, flat, p2, 1);
-	test_gdn(c, grouped, p2, 1);
-	test_gdn(c, grouped, p3, 3);
-	test_gdn(c, odd, p4, 4);
-	/* the decode kernel's other register layouts: key heads of 64 and 256 */
-	struct gdn_shape k64 = {2, 4, 64, 64, 4, false, false, false}, k256 = {1, 2, 256, 32, 4, true, false, false};
-	test_gdn(c, k64, p3, 3);
-	test_gdn(c, k256, p1, 3);
-	test_gdn(c, big, p5, 1);
-	test_gdn(c, big, p1, 3);
-	/* the CUDA fast path (d_k 128, d_v a multiple of 32): two blocks of state rows, many chunks
-	 * with a partial last one, decode between prefills, a partial single chunk; flat layout with
-	 * one value head a key head and T exactly one chunk, then 2 tokens; d_k 128 with d_v 48 takes
-	 * the general kernels */
-	struct gdn_shape fast2 = {2, 4, 128, 64, 4, true, false, false}, fast_flat = {4, 4, 128, 32, 2, false, false, false};
-	struct gdn_shape slow128 = {1, 2, 128, 48, 4, false, false, false};
-	int p6[] = {200, 1, 63}, p7[] = {64, 129, 2}, p8[] = {70, 3};
-	test_gdn(c, fast2, p6, 3);
-	test_gdn(c, fast_flat, p7, 3);
-	test_gdn(c, slow128, p8, 2);
-	/* decode steps of several tokens (on a GPU the decode kernel takes up to 8, token after
-	 * token): an even count leaves the conv state in the slot it read, which the key head's
-	 * other value heads read too; a conv of 5 taps reaches back past a step of 2 into the state */
-	struct gdn_shape tiled2 = {4, 8, 128, 128, 4, false, true, false}, k5 = {2, 4, 32, 48, 5, true, false, false};
-	int p9[] = {2, 4, 1, 3, 8, 2}, p10[] = {1, 2, 1, 2, 4, 6, 9};
-	test_gdn(c, big, p9, 6);
-	test_gdn(c, tiled2, p9, 6);
-	test_gdn(c, odd, p10, 7);
-	test_gdn(c, k5, p10, 7);
-	test_gdn(c, k64, p9, 6);
-	test_gdn(c, k256, p10, 7);
-	struct gdn_shape wide = {1, 2, 256, 256, 4, true, false, false}; /* a step of 8 past 48 KB of smem */
-	test_gdn(c, wide, p9, 6);
-	/* and keeping the states after each token (a speculative step's), every register layout:
-	 * d_k 128 (and the tiled heads), 64, 32, 256, and none (d_k 7, a conv of 3) */
-	int p11[] = {3, 1, 2, 8, 4};
-	struct gdn_shape kept[] = {big, tiled2, k64, flat, k256, odd, k5};
-	for (int i = 0; i < 7; i++) {
-		kept[i].keep = true;
-		test_gdn(c, kept[i], p11, 5);
-	}
+	test_gdn_shapes(c);
 	test_moe(c, 1, 32, 8, 2, 16, 0, false, false);
 	test_moe(c, 5, 48, 16, 4, 24, 20, true, true);
 	test_moe(c, 13, 33, 7, 3, 17, 9, true, false);
@@ -1887,6 +1893,17 @@ int main(int argc, char **argv)
 			toast_backend_free(be);
 		}
 		return test_done("test_ops kernels");
+	}
+	if (argc > 1 && strcmp(argv[1], "gdn") == 0) { /* the DeltaNet op alone, on a GPU */
+		struct toast_backend *be;
+		struct toast_error err;
+		CHECK(toast_backend_cuda_new(&be, &err) == TOAST_OK, "%s", err.msg);
+		if (!test_failures) {
+			struct ctx c = {.be = be, .name = "cuda", .tol = 1.5e-2};
+			test_gdn_shapes(&c);
+			toast_backend_free(be);
+		}
+		return test_done("test_ops gdn");
 	}
 	if (argc > 1 && strcmp(argv[1], "top") == 0) { /* top() and the picks alone, on each backend */
 		struct toast_backend *be;
