@@ -1868,6 +1868,20 @@ static void perf_backend(struct toast_backend *be)
 	free(xh), free(a4);
 }
 
+/* one group of tests alone on the CUDA backend (a GPU session's quick check) */
+static int test_on_gpu(const char *what, void (*run)(struct ctx *))
+{
+	struct toast_backend *be;
+	struct toast_error err;
+	CHECK(toast_backend_cuda_new(&be, &err) == TOAST_OK, "%s", err.msg);
+	if (!test_failures) {
+		struct ctx c = {.be = be, .name = "cuda", .tol = 1.5e-2};
+		run(&c);
+		toast_backend_free(be);
+	}
+	return test_done(what);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && strcmp(argv[1], "--perf") == 0) {
@@ -1883,28 +1897,10 @@ int main(int argc, char **argv)
 		toast_backend_free(be);
 		return test_done("test_ops --perf");
 	}
-	if (argc > 1 && strcmp(argv[1], "kernels") == 0) { /* test_quant_kernels alone (a GPU's) */
-		struct toast_backend *be;
-		struct toast_error err;
-		CHECK(toast_backend_cuda_new(&be, &err) == TOAST_OK, "%s", err.msg);
-		if (!test_failures) {
-			struct ctx c = {.be = be, .name = "cuda", .tol = 1.5e-2};
-			test_quant_kernels(&c);
-			toast_backend_free(be);
-		}
-		return test_done("test_ops kernels");
-	}
-	if (argc > 1 && strcmp(argv[1], "gdn") == 0) { /* the DeltaNet op alone, on a GPU */
-		struct toast_backend *be;
-		struct toast_error err;
-		CHECK(toast_backend_cuda_new(&be, &err) == TOAST_OK, "%s", err.msg);
-		if (!test_failures) {
-			struct ctx c = {.be = be, .name = "cuda", .tol = 1.5e-2};
-			test_gdn_shapes(&c);
-			toast_backend_free(be);
-		}
-		return test_done("test_ops gdn");
-	}
+	if (argc > 1 && strcmp(argv[1], "kernels") == 0) /* test_quant_kernels alone (a GPU's) */
+		return test_on_gpu("test_ops kernels", test_quant_kernels);
+	if (argc > 1 && strcmp(argv[1], "gdn") == 0) /* the DeltaNet op alone, on a GPU */
+		return test_on_gpu("test_ops gdn", test_gdn_shapes);
 	if (argc > 1 && strcmp(argv[1], "top") == 0) { /* top() and the picks alone, on each backend */
 		struct toast_backend *be;
 		struct toast_error err;
