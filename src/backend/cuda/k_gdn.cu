@@ -267,7 +267,9 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		for (int j = 0; j < GDN_DEC_TAPS; j++)
 			tap[j] = cu_ldw(cw, cwt, (size_t)chan(tid) * GDN_DEC_TAPS + j);
 	float dtbv = 0, An = 0, nwv = tid < dv ? nw[tid] : 0.0f; /* (nwv: the output norm's weight) */
-	if (MULTI ? tid < T : tid == 0) { /* (MULTI: thread t makes token t's gates) */
+	/* (one token: a thread without a conv channel makes the gates, during the conv) */
+	int gt = nc < (int)blockDim.x ? nc : 0;
+	if (MULTI ? tid < T : tid == gt) { /* (MULTI: thread t makes token t's gates) */
 		dtbv = dtb[h];
 		An = a_neg_exp ? A[h] : -expf(A[h]);
 	}
@@ -314,7 +316,7 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 			gates(tid, bin[tid], ain[tid]);
 		__syncthreads();
 	} else {
-		if (tid == 0)
+		if (tid == gt)
 			gates(0, bv, av);
 		if (tid < dv)
 			zpre = zval(0, tid);
@@ -463,37 +465,46 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 				sn[(size_t)(K - 2) * g.conv_dim + c] = x;
 			}
 		}
-		__syncthreads();
-		cu_tl_mark(0); /* conv */
-		float sq = 0, sk = 0;
-		for (int i = tid; i < dk; i += blockDim.x) {
-			sq += qs[i] * qs[i];
-			sk += ks[i] * ks[i];
-		}
-		sq = cu_block_sum(sq, red);
-		sk = cu_block_sum(sk, red);
-		float fq = rsqrtf(sq + 1e-6f) * rsqrtf((float)dk), fk = rsqrtf(sk + 1e-6f);
-		if (tid == 0) {
+		if (tid == gt) {
 			float xx = av + dtbv;
 			float sp = xx > 20.0f ? xx : log1pf(expf(xx));
 			gate_beta = 1.0f / (1.0f + expf(-bv));
 			gate_alpha = expf(An * sp);
 		}
 		__syncthreads();
+		cu_tl_mark(0); /* conv, gates */
+		/* the L2 norms of q and k in one block sum (shared words of their own: one barrier) */
+		__shared__ float qk_red[2 * (GDN_DEC_THREADS / 32)];
+		float sq = 0, sk = 0;
 		for (int i = tid; i < dk; i += blockDim.x) {
-			qs[i] *= fq;
-			ks[i] *= fk;
+			sq += qs[i] * qs[i];
+			sk += ks[i] * ks[i];
 		}
+		sq = cu_warp_sum(sq);
+		sk = cu_warp_sum(sk);
+		if (lane == 0)
+			qk_red[2 * warp] = sq, qk_red[2 * warp + 1] = sk;
 		__syncthreads();
+		sq = sk = 0;
+		for (int w = 0; w < nwarp; w++)
+			sq += qk_red[2 * w], sk += qk_red[2 * w + 1];
+		float fq = rsqrtf(sq + 1e-6f) * rsqrtf((float)dk), fk = rsqrtf(sk + 1e-6f);
 		float alpha = gate_alpha, beta = gate_beta;
-		cu_tl_mark(1); /* norms, gates */
+		if constexpr (DPL == 0) { /* (the rows in registers scale q and k as they read them) */
+			for (int i = tid; i < dk; i += blockDim.x) {
+				qs[i] *= fq;
+				ks[i] *= fk;
+			}
+			__syncthreads();
+		}
+		cu_tl_mark(1); /* norms */
 		if constexpr (DPL > 0) {
 			/* the warp's rows are held in registers */
 			float kr[DPL > 0 ? DPL : 1], qr[DPL > 0 ? DPL : 1];
 #pragma unroll
 			for (int k = 0; k < DPL; k++) {
-				kr[k] = ks[lane + 32 * k];
-				qr[k] = qs[lane + 32 * k];
+				kr[k] = ks[lane + 32 * k] * fk;
+				qr[k] = qs[lane + 32 * k] * fq;
 			}
 			float o = gdn_rows_step<DPL, RPW>(Sr, kr, qr, vs, warp * RPW, dv, alpha, beta, lane);
 #pragma unroll
