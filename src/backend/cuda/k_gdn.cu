@@ -439,6 +439,8 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 			out[(size_t)t * g.vdim + (size_t)h * dv + j] = oy[i] * rr[t] * nw[j] * cu_silu(zin[i]);
 		}
 	} else {
+		__shared__ float qk_red[2 * (GDN_DEC_THREADS / 32)];
+		float sq = 0, sk = 0; /* the thread's part of q's and k's squared norms */
 		for (int cl = tid; cl < nc; cl += blockDim.x) {
 			int c = chan(cl);
 			float x = qkv[gdn_chan(g, c)], acc;
@@ -453,7 +455,12 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 				for (int j = 0; j < K - 1; j++)
 					acc += cu_ldw(cw, cwt, (size_t)c * K + j) * st[(size_t)j * g.conv_dim + c];
 			}
-			sm[cl] = cu_silu(acc);
+			float y = cu_silu(acc);
+			sm[cl] = y;
+			if (cl < dk)
+				sq += y * y;
+			else if (cl < 2 * dk)
+				sk += y * y;
 			if (cl >= 2 * dk || own_qk) {
 				if (mine)
 #pragma unroll
@@ -471,20 +478,13 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 			gate_beta = 1.0f / (1.0f + expf(-bv));
 			gate_alpha = expf(An * sp);
 		}
-		__syncthreads();
-		cu_tl_mark(0); /* conv, gates */
-		/* the L2 norms of q and k in one block sum (shared words of their own: one barrier) */
-		__shared__ float qk_red[2 * (GDN_DEC_THREADS / 32)];
-		float sq = 0, sk = 0;
-		for (int i = tid; i < dk; i += blockDim.x) {
-			sq += qs[i] * qs[i];
-			sk += ks[i] * ks[i];
-		}
+		/* the L2 norms of q and k: each warp's parts, summed after the conv's barrier */
 		sq = cu_warp_sum(sq);
 		sk = cu_warp_sum(sk);
 		if (lane == 0)
 			qk_red[2 * warp] = sq, qk_red[2 * warp + 1] = sk;
 		__syncthreads();
+		cu_tl_mark(0); /* conv, gates */
 		sq = sk = 0;
 		for (int w = 0; w < nwarp; w++)
 			sq += qk_red[2 * w], sk += qk_red[2 * w + 1];
@@ -516,8 +516,12 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 						S[((size_t)h * dv + j) * dk + lane + 32 * k] = Sr[i][k];
 			}
 			int r = lane / (16 / RPW) - RPW; /* the row whose output the lane has */
-			if (r >= 0 && lane % (16 / RPW) == 0 && warp * RPW + r < dv)
+			bool has = r >= 0 && lane % (16 / RPW) == 0 && warp * RPW + r < dv;
+			if (has)
 				os[warp * RPW + r] = o;
+			float ss = cu_warp_sum(has ? o * o : 0.0f); /* the warp's part of the output's norm */
+			if (lane == 0)
+				red[warp] = ss;
 		} else {
 			for (int j = warp; j < dv; j += nwarp) {
 				float *Sj = S + ((size_t)h * dv + j) * dk;
@@ -539,9 +543,14 @@ __global__ void __launch_bounds__(GDN_DEC_THREADS, 1)
 		__syncthreads();
 		cu_tl_mark(2); /* the state update */
 		float ss = 0;
-		for (int j = tid; j < dv; j += blockDim.x)
-			ss += os[j] * os[j];
-		ss = cu_block_sum(ss, red);
+		if constexpr (DPL > 0) {
+			for (int w = 0; w < nwarp; w++)
+				ss += red[w];
+		} else {
+			for (int j = tid; j < dv; j += blockDim.x)
+				ss += os[j] * os[j];
+			ss = cu_block_sum(ss, red);
+		}
 		cu_tl_mark(3); /* the output's norm */
 		float rr = rsqrtf(ss / dv + eps);
 		for (int j = tid; j < dv; j += blockDim.x) {
