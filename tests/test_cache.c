@@ -569,27 +569,52 @@ static double max_rel(const float *a, const float *b, int n)
 	return md / mr;
 }
 
+/* The speculative-step tests' engine, session s and reference session h: h holds the prompt
+ * p[32] (fill_ids(seed)) and the n tokens G of the reply to it, greedy (so NULL) or drawn by a
+ * sampler of so's settings. NULL, nothing left open, where they cannot be made. */
+static struct toast_engine *spec_setup(const char *model, uint32_t seed, const struct toast_sampling *so,
+				       struct toast_session **s, struct toast_session **h, int32_t *p, int32_t *G, int n)
+{
+	struct toast_engine *e = setup(model, 0, s);
+	if (!e)
+		return NULL;
+	int V = toast_engine_info(e)->n_vocab;
+	struct toast_error err = {0};
+	struct toast_sampler *b = NULL;
+	*h = NULL;
+	CHECK(toast_session_new(e, N_CTX, h, &err) == TOAST_OK && (!so || toast_sampler_new(so, V, &b, &err) == TOAST_OK),
+	      "session, sampler: %s", err.msg);
+	if (!*h || (so && !b)) {
+		toast_session_free(*h);
+		toast_session_free(*s);
+		toast_engine_close(e);
+		return NULL;
+	}
+	fill_ids(p, 32, seed, V);
+	feed(*h, p, 32);
+	for (int i = 0; i < n; i++) {
+		float v;
+		if (b)
+			G[i] = hand_pick(*h, b, &err);
+		else
+			CHECK(toast_session_top(*h, 1, G + i, &v, &err) == 1, "top: %s", err.msg);
+		feed(*h, G + i, 1);
+	}
+	toast_sampler_free(b);
+	return e;
+}
+
 /* A speculative step's drafts: all taken, some, none; then trimmed. The session holds what
  * feeding the kept tokens one at a time gives (its logits within tol). */
 static void test_spec_step(const char *model, double tol)
 {
-	struct toast_session *s, *h = NULL;
-	struct toast_engine *e = setup(model, 0, &s);
+	struct toast_session *s, *h;
+	int32_t p[32], G[10];
+	struct toast_engine *e = spec_setup(model, 7, NULL, &s, &h, p, G, 10);
 	if (!e)
 		return;
 	int V = toast_engine_info(e)->n_vocab;
 	struct toast_error err = {0};
-	int32_t p[32], G[10];
-	fill_ids(p, 32, 7, V);
-	CHECK(toast_session_new(e, N_CTX, &h, &err) == TOAST_OK, "session: %s", err.msg);
-	if (!h)
-		return;
-	feed(h, p, 32);
-	for (int i = 0; i < 10; i++) { /* the greedy reply */
-		float v;
-		CHECK(toast_session_top(h, 1, G + i, &v, &err) == 1, "top: %s", err.msg);
-		feed(h, G + i, 1);
-	}
 	/* h again from the start, fed token by token alongside s: the reference */
 	toast_session_reset(h);
 	feed(h, p, 32);
@@ -713,29 +738,22 @@ static void test_generate_draft(const char *model, bool loops, bool async, doubl
  * stands where sampling them and the next one by hand leaves it (the next draws agree). */
 static void test_spec_step_sampled(const char *model, bool exact)
 {
-	struct toast_session *s, *h = NULL;
-	struct toast_engine *e = setup(model, 0, &s);
+	struct toast_session *s, *h;
+	struct toast_sampling so;
+	toast_sampling_init(&so);
+	so.temperature = 1.0f, so.top_k = 40, so.top_p = 0.95f, so.seed = 99;
+	int32_t p[32], G[12], next = -1; /* G: the sampled reply by hand */
+	struct toast_engine *e = spec_setup(model, 11, &so, &s, &h, p, G, 12);
 	if (!e)
 		return;
 	int V = toast_engine_info(e)->n_vocab;
 	struct toast_error err = {0};
-	struct toast_sampling so;
-	toast_sampling_init(&so);
-	so.temperature = 1.0f, so.top_k = 40, so.top_p = 0.95f, so.seed = 99;
-	struct toast_sampler *a = NULL, *b = NULL, *c = NULL; /* the step's, the hand's, the twin */
+	struct toast_sampler *a = NULL, *c = NULL; /* the step's, the twin */
 	float *rows = malloc((size_t)TOAST_GDN_KEEP_MAX * V * sizeof(float));
-	CHECK(rows && toast_sampler_new(&so, V, &a, &err) == TOAST_OK && toast_sampler_new(&so, V, &b, &err) == TOAST_OK &&
-		      toast_sampler_new(&so, V, &c, &err) == TOAST_OK && toast_session_new(e, N_CTX, &h, &err) == TOAST_OK,
-	      "samplers, session: %s", err.msg);
-	int32_t p[32], G[12], next = -1;
-	fill_ids(p, 32, 11, V);
-	if (!rows || !a || !b || !c || !h)
+	CHECK(rows && toast_sampler_new(&so, V, &a, &err) == TOAST_OK && toast_sampler_new(&so, V, &c, &err) == TOAST_OK,
+	      "samplers: %s", err.msg);
+	if (!rows || !a || !c)
 		goto out;
-	feed(h, p, 32);
-	for (int i = 0; i < 12; i++) { /* the sampled reply by hand */
-		G[i] = hand_pick(h, b, &err);
-		feed(h, G + i, 1);
-	}
 	feed(s, p, 32);
 	CHECK(hand_pick(s, a, &err) == G[0] && hand_pick(s, c, &err) == G[0], "%s %s: the first token by hand", backend,
 	      model);
@@ -781,7 +799,6 @@ static void test_spec_step_sampled(const char *model, bool exact)
 out:
 	free(rows);
 	toast_sampler_free(a);
-	toast_sampler_free(b);
 	toast_sampler_free(c);
 	toast_session_free(h);
 	toast_session_free(s);
