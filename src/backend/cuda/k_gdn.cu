@@ -147,7 +147,10 @@ __global__ void k_gdn_prep(gdn_dims g, float *conv, const float *b, const float 
  * Decode steps (T <= GDN_DEC_MAX_T): the whole step of one value head in one block, token after
  * token: conv of its q/k/v channels (the block owning a channel writes the new conv state; q/k
  * channels belong to the first value head of their key head), L2 norms, gates, the state update
- * one warp per row, gated RMSNorm. MULTI (T > 1) stages every token's inputs first, then does
+ * one warp per row, gated RMSNorm. One token: two barriers, after the conv (which leaves each
+ * warp's part of q's and k's squared norms in shared words, a thread without a channel making
+ * the gates meanwhile) and after the update (each warp's part of the output's norm, from the
+ * lanes that hold its rows' outputs). MULTI (T > 1) stages every token's inputs first, then does
  * what does not depend on the state for all tokens at once (conv, L2 norms, gates: a barrier
  * each, not each a token), then each warp carries its own state rows through the tokens with
  * no barrier (a row's update needs only the token's q, k, v[row] and gates), then the output
